@@ -1,0 +1,234 @@
+"""The Assignment contract (`dynrunner.assignment.v1`) as typed values.
+
+Controller and executor work with these dataclasses; protobuf bytes appear only in
+`encode`/`decode`. Secrets travel separately from the rest: `split_secrets` blanks the
+secret parts and returns them as bytes for the controller to seal; `merge_secrets` puts
+unsealed parts back before a launcher hands the assignment to its executor.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from google.protobuf import struct_pb2
+from google.protobuf.message import DecodeError
+
+from dynrunner.proto._gen.dynrunner.assignment.v1 import assignment_pb2 as apb
+from dynrunner.proto.gitea.types import Task, ts_from_proto, ts_to_proto
+
+VERSION = 1
+"""The major version this code writes and understands."""
+
+JOB_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+TOKEN_CONTEXT_KEYS = ("token", "gitea_runtime_token")
+
+
+class AssignmentError(ValueError):
+    """The assignment cannot be read or is not one this executor understands."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimingRunner:
+    id: int
+    uuid: str
+    token: str
+    name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactStoreOptions:
+    driver: str = ""
+    path: str = ""
+    bucket: str = ""
+    prefix: str = ""
+    endpoint: str = ""
+    region: str = ""
+    max_size_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class IdentityWait:
+    enabled: bool = False
+    workload_api_socket: str = ""
+    timeout_seconds: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorOptions:
+    workspace: str = ""
+    artifacts: ArtifactStoreOptions = field(default_factory=ArtifactStoreOptions)
+    identity: IdentityWait = field(default_factory=IdentityWait)
+    outputs_total_limit_bytes: int = 0
+    log_level: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Sealed:
+    key_id: str
+    nonce: bytes
+    ciphertext: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """See proto/protos/dynrunner/assignment/v1/assignment.proto for every field's meaning."""
+
+    assignment_id: str
+    pool: str
+    backend: str
+    claimed_at: datetime
+    task: Task
+    runner: ClaimingRunner
+    gitea_url: str
+    job_key: str
+    spiffe_id: str = ""
+    deadline: datetime | None = None
+    executor: ExecutorOptions = field(default_factory=ExecutorOptions)
+    sealed: Sealed | None = None
+    version: int = VERSION
+
+    def replace(self, **changes: object) -> Assignment:
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True)
+class SecretParts:
+    task_secrets: dict[str, str]
+    runner_token: str
+    task_token: str
+    runtime_token: str
+
+
+def encode(a: Assignment) -> bytes:
+    msg = apb.Assignment(
+        version=a.version,
+        assignment_id=a.assignment_id,
+        pool=a.pool,
+        backend=a.backend,
+        claimed_at=ts_to_proto(a.claimed_at),
+        task=a.task.to_proto(),
+        runner=apb.ClaimingRunner(id=a.runner.id, uuid=a.runner.uuid, token=a.runner.token, name=a.runner.name),
+        gitea_url=a.gitea_url,
+        job_key=a.job_key,
+        spiffe_id=a.spiffe_id,
+        deadline=ts_to_proto(a.deadline),
+        executor=apb.ExecutorOptions(
+            workspace=a.executor.workspace,
+            artifacts=apb.ArtifactStore(**dataclasses.asdict(a.executor.artifacts)),
+            identity=apb.IdentityWait(**dataclasses.asdict(a.executor.identity)),
+            outputs_total_limit_bytes=a.executor.outputs_total_limit_bytes,
+            log_level=a.executor.log_level,
+        ),
+    )
+    if a.sealed is not None:
+        msg.sealed.CopyFrom(apb.Sealed(key_id=a.sealed.key_id, nonce=a.sealed.nonce, ciphertext=a.sealed.ciphertext))
+    return msg.SerializeToString(deterministic=True)
+
+
+def peek_version(data: bytes) -> int:
+    """The major version of an encoded assignment, read before anything else is trusted."""
+    try:
+        return apb.Assignment.FromString(data).version
+    except DecodeError as err:
+        raise AssignmentError(f"assignment is not a valid dynrunner.assignment.v1 message: {err}") from err
+
+
+def decode(data: bytes) -> Assignment:
+    """Parse and check an encoded assignment; raises AssignmentError with a readable reason."""
+    try:
+        msg = apb.Assignment.FromString(data)
+    except DecodeError as err:
+        raise AssignmentError(f"assignment is not a valid dynrunner.assignment.v1 message: {err}") from err
+    if msg.version != VERSION:
+        raise AssignmentError(
+            f"assignment version {msg.version} is not supported by this executor (it understands version {VERSION}); "
+            "upgrade the executor image to match the controller"
+        )
+    claimed_at = ts_from_proto(msg, "claimed_at")
+    if not msg.assignment_id or claimed_at is None or not msg.HasField("task") or not msg.HasField("runner"):
+        raise AssignmentError("assignment lacks assignment_id, claimed_at, task or runner")
+    ex = msg.executor
+    sealed = (
+        Sealed(key_id=msg.sealed.key_id, nonce=msg.sealed.nonce, ciphertext=msg.sealed.ciphertext)
+        if msg.HasField("sealed")
+        else None
+    )
+    return Assignment(
+        version=msg.version,
+        assignment_id=msg.assignment_id,
+        pool=msg.pool,
+        backend=msg.backend,
+        claimed_at=claimed_at,
+        task=Task.from_proto(msg.task),
+        runner=ClaimingRunner(id=msg.runner.id, uuid=msg.runner.uuid, token=msg.runner.token, name=msg.runner.name),
+        gitea_url=msg.gitea_url,
+        job_key=msg.job_key,
+        spiffe_id=msg.spiffe_id,
+        deadline=ts_from_proto(msg, "deadline"),
+        executor=ExecutorOptions(
+            workspace=ex.workspace,
+            artifacts=ArtifactStoreOptions(
+                driver=ex.artifacts.driver,
+                path=ex.artifacts.path,
+                bucket=ex.artifacts.bucket,
+                prefix=ex.artifacts.prefix,
+                endpoint=ex.artifacts.endpoint,
+                region=ex.artifacts.region,
+                max_size_bytes=ex.artifacts.max_size_bytes,
+            ),
+            identity=IdentityWait(
+                enabled=ex.identity.enabled,
+                workload_api_socket=ex.identity.workload_api_socket,
+                timeout_seconds=ex.identity.timeout_seconds,
+            ),
+            outputs_total_limit_bytes=ex.outputs_total_limit_bytes,
+            log_level=ex.log_level,
+        ),
+        sealed=sealed,
+    )
+
+
+def split_secrets(a: Assignment) -> tuple[Assignment, bytes]:
+    """Blank the secret parts of `a`; return the blanked copy and the parts serialized
+    (for the controller to seal with the assignment id as associated data)."""
+    context = dict(a.task.context or {})
+    parts = apb.SecretParts(
+        task_secrets=dict(a.task.secrets),
+        runner_token=a.runner.token,
+        task_token=str(context.get("token", "")),
+        runtime_token=str(context.get("gitea_runtime_token", "")),
+    )
+    for key in TOKEN_CONTEXT_KEYS:
+        context.pop(key, None)
+    public = a.replace(
+        task=dataclasses.replace(a.task, secrets={}, context=context if a.task.context is not None else None),
+        runner=dataclasses.replace(a.runner, token=""),
+    )
+    return public, parts.SerializeToString(deterministic=True)
+
+
+def merge_secrets(a: Assignment, parts_bytes: bytes) -> Assignment:
+    """Put unsealed secret parts back and drop the sealed blob."""
+    parts = apb.SecretParts.FromString(parts_bytes)
+    context = dict(a.task.context or {})
+    if parts.task_token:
+        context["token"] = parts.task_token
+    if parts.runtime_token:
+        context["gitea_runtime_token"] = parts.runtime_token
+    return a.replace(
+        task=dataclasses.replace(
+            a.task, secrets=dict(parts.task_secrets), context=context if a.task.context is not None else None
+        ),
+        runner=dataclasses.replace(a.runner, token=parts.runner_token),
+        sealed=None,
+    )
+
+
+def context_struct(context: dict[str, object]) -> struct_pb2.Struct:
+    """A `github` context as a protobuf Struct (for tests and the double)."""
+    msg = struct_pb2.Struct()
+    msg.update(context)
+    return msg

@@ -1,0 +1,214 @@
+"""Small typed values for the RunnerService; protobuf stays at this edge.
+
+`to_proto`/`from_proto` are the only places that touch generated messages, so the
+controller and executor work with plain dataclasses and Python datetimes.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from google.protobuf import json_format, struct_pb2, timestamp_pb2
+
+from dynrunner.proto._gen.runner.v1 import messages_pb2 as pb
+
+
+class Result(enum.IntEnum):
+    UNSPECIFIED = 0
+    SUCCESS = 1
+    FAILURE = 2
+    CANCELLED = 3
+    SKIPPED = 4
+
+    @property
+    def word(self) -> str:
+        """The GitHub spelling (`success`, `failure`, `cancelled`, `skipped`), '' if unset."""
+        return "" if self is Result.UNSPECIFIED else self.name.lower()
+
+    @classmethod
+    def from_word(cls, word: str) -> Result:
+        return cls[word.upper()] if word else cls.UNSPECIFIED
+
+
+def ts_to_proto(value: datetime | None) -> timestamp_pb2.Timestamp | None:
+    if value is None:
+        return None
+    stamp = timestamp_pb2.Timestamp()
+    stamp.FromDatetime(value.astimezone(UTC))
+    return stamp
+
+
+def ts_from_proto(msg: Any, name: str) -> datetime | None:
+    """The timestamp field `name` of `msg` as an aware datetime, None when absent."""
+    if not msg.HasField(name):
+        return None
+    stamp: timestamp_pb2.Timestamp = getattr(msg, name)
+    return stamp.ToDatetime(tzinfo=UTC)
+
+
+def plain_json(value: Any) -> Any:
+    """A Struct's JSON with integral numbers as ints: Struct only knows doubles, but the
+    webhook payload in the github context had integers (PR numbers, ids)."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    if isinstance(value, dict):
+        return {k: plain_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain_json(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerInfo:
+    """A runner as Register/Declare return it. `token` is only ever set by Register."""
+
+    id: int
+    uuid: str
+    token: str
+    name: str
+    version: str = ""
+    labels: tuple[str, ...] = ()
+    ephemeral: bool = False
+
+    @classmethod
+    def from_proto(cls, runner: pb.Runner) -> RunnerInfo:
+        return cls(
+            id=runner.id,
+            uuid=runner.uuid,
+            token=runner.token,
+            name=runner.name,
+            version=runner.version,
+            labels=tuple(runner.labels),
+            ephemeral=runner.ephemeral,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Need:
+    outputs: Mapping[str, str]
+    result: Result
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """A claimed task. `context` is the `github` context as plain JSON values."""
+
+    id: int
+    workflow_payload: bytes | None = None
+    context: Mapping[str, Any] | None = None
+    secrets: Mapping[str, str] = field(default_factory=dict)
+    needs: Mapping[str, Need] = field(default_factory=dict)
+    vars: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_proto(cls, task: pb.Task) -> Task:
+        context = plain_json(json_format.MessageToDict(task.context)) if task.HasField("context") else None
+        return cls(
+            id=task.id,
+            workflow_payload=task.workflow_payload if task.HasField("workflow_payload") else None,
+            context=context,
+            secrets=dict(task.secrets),
+            needs={k: Need(outputs=dict(v.outputs), result=Result(v.result)) for k, v in task.needs.items()},
+            vars=dict(task.vars),
+        )
+
+    def to_proto(self) -> pb.Task:
+        msg = pb.Task(id=self.id, secrets=dict(self.secrets), vars=dict(self.vars))
+        if self.workflow_payload is not None:
+            msg.workflow_payload = self.workflow_payload
+        if self.context is not None:
+            ctx = struct_pb2.Struct()
+            ctx.update(dict(self.context))
+            msg.context.CopyFrom(ctx)
+        for key, need in self.needs.items():
+            msg.needs[key].CopyFrom(pb.TaskNeed(outputs=dict(need.outputs), result=int(need.result)))
+        return msg
+
+
+@dataclass(slots=True)
+class StepState:
+    id: int
+    result: Result = Result.UNSPECIFIED
+    started_at: datetime | None = None
+    stopped_at: datetime | None = None
+    log_index: int = 0
+    log_length: int = 0
+
+    def to_proto(self) -> pb.StepState:
+        return pb.StepState(
+            id=self.id,
+            result=int(self.result),
+            started_at=ts_to_proto(self.started_at),
+            stopped_at=ts_to_proto(self.stopped_at),
+            log_index=self.log_index,
+            log_length=self.log_length,
+        )
+
+    @classmethod
+    def from_proto(cls, step: pb.StepState) -> StepState:
+        return cls(
+            id=step.id,
+            result=Result(step.result),
+            started_at=ts_from_proto(step, "started_at"),
+            stopped_at=ts_from_proto(step, "stopped_at"),
+            log_index=step.log_index,
+            log_length=step.log_length,
+        )
+
+
+@dataclass(slots=True)
+class TaskState:
+    id: int
+    result: Result = Result.UNSPECIFIED
+    started_at: datetime | None = None
+    stopped_at: datetime | None = None
+    steps: list[StepState] = field(default_factory=list)
+
+    def to_proto(self) -> pb.TaskState:
+        return pb.TaskState(
+            id=self.id,
+            result=int(self.result),
+            started_at=ts_to_proto(self.started_at),
+            stopped_at=ts_to_proto(self.stopped_at),
+            steps=[s.to_proto() for s in self.steps],
+        )
+
+    @classmethod
+    def from_proto(cls, state: pb.TaskState) -> TaskState:
+        return cls(
+            id=state.id,
+            result=Result(state.result),
+            started_at=ts_from_proto(state, "started_at"),
+            stopped_at=ts_from_proto(state, "stopped_at"),
+            steps=[StepState.from_proto(s) for s in state.steps],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class LogRow:
+    time: datetime
+    content: str
+
+    def to_proto(self) -> pb.LogRow:
+        return pb.LogRow(time=ts_to_proto(self.time), content=self.content)
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    """`task` is None when there was nothing to claim; `tasks_version` is the server's."""
+
+    task: Task | None
+    tasks_version: int
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateTaskResult:
+    """The server's view after UpdateTask: a set `result` means the task is over
+    (RESULT_CANCELLED when a user cancelled it)."""
+
+    result: Result
+    sent_outputs: frozenset[str]
