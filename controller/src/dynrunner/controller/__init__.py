@@ -1,0 +1,1 @@
+"""dynrunner controller: claims Gitea Actions tasks and launches one environment per job."""

@@ -1,0 +1,1 @@
+"""dynrunner executor: runs one claimed Gitea Actions job inside its environment."""

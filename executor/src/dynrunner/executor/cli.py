@@ -1,0 +1,33 @@
+"""`dynrunner-executor`: one entry point, one subcommand per capability.
+
+Each subcommand's module owns its arguments (`add_arguments`) and behaviour (`main`),
+so the CLI stays a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+SUBCOMMANDS = {
+    "run": ("dynrunner.executor.run", "run one assigned Gitea task and report it"),
+    "expr": ("dynrunner.executor.expressions.cli", "evaluate GitHub Actions expressions"),
+    "artifact": ("dynrunner.executor.runtime.cli", "import and list job-to-job artifacts"),
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="dynrunner-executor", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (module_name, help_text) in SUBCOMMANDS.items():
+        module = importlib.import_module(module_name)
+        module.add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+    args = parser.parse_args(argv)
+    module = importlib.import_module(SUBCOMMANDS[args.command][0])
+    return int(module.main(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

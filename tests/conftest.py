@@ -1,0 +1,6 @@
+"""Shared pytest wiring: fixtures live in tests/fixtures/, one module per seam."""
+
+pytest_plugins = [
+    "tests.fixtures.gitea",
+    "tests.fixtures.nats",
+]
