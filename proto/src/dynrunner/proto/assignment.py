@@ -136,6 +136,35 @@ def peek_version(data: bytes) -> int:
         raise AssignmentError(f"assignment is not a valid dynrunner.assignment.v1 message: {err}") from err
 
 
+@dataclass(frozen=True, slots=True)
+class ReportingEnvelope:
+    """The fields every major version keeps at the same numbers (assignment_id, task.id,
+    runner, gitea_url), so an executor can still tell Gitea *why* it refuses an assignment."""
+
+    assignment_id: str
+    task_id: int
+    runner: ClaimingRunner
+    gitea_url: str
+    version: int
+
+
+def decode_envelope(data: bytes) -> ReportingEnvelope:
+    """Read only the version-independent fields; raises AssignmentError if even those are unreadable."""
+    try:
+        msg = apb.Assignment.FromString(data)
+    except DecodeError as err:
+        raise AssignmentError(f"assignment is not a valid dynrunner.assignment.v1 message: {err}") from err
+    if not msg.task.id or not msg.runner.uuid or not msg.gitea_url:
+        raise AssignmentError("assignment lacks task id, runner or gitea_url; nothing can be reported")
+    return ReportingEnvelope(
+        assignment_id=msg.assignment_id,
+        task_id=msg.task.id,
+        runner=ClaimingRunner(id=msg.runner.id, uuid=msg.runner.uuid, token=msg.runner.token, name=msg.runner.name),
+        gitea_url=msg.gitea_url,
+        version=msg.version,
+    )
+
+
 def decode(data: bytes) -> Assignment:
     """Parse and check an encoded assignment; raises AssignmentError with a readable reason."""
     try:
