@@ -1,0 +1,42 @@
+"""How often and how much the reporter sends; all knobs in one frozen value."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class ReporterConfig:
+    """Defaults suit one executor per job talking to one Gitea.
+
+    Logs are sent when a batch is full (`batch_rows` or `batch_bytes`), when the oldest
+    unsent row has waited `log_max_latency_s`, or `log_interval_s` after the previous send,
+    whichever comes first, and at once on every step start and end. act_runner waits up to
+    5 s; one executor per job can afford faster feedback, while every request still costs
+    Gitea a PBKDF2 check of the runner token, so the default stays at one per second.
+
+    `heartbeat_s` keeps UpdateTask at most this far apart even when nothing changed, so
+    Gitea never takes a quiet job for a zombie and a cancellation is seen within it.
+    `batch_bytes` stays well below the 1 MiB request limit of common reverse proxies; a
+    single row (at most 64 KiB) always fits.
+    """
+
+    log_interval_s: float = 1.0
+    log_max_latency_s: float = 1.0
+    batch_rows: int = 2000
+    batch_bytes: int = 512 * 1024
+    heartbeat_s: float = 4.0
+    request_timeout_s: float = 30.0
+    retry_initial_s: float = 0.5
+    retry_max_s: float = 10.0
+    start_timeout_s: float = 120.0
+    close_timeout_s: float = 60.0
+    retain_acked_rows: int = 10_000
+    closing_line: bool = True
+    clock: Callable[[], datetime] = field(default=utc_now)

@@ -1,0 +1,370 @@
+"""Reports one task's log and state to Gitea, as a first-class runner does.
+
+The engine calls `log`, `step_started`, `step_finished` and `set_outputs` synchronously;
+a background pump turns them into UpdateLog and UpdateTask calls (logs first, so a step's
+state never points at rows Gitea has not got). Every row is repaired to valid UTF-8, split
+per line, masked and capped here, so no path to the job log can skip masking.
+
+Failures: transient errors (Gitea down, 5xx, timeouts) keep everything buffered and are
+retried with backoff; a permanent one (the runner was deleted, the task belongs to someone
+else) stops reporting, is kept in `error` and sets `cancelled` so the engine stops.
+Cancellation from Gitea arrives only in UpdateTask answers: any final result there is kept
+in `server_result` and sets `cancelled`.
+
+Closing follows the order ephemeral runners need: UpdateLog with ``no_more`` first, then
+the final UpdateTask, which makes Gitea delete the runner; nothing is sent after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import datetime
+from typing import TypeVar
+
+from dynrunner.executor.masking import Masker
+from dynrunner.executor.reporter.config import ReporterConfig
+from dynrunner.executor.reporter.logbuffer import ROW_OVERHEAD, LogBuffer
+from dynrunner.executor.reporter.outputs import Outputs
+from dynrunner.executor.reporter.rows import cap, split_rows, utf8_size, valid_utf8
+from dynrunner.executor.reporter.steps import StepTracker
+from dynrunner.proto.gitea import GiteaClient, GiteaError, LogRow, Result, TaskState, Unauthenticated, Unavailable
+from dynrunner.proto.gitea.client import NO_RETRY
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CONFIG = ReporterConfig()
+
+T = TypeVar("T")
+
+_CLOSING_WORDS = {
+    Result.SUCCESS: "Job succeeded",
+    Result.FAILURE: "Job failed",
+    Result.CANCELLED: "Job cancelled",
+    Result.SKIPPED: "Job skipped",
+    Result.UNSPECIFIED: "Job ended",
+}
+
+
+class ReporterClosedError(RuntimeError):
+    """The reporter was closed: the task is final in Gitea and nothing more can be sent."""
+
+
+class Reporter:
+    def __init__(
+        self, client: GiteaClient, task_id: int, masker: Masker, config: ReporterConfig = DEFAULT_CONFIG
+    ) -> None:
+        self.task_id = task_id
+        self.cancelled = asyncio.Event()
+        self.server_result = Result.UNSPECIFIED
+        self.error: BaseException | None = None
+        self._client = client
+        self._masker = masker
+        self._cfg = config
+        self._clock = config.clock
+        self._buffer = LogBuffer(retain_acked=config.retain_acked_rows)
+        self._steps = StepTracker(0)
+        self._outputs = Outputs()
+        self._started_at: datetime | None = None
+        self._handshaken = False
+        self._wake = asyncio.Event()
+        self._pump: asyncio.Task[None] | None = None
+        self._state_due = False
+        self._flush_to: int | None = None
+        self._unsent_since: float | None = None
+        self._last_log_send = float("-inf")
+        self._last_state_send = float("-inf")
+        self._failures = 0
+        self._closing = False
+        self._deadline: float | None = None  # while closing: when to give up
+        self._finalized: bool | None = None
+
+    # -- what the engine calls ------------------------------------------------------
+
+    async def start(self, step_count: int) -> None:
+        """Continue the log where Gitea has it (the controller may have written stage lines)
+        and start reporting in the background."""
+        if self._pump is not None or self._closing:
+            raise RuntimeError("reporter already started")
+        self._steps = StepTracker(step_count)
+        self._started_at = self._clock()
+        await self._handshake(time.monotonic() + self._cfg.start_timeout_s)
+        self._state_due = True
+        self._pump = asyncio.create_task(self._run(), name=f"reporter-task-{self.task_id}")
+
+    def log(self, text: str | bytes, step: int | None = None) -> None:
+        """Append `text` to the job log, one row per line, masked."""
+        if self._closing:
+            raise ReporterClosedError(f"task {self.task_id}: log after close")
+        now = self._clock()
+        buffer, mask, on_row = self._buffer, self._masker.mask, self._steps.on_row
+        for line in split_rows(valid_utf8(text)):
+            content = cap(mask(line))
+            on_row(buffer.append(LogRow(time=now, content=content), utf8_size(content) + ROW_OVERHEAD), step)
+        if self._unsent_since is None:
+            self._unsent_since = time.monotonic()
+            self._wake.set()
+        elif buffer.pending >= self._cfg.batch_rows or buffer.pending_bytes >= self._cfg.batch_bytes:
+            self._wake.set()
+
+    def step_started(self, index: int) -> None:
+        self._steps.start(index, self._clock(), self._buffer.end)
+        self._transition()
+
+    def step_finished(self, index: int, result: Result) -> None:
+        self._steps.finish(index, result, self._clock(), self._buffer.end)
+        self._transition()
+
+    def set_outputs(self, outputs: Mapping[str, str]) -> None:
+        """Queue job outputs for Gitea. Raises OutputLimitError for those over Gitea's
+        limits (they are not sent); the valid ones are queued regardless."""
+        try:
+            if self._outputs.set(outputs):
+                self._state_due = True
+        finally:
+            self._wake.set()
+
+    async def close(self, result: Result, *, skipped: bool = False) -> bool:
+        """Finish the task in Gitea with `result`; returns whether it was finalized.
+
+        Unfinished steps become CANCELLED (SKIPPED when the job was `skipped`). Sends the
+        remaining rows with ``no_more``, then the final UpdateTask, each retried on
+        transient errors within `close_timeout_s`; the logs get at most half of it."""
+        if self._finalized is not None:
+            return self._finalized
+        if self._closing:
+            raise RuntimeError("close already in progress")
+        self._closing = True
+        started = time.monotonic()
+        await self._stop_pump()
+        now = self._clock()
+        self._steps.close(now, skipped=skipped)
+        if self._cfg.closing_line:
+            text = _CLOSING_WORDS[result]
+            self._buffer.append(LogRow(time=now, content=text), len(text) + ROW_OVERHEAD)
+        state = TaskState(id=self.task_id, result=result, started_at=self._started_at or now, stopped_at=now)
+        self._deadline = started + self._cfg.close_timeout_s / 2
+        await self._final_logs()
+        self._deadline = started + self._cfg.close_timeout_s
+        self._finalized = await self._final_state(state)
+        return self._finalized
+
+    # -- background pump ------------------------------------------------------------
+
+    def _transition(self) -> None:
+        self._flush_to = self._buffer.end
+        self._state_due = True
+        self._wake.set()
+
+    async def _run(self) -> None:
+        while True:
+            self._wake.clear()
+            now = time.monotonic()
+            log_at = self._log_due_at(now)
+            state_at = now if self._state_due else self._last_state_send + self._cfg.heartbeat_s
+            wait = min(log_at, state_at) - now
+            if wait > 0:
+                try:
+                    async with asyncio.timeout(wait):
+                        await self._wake.wait()
+                except TimeoutError:
+                    pass
+                continue
+            try:
+                if log_at <= now:
+                    await self._send_logs()
+                if self._state_wanted():
+                    await self._send_state()
+            except Exception as err:
+                if not _transient(err):
+                    self._fail(err)
+                    return
+                self._failures += 1
+                delay = _backoff(self._failures, self._cfg)
+                log.warning("task %d: reporting failed (%s), retrying in %.1fs", self.task_id, err, delay)
+                await asyncio.sleep(delay)
+            else:
+                self._failures = 0
+
+    def _log_due_at(self, now: float) -> float:
+        buffer = self._buffer
+        if buffer.pending == 0:
+            return float("inf")
+        if self._flush_to is not None and buffer.acked < self._flush_to:
+            return now
+        if buffer.pending >= self._cfg.batch_rows or buffer.pending_bytes >= self._cfg.batch_bytes:
+            return now
+        since = self._unsent_since if self._unsent_since is not None else now
+        return min(since + self._cfg.log_max_latency_s, self._last_log_send + self._cfg.log_interval_s)
+
+    def _state_wanted(self) -> bool:
+        heartbeat = time.monotonic() >= self._last_state_send + self._cfg.heartbeat_s
+        urgent_logs = self._flush_to is not None and self._buffer.acked < self._flush_to
+        return heartbeat or (self._state_due and not urgent_logs)
+
+    async def _send_logs(self, *, no_more: bool = False) -> bool:
+        """Send one batch from the ack; true when it carried `no_more` and all rows are acked."""
+        index, rows = self._buffer.batch(self._cfg.batch_rows, self._cfg.batch_bytes)
+        final = no_more and index + len(rows) == self._buffer.end
+        sent_at = time.monotonic()
+        ack = await self._call(
+            lambda: self._client.update_log(self.task_id, index, rows, no_more=final, retry=NO_RETRY)
+        )
+        self._apply_ack(ack)
+        self._last_log_send = sent_at
+        self._unsent_since = sent_at if self._buffer.pending else None
+        if self._flush_to is not None and self._buffer.acked >= self._flush_to:
+            self._flush_to = None
+        return final and self._buffer.pending == 0
+
+    def _apply_ack(self, ack: int) -> None:
+        if ack > self._buffer.end:
+            position, shift = self._buffer.rebase(ack)
+            self._steps.shift(position, shift)
+            log.warning(
+                "task %d: Gitea has %d log rows nobody sent from here; continuing after them", self.task_id, shift
+            )
+        else:
+            if ack < self._buffer.acked:
+                log.warning(
+                    "task %d: Gitea acknowledged row %d, behind %d; resending", self.task_id, ack, self._buffer.acked
+                )
+            self._buffer.ack(ack, self._clock)
+
+    async def _send_state(self, state: TaskState | None = None) -> None:
+        if state is None:
+            state = TaskState(id=self.task_id, started_at=self._started_at)
+        state.steps = self._steps.snapshot()
+        outputs = self._outputs.pending
+        self._state_due = False
+        sent_at = time.monotonic()
+        try:
+            answer = await self._call(lambda: self._client.update_task(state, outputs, retry=NO_RETRY))
+        except BaseException:
+            self._state_due = True
+            raise
+        self._last_state_send = sent_at
+        self._outputs.confirmed(answer.sent_outputs)
+        # The answer to the final report echoes our own result; only a different one is news.
+        if answer.result not in (Result.UNSPECIFIED, state.result) and self.server_result == Result.UNSPECIFIED:
+            self.server_result = answer.result
+            log.info("task %d: Gitea ended the task (%s)", self.task_id, answer.result.name)
+            self.cancelled.set()
+
+    async def _call(self, fn: Callable[[], Awaitable[T]]) -> T:
+        timeout = self._cfg.request_timeout_s
+        if self._deadline is not None:
+            timeout = max(0.0, min(timeout, self._deadline - time.monotonic()))
+        try:
+            async with asyncio.timeout(timeout):
+                return await fn()
+        except TimeoutError as err:
+            raise Unavailable(f"no answer within {timeout:g}s") from err
+
+    def _fail(self, err: BaseException) -> None:
+        log.error("task %d: reporting stopped: %s", self.task_id, err)
+        if self.error is None:
+            self.error = err
+        self.cancelled.set()
+
+    async def _stop_pump(self) -> None:
+        pump, self._pump = self._pump, None
+        if pump is not None and not pump.done():
+            pump.cancel()
+            try:
+                await pump
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise
+
+    # -- start and close ------------------------------------------------------------
+
+    async def _retrying(self, what: str, fn: Callable[[], Awaitable[T]], deadline: float) -> T:
+        """`fn` retried on transient errors until `deadline`; the last error is raised."""
+        failures = 0
+        while True:
+            try:
+                return await fn()
+            except Exception as err:
+                failures += 1
+                delay = _backoff(failures, self._cfg)
+                if not _transient(err) or time.monotonic() + delay >= deadline:
+                    raise
+                log.warning("task %d: %s failed (%s), retrying in %.1fs", self.task_id, what, err, delay)
+                await asyncio.sleep(delay)
+
+    async def _handshake(self, deadline: float) -> None:
+        ack = await self._retrying(
+            "reading the log position",
+            lambda: self._call(lambda: self._client.update_log(self.task_id, 0, [], retry=NO_RETRY)),
+            deadline,
+        )
+        if ack > 0:
+            position, shift = self._buffer.rebase(ack)
+            self._steps.shift(position, shift)
+        self._handshaken = True
+
+    async def _final_logs(self) -> bool:
+        """Send every remaining row; the request carrying the last one says ``no_more``.
+        It always carries a row: Gitea before #37631 ignores ``no_more`` without rows."""
+        assert self._deadline is not None
+        deadline = self._deadline
+        try:
+            if not self._handshaken:
+                await self._handshake(deadline)
+            done = False
+            while not done:
+                if self._buffer.pending == 0:
+                    self._buffer.append(LogRow(time=self._clock(), content=""), ROW_OVERHEAD)
+                done = await self._retrying("sending the log", lambda: self._send_logs(no_more=True), deadline)
+            return True
+        except Exception as err:
+            log.error("task %d: could not complete the log: %s", self.task_id, err)
+            if self.error is None:
+                self.error = err
+            return False
+
+    async def _final_state(self, state: TaskState) -> bool:
+        assert self._deadline is not None
+        maybe_delivered = False
+
+        async def attempt() -> None:
+            nonlocal maybe_delivered
+            try:
+                await self._send_state(state)
+            except Exception as err:
+                if _transient(err):
+                    maybe_delivered = True
+                raise
+
+        try:
+            await self._retrying("finalizing the task", attempt, self._deadline)
+        except Unauthenticated as err:
+            if maybe_delivered:
+                # An earlier attempt reached Gitea, which then deleted the ephemeral runner.
+                log.info("task %d: finalized by an earlier attempt (runner now removed)", self.task_id)
+                return True
+            self._note_error(err)
+            return False
+        except Exception as err:
+            self._note_error(err)
+            return False
+        return True
+
+    def _note_error(self, err: BaseException) -> None:
+        log.error("task %d: could not finalize the task: %s", self.task_id, err)
+        if self.error is None:
+            self.error = err
+
+
+def _transient(err: BaseException) -> bool:
+    return isinstance(err, GiteaError) and err.transient
+
+
+def _backoff(failures: int, cfg: ReporterConfig) -> float:
+    delay: float = min(cfg.retry_max_s, cfg.retry_initial_s * 2 ** min(failures - 1, 16))
+    return delay * random.uniform(0.5, 1.0)
