@@ -1,0 +1,408 @@
+"""The assignment log: sealed Assignments on a JetStream work-queue stream, one subject per pool.
+
+The claimer publishes with `Nats-Msg-Id` = assignment id, so a retried publish is stored
+once; launchers pull from a durable consumer per pool (`launcher-<pool>`), acknowledge once
+the environment exists, and get the message again after `ack_wait` if they crash before.
+
+Delivery limit: the consumer itself redelivers without limit and this module applies
+`nats.maxDeliver`. A server-side limit would strand a message in a work-queue stream
+forever if the handler of its last delivery crashed, and then nobody finalizes the task.
+Here, a delivery past the limit is marked `exhausted`: the launcher finalizes the task failed
+and `term()`s it, and if that is interrupted too, the message simply comes back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import nats
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    DiscardPolicy,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_before_delay, wait_exponential_jitter
+
+from dynrunner.controller.config import NatsConfig
+from dynrunner.controller.metrics import Metrics
+from dynrunner.proto.assignment import VERSION, Assignment, AssignmentError, decode, encode, peek_version
+
+__all__ = ["AssignmentLog", "AssignmentLogError", "Delivery", "PublishError", "connect_nats"]
+
+log = logging.getLogger(__name__)
+
+MSG_ID_HEADER = "Nats-Msg-Id"
+_ATTEMPT_TIMEOUT_S = 5.0
+_FETCH_WAIT_S = 5.0
+_UNKNOWN_VERSION_DELAY_S = 30.0
+
+
+class AssignmentLogError(RuntimeError):
+    """The stream or a consumer cannot be set up as configured (the message says what to change)."""
+
+
+class PublishError(RuntimeError):
+    """An assignment could not be stored; the claimer must finalize its task failed with this reason."""
+
+
+def consumer_name(pool: str) -> str:
+    return f"launcher-{pool}"
+
+
+async def connect_nats(url: str, *, name: str = "dynrunner-controller", connect_timeout_s: float = 5.0) -> Client:
+    """A connection that reconnects forever (the controller outlives NATS restarts) and logs one
+    line per connection event instead of nats-py's tracebacks."""
+
+    client: list[Client] = []
+
+    async def on_error(err: Exception) -> None:
+        log.warning("nats: %s", err or type(err).__name__)
+
+    async def on_disconnect() -> None:
+        if client and not (client[0].is_closed or client[0].is_draining):
+            log.warning("nats: disconnected")
+
+    async def on_reconnect() -> None:
+        log.info("nats: reconnected")
+
+    try:
+        nc = await nats.connect(
+            servers=[u.strip() for u in url.split(",")],
+            name=name,
+            connect_timeout=connect_timeout_s,
+            allow_reconnect=True,
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=1,
+            error_cb=on_error,
+            disconnected_cb=on_disconnect,
+            reconnected_cb=on_reconnect,
+        )
+    except (OSError, nats.errors.Error, TimeoutError) as err:
+        raise AssignmentLogError(f"cannot connect to NATS: {err or type(err).__name__}") from err
+    client.append(nc)
+    return nc
+
+
+@dataclass(slots=True)
+class Delivery:
+    """One delivery of an assignment to a launcher. `assignment` is still sealed."""
+
+    assignment: Assignment
+    num_delivered: int
+    max_deliver: int
+    stream_seq: int
+    _msg: Msg = field(repr=False)
+    _ack_wait_s: float = field(repr=False)
+
+    @property
+    def is_redelivery(self) -> bool:
+        return self.num_delivered > 1
+
+    @property
+    def is_last_attempt(self) -> bool:
+        """This is attempt `max_deliver` (or later): if it fails, finalize the task failed."""
+        return self.num_delivered >= self.max_deliver
+
+    @property
+    def exhausted(self) -> bool:
+        """Every allowed attempt was made already (the last one's handler died): do not launch,
+        finalize the task failed and `term()`."""
+        return self.num_delivered > self.max_deliver
+
+    async def in_progress(self) -> None:
+        """Restart the ack-wait clock (during a slow launch)."""
+        await self._msg.in_progress()
+
+    @contextlib.asynccontextmanager
+    async def keep_alive(self, interval_s: float | None = None) -> AsyncIterator[None]:
+        """Send `in_progress()` every third of ack-wait while the block runs."""
+        period = interval_s if interval_s is not None else max(self._ack_wait_s / 3, 0.05)
+
+        async def beat() -> None:
+            while True:
+                await asyncio.sleep(period)
+                try:
+                    await self._msg.in_progress()
+                except nats.errors.Error as err:
+                    log.warning("in-progress ack failed: %s", err or type(err).__name__)
+
+        task = asyncio.create_task(beat(), name=f"keep-alive {self.assignment.assignment_id}")
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def ack(self) -> None:
+        """Done: the message leaves the stream. Waits for the server to confirm."""
+        await self._msg.ack_sync(timeout=_ATTEMPT_TIMEOUT_S)
+
+    async def nak(self, delay_s: float | None = None) -> None:
+        """Failed this time: deliver again (after `delay_s`)."""
+        await self._msg.nak(delay=delay_s)
+
+    async def term(self) -> None:
+        """Never deliver again (the task was finalized, or the message can never be used)."""
+        await self._msg.term()
+
+
+def _transient(err: BaseException) -> bool:
+    if isinstance(err, nats.errors.MaxPayloadError | nats.errors.ConnectionClosedError):
+        return False
+    if isinstance(err, nats.js.errors.ServiceUnavailableError | nats.js.errors.NoStreamResponseError):
+        return True
+    if isinstance(err, nats.js.errors.APIError):
+        return err.code is not None and err.code >= 500
+    return isinstance(
+        err,
+        asyncio.TimeoutError
+        | nats.errors.TimeoutError
+        | nats.errors.NoRespondersError
+        | nats.errors.OutboundBufferLimitError
+        | nats.errors.ConnectionReconnectingError
+        | nats.errors.StaleConnectionError
+        | OSError,
+    )
+
+
+class AssignmentLog:
+    """Publish to and consume from the assignment stream. Build with `connect()`."""
+
+    def __init__(
+        self,
+        nc: Client,
+        cfg: NatsConfig,
+        pools: Sequence[str],
+        *,
+        metrics: Metrics | None = None,
+        owns_connection: bool = True,
+    ) -> None:
+        self.nc = nc
+        self.js: JetStreamContext = nc.jetstream(timeout=_ATTEMPT_TIMEOUT_S)
+        self.cfg = cfg
+        self.pools = tuple(pools)
+        self._metrics = metrics
+        self._owns_connection = owns_connection
+        self._subscriptions: set[JetStreamContext.PullSubscription] = set()
+
+    @classmethod
+    async def connect(
+        cls,
+        nats_url: str,
+        cfg: NatsConfig,
+        pools: Sequence[str],
+        *,
+        metrics: Metrics | None = None,
+    ) -> AssignmentLog:
+        """Connect and make sure the stream and one durable consumer per pool exist as configured."""
+        nc = await connect_nats(nats_url)
+        self = cls(nc, cfg, pools, metrics=metrics)
+        try:
+            await self.ensure()
+        except BaseException:
+            await nc.close()
+            raise
+        return self
+
+    def subject(self, pool: str) -> str:
+        return f"{self.cfg.subject_prefix}.{pool}"
+
+    def stream_config(self) -> StreamConfig:
+        return StreamConfig(
+            name=self.cfg.stream,
+            description="dynrunner assignments waiting for a launcher",
+            subjects=[f"{self.cfg.subject_prefix}.*"],
+            retention=RetentionPolicy.WORK_QUEUE,
+            storage=StorageType.FILE,
+            discard=DiscardPolicy.NEW,
+            num_replicas=self.cfg.replicas,
+            duplicate_window=self.cfg.duplicate_window_s,
+            max_msg_size=self.cfg.max_message_bytes,
+        )
+
+    def consumer_config(self, pool: str) -> ConsumerConfig:
+        return ConsumerConfig(
+            name=consumer_name(pool),
+            durable_name=consumer_name(pool),
+            description=f"launchers of pool {pool}",
+            filter_subject=self.subject(pool),
+            deliver_policy=DeliverPolicy.ALL,
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=self.cfg.ack_wait_s,
+            max_deliver=-1,  # the limit is applied by Delivery (see the module docstring)
+        )
+
+    async def ensure(self) -> None:
+        """Create or update the stream and the consumers; idempotent across restarts."""
+        want = self.stream_config()
+        try:
+            info = await self.js.stream_info(want.name)  # type: ignore[arg-type]
+        except nats.js.errors.NotFoundError:
+            await self.js.add_stream(want)
+            log.info("created stream %s", want.name)
+        else:
+            have = info.config
+            if have.retention != want.retention or have.storage != want.storage:
+                raise AssignmentLogError(
+                    f"stream {want.name} exists with retention={have.retention} storage={have.storage}; "
+                    "dynrunner needs retention=workqueue storage=file, which cannot be changed in place: "
+                    f"drain it and delete it (`nats stream rm {want.name}`), or set nats.stream to a new name"
+                )
+            changed = {
+                k: (getattr(have, k), getattr(want, k))
+                for k in ("subjects", "num_replicas", "duplicate_window", "max_msg_size", "discard")
+                if getattr(have, k) != getattr(want, k)
+            }
+            if changed:
+                try:
+                    await self.js.update_stream(want)
+                except nats.js.errors.APIError as err:
+                    raise AssignmentLogError(f"stream {want.name} cannot be updated ({changed}): {err}") from err
+                log.info("updated stream %s: %s", want.name, changed)
+        for pool in self.pools:
+            try:
+                await self.js.add_consumer(self.cfg.stream, self.consumer_config(pool))
+            except nats.js.errors.APIError as err:
+                raise AssignmentLogError(f"consumer {consumer_name(pool)} cannot be created or updated: {err}") from err
+
+    # --- publishing -------------------------------------------------------------------------
+
+    async def publish(self, sealed_assignment: Assignment) -> int:
+        """Store the assignment once (retried within `nats.publishTimeoutSeconds`); returns its stream
+        sequence. Raises PublishError when it could not be stored."""
+        a = sealed_assignment
+        if a.sealed is None:
+            raise ValueError(f"assignment {a.assignment_id} must be sealed before it is published")
+        if a.pool not in self.pools:
+            raise PublishError(f"pool {a.pool!r} is not configured (pools: {', '.join(self.pools)})")
+        data = encode(a)
+        if len(data) > self.cfg.max_message_bytes:
+            raise PublishError(
+                f"the assignment is {len(data)} bytes, more than nats.maxMessageBytes ({self.cfg.max_message_bytes})"
+            )
+        subject, headers = self.subject(a.pool), {MSG_ID_HEADER: a.assignment_id}
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.cfg.publish_timeout_s
+
+        def before_sleep(state: RetryCallState) -> None:
+            err = state.outcome.exception() if state.outcome is not None else None
+            log.warning("publishing %s failed (attempt %d), retrying: %r", a.assignment_id, state.attempt_number, err)
+            if self._metrics is not None:
+                self._metrics.publish_retries.labels(pool=a.pool).inc()
+
+        try:
+            async for attempt in AsyncRetrying(
+                stop=stop_before_delay(self.cfg.publish_timeout_s),
+                wait=wait_exponential_jitter(initial=0.1, max=2.0),
+                retry=retry_if_exception(_transient),
+                before_sleep=before_sleep,
+                reraise=True,
+            ):
+                with attempt:
+                    timeout = max(0.05, min(_ATTEMPT_TIMEOUT_S, deadline - loop.time()))
+                    ack = await self.js.publish(subject, data, timeout=timeout, headers=headers)
+        except Exception as err:
+            raise PublishError(
+                f"JetStream did not accept the assignment within {self.cfg.publish_timeout_s:g}s: "
+                f"{type(err).__name__}: {err}"
+            ) from err
+        if self._metrics is not None:
+            self._metrics.published.labels(pool=a.pool).inc()
+            if ack.duplicate:  # None (not False) for a first publish
+                self._metrics.publish_duplicates.labels(pool=a.pool).inc()
+        if ack.duplicate:
+            log.info("assignment %s was already stored (seq %d)", a.assignment_id, ack.seq)
+        return ack.seq
+
+    # --- consuming --------------------------------------------------------------------------
+
+    async def deliveries(self, pool: str, batch: int = 1) -> AsyncIterator[Delivery]:
+        """Deliveries for `pool`, pulled only when the caller asks for the next one, so a launcher
+        without free capacity holds none. Close with `contextlib.aclosing` (or `close()`)."""
+        if pool not in self.pools:
+            raise ValueError(f"pool {pool!r} is not configured")
+        sub = await self.js.pull_subscribe_bind(consumer_name(pool), stream=self.cfg.stream)
+        self._subscriptions.add(sub)
+        try:
+            while True:
+                try:
+                    msgs = await sub.fetch(batch, timeout=_FETCH_WAIT_S)
+                except nats.errors.TimeoutError:
+                    continue
+                for msg in msgs:
+                    delivery = await self._delivery(pool, msg)
+                    if delivery is not None:
+                        yield delivery
+        finally:
+            self._subscriptions.discard(sub)
+            with contextlib.suppress(nats.errors.Error):
+                await sub.unsubscribe()
+
+    async def _delivery(self, pool: str, msg: Msg) -> Delivery | None:
+        meta = msg.metadata
+        try:
+            assignment = decode(msg.data)
+        except AssignmentError as err:
+            await self._unreadable(pool, msg, err)
+            return None
+        if meta.num_delivered > 1 and self._metrics is not None:
+            self._metrics.redeliveries.labels(pool=pool).inc()
+        return Delivery(
+            assignment=assignment,
+            num_delivered=meta.num_delivered,
+            max_deliver=self.cfg.max_deliver,
+            stream_seq=meta.sequence.stream,
+            _msg=msg,
+            _ack_wait_s=self.cfg.ack_wait_s,
+        )
+
+    async def _unreadable(self, pool: str, msg: Msg, err: AssignmentError) -> None:
+        """A newer major version may be read by a newer controller during a rolling upgrade: leave it
+        for that one. Anything else can never be read by anyone: drop it loudly."""
+        seq = msg.metadata.sequence.stream
+        if self._metrics is not None:
+            self._metrics.errors.labels(pool=pool, kind="unreadable_assignment").inc()
+        try:
+            version = peek_version(msg.data)
+        except AssignmentError:
+            version = 0
+        if version > VERSION:
+            log.error("stream seq %d: %s; leaving it for a newer controller", seq, err)
+            await msg.nak(delay=_UNKNOWN_VERSION_DELAY_S)
+        else:
+            log.error("stream seq %d is not a readable assignment and is dropped: %s", seq, err)
+            await msg.term()
+
+    async def pending(self, pool: str) -> int:
+        """Assignments of `pool` not yet acknowledged: waiting, or delivered and in flight."""
+        info = await self.js.consumer_info(self.cfg.stream, consumer_name(pool))
+        return int(info.num_pending or 0) + int(info.num_ack_pending or 0)
+
+    async def close(self) -> None:
+        for sub in list(self._subscriptions):
+            with contextlib.suppress(nats.errors.Error):
+                await sub.unsubscribe()
+        self._subscriptions.clear()
+        if self._owns_connection and not self.nc.is_closed:
+            await self.nc.close()
+
+    async def __aenter__(self) -> AssignmentLog:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()

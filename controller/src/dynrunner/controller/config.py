@@ -1,0 +1,452 @@
+"""The controller's configuration: one YAML file plus `DYNRUNNER_*` environment overrides.
+
+Everything is validated once, at start, into frozen pydantic models; the rest of the
+controller receives these objects and never reads files or the environment itself.
+YAML keys are camelCase (`maxConcurrency`); Python attributes are snake_case, and a
+`_s` suffix in Python is spelled `Seconds` in YAML (`ack_wait_s` ↔ `ackWaitSeconds`).
+Every problem is reported at once, each with its key path, and secret values are never
+echoed. `docs/configuration.md` documents every key.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from dynrunner.controller.config_errors import ConfigError, format_validation_error
+from dynrunner.proto.assignment import ArtifactStoreOptions
+
+__all__ = [
+    "ArtifactsConfig",
+    "ConfigError",
+    "ControllerConfig",
+    "ExecutorDefaults",
+    "GiteaConfig",
+    "LocalBackendConfig",
+    "LoggingConfig",
+    "MetricsConfig",
+    "NatsConfig",
+    "PoolConfig",
+    "SealingConfig",
+    "env_overrides",
+    "load_config",
+]
+
+ENV_PREFIX = "DYNRUNNER_"
+POOL_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")
+LABEL_RE = re.compile(r"^[^\s,]{1,255}$")
+STREAM_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+MIN_GITEA_REQUEST_TIMEOUT_S = 55.0
+
+
+def _alias(name: str) -> str:
+    if name.endswith("_s"):
+        name = name[:-2] + "_seconds"
+    return to_camel(name)
+
+
+def _resolve_path(value: Path, info: ValidationInfo) -> Path:
+    """Relative paths in a config file are relative to that file's directory."""
+    value = value.expanduser()
+    base = (info.context or {}).get("base_dir")
+    if not value.is_absolute() and base is not None:
+        value = Path(base) / value
+    return value
+
+
+ConfigPath = Annotated[Path, AfterValidator(_resolve_path)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=_alias,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+        str_strip_whitespace=True,
+    )
+
+
+class GiteaConfig(_Model):
+    url: str
+    registration_token_value: SecretStr | None = Field(default=None, alias="registrationToken", repr=False)
+    registration_token_file: ConfigPath | None = None
+    credential_mode: Literal["ephemeral", "shared"] = "ephemeral"
+    request_timeout_s: float = Field(default=65.0, ge=MIN_GITEA_REQUEST_TIMEOUT_S, le=600)
+    fetch_interval_s: float = Field(default=1.0, gt=0, le=300)
+    fetch_interval_max_s: float = Field(default=5.0, gt=0, le=3600)
+    runner_name_prefix: str = Field(default="dynrunner", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+    _token: SecretStr = PrivateAttr(default=SecretStr(""))
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an http:// or https:// URL with a host, e.g. https://gitea.example.com")
+        if parts.query or parts.fragment:
+            raise ValueError("must not carry a query or fragment")
+        return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _read_token(self) -> GiteaConfig:
+        inline, file = self.registration_token_value, self.registration_token_file
+        if inline is not None and file is not None:
+            raise ValueError("set only one of registrationToken and registrationTokenFile")
+        if file is not None:
+            try:
+                text = file.read_text(encoding="utf-8").strip()
+            except OSError as err:
+                raise ValueError(f"registrationTokenFile {file} cannot be read: {err.strerror or err}") from None
+            except UnicodeDecodeError:
+                raise ValueError(f"registrationTokenFile {file} is not UTF-8 text") from None
+            if not text:
+                raise ValueError(f"registrationTokenFile {file} is empty")
+            self._token = SecretStr(text)
+        elif inline is not None and inline.get_secret_value().strip():
+            self._token = SecretStr(inline.get_secret_value().strip())
+        else:
+            raise ValueError(
+                "a registration token is required: set registrationTokenFile (preferred) or registrationToken"
+            )
+        if self.fetch_interval_max_s < self.fetch_interval_s:
+            raise ValueError("fetchIntervalMaxSeconds must be ≥ fetchIntervalSeconds")
+        return self
+
+    def registration_token(self) -> str:
+        """The Gitea runner registration token (read from the file at start)."""
+        return self._token.get_secret_value()
+
+
+class NatsConfig(_Model):
+    url: str | None = Field(default=None, repr=False)
+    stream: str = Field(default="DYNRUNNER_ASSIGNMENTS", pattern=STREAM_NAME_RE.pattern)
+    subject_prefix: str = Field(default="dynrunner.assignments", pattern=r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
+    registrations_bucket: str = Field(default="DYNRUNNER_REGISTRATIONS", pattern=STREAM_NAME_RE.pattern)
+    replicas: int = Field(default=1, ge=1, le=5)
+    ack_wait_s: float = Field(default=60.0, ge=1, le=3600)
+    max_deliver: int = Field(default=5, ge=1, le=100)
+    duplicate_window_s: float = Field(default=300.0, ge=120, le=86400)
+    max_message_bytes: int = Field(default=8 * 1024 * 1024, ge=64 * 1024, le=64 * 1024 * 1024)
+    publish_timeout_s: float = Field(default=30.0, gt=0, le=600)
+    data_dir: ConfigPath | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        for one in value.split(","):
+            parts = urlsplit(one.strip())
+            if parts.scheme not in ("nats", "tls", "ws", "wss") or not parts.hostname:
+                raise ValueError("must be nats://host:port (or tls://, ws://, wss://; several separated by commas)")
+        return value
+
+    @property
+    def display_url(self) -> str:
+        """`url` with any password replaced, for logs and `check` output."""
+        if self.url is None:
+            return "(embedded)"
+        return ",".join(_redact_userinfo(one.strip()) for one in self.url.split(","))
+
+
+def _redact_userinfo(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None and parts.username is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urlunsplit(parts._replace(netloc=f"***@{host}"))
+
+
+class LocalBackendConfig(_Model):
+    """The executor as a child process in a fresh directory under `root_dir`."""
+
+    kind: Literal["local"] = "local"
+    root_dir: ConfigPath | None = None
+    executor_command: list[str] = Field(default_factory=lambda: ["dynrunner-executor"], min_length=1)
+
+    @field_validator("executor_command")
+    @classmethod
+    def _check_command(cls, value: list[str]) -> list[str]:
+        if not value[0]:
+            raise ValueError("the first element (the program) must not be empty")
+        return value
+
+
+BackendConfig = Annotated[LocalBackendConfig, Field(discriminator="kind")]
+
+
+class PoolConfig(_Model):
+    name: str
+    labels: list[str] = Field(min_length=1)
+    backend: BackendConfig = Field(default_factory=LocalBackendConfig)
+    max_concurrency: int = Field(default=4, ge=1, le=10000)
+    job_timeout_minutes: int = Field(default=360, ge=1, le=7 * 24 * 60)
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, value: str) -> str:
+        if not POOL_NAME_RE.match(value):
+            raise ValueError(
+                "must be 1-32 characters of lowercase letters, digits and '-', starting and ending with a letter "
+                "or digit (it names NATS subjects, consumers and environment labels)"
+            )
+        return value
+
+    @field_validator("labels")
+    @classmethod
+    def _check_labels(cls, value: list[str]) -> list[str]:
+        for label in value:
+            if not LABEL_RE.match(label):
+                raise ValueError(f"label {label!r} must be 1-255 characters without whitespace or commas")
+        if len(set(value)) != len(value):
+            raise ValueError("labels must not repeat")
+        return value
+
+
+class SealingConfig(_Model):
+    key_file: ConfigPath | None = None
+    retired_key_files: list[ConfigPath] = Field(default_factory=list)
+
+    def ensure_key_file(self) -> Path:
+        """Create a random 0600 key at `key_file` if none exists (for the demo); return its path."""
+        from dynrunner.controller.sealing import ensure_key_file
+
+        assert self.key_file is not None, "ControllerConfig resolves key_file"
+        return ensure_key_file(self.key_file)
+
+
+class ArtifactsConfig(_Model):
+    """The ArtifactStore every executor uses; `options()` is what travels in an Assignment.
+
+    Attribute names match `ArtifactStoreOptions`, so either can be read the same way.
+    """
+
+    driver: Literal["", "Filesystem", "S3"] = ""
+    path: str = ""
+    bucket: str = ""
+    prefix: str = ""
+    endpoint: str = ""
+    region: str = ""
+    max_size_bytes: int = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _check_driver(self) -> ArtifactsConfig:
+        if self.driver == "Filesystem" and not self.path.startswith("/"):
+            raise ValueError("driver Filesystem needs `path`: an absolute path every executor can reach")
+        if self.driver == "S3" and not self.bucket:
+            raise ValueError("driver S3 needs `bucket`")
+        if self.endpoint and urlsplit(self.endpoint).scheme not in ("http", "https"):
+            raise ValueError("endpoint must be an http:// or https:// URL")
+        return self
+
+    def options(self) -> ArtifactStoreOptions:
+        return ArtifactStoreOptions(
+            driver=self.driver,
+            path=self.path,
+            bucket=self.bucket,
+            prefix=self.prefix,
+            endpoint=self.endpoint,
+            region=self.region,
+            max_size_bytes=self.max_size_bytes,
+        )
+
+
+class MetricsConfig(_Model):
+    address: str = "127.0.0.1:9464"
+
+    @field_validator("address")
+    @classmethod
+    def _check_address(cls, value: str) -> str:
+        if value == "":
+            return value
+        _, sep, port = value.rpartition(":")
+        if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ValueError("must be host:port (e.g. 127.0.0.1:9464 or 0.0.0.0:9464), or empty to disable")
+        return value
+
+    @property
+    def enabled(self) -> bool:
+        return self.address != ""
+
+
+class ExecutorDefaults(_Model):
+    workspace: str = ""
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    outputs_total_limit_bytes: int = Field(default=16 * 1024 * 1024, ge=1024, le=1024 * 1024 * 1024)
+
+
+class LoggingConfig(_Model):
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    json_format: bool = Field(default=True, alias="json")
+
+
+class ControllerConfig(_Model):
+    gitea: GiteaConfig
+    nats: NatsConfig = Field(default_factory=NatsConfig)
+    pools: list[PoolConfig] = Field(min_length=1)
+    sealing: SealingConfig = Field(default_factory=SealingConfig)
+    artifacts: ArtifactsConfig = Field(default_factory=ArtifactsConfig)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    executor: ExecutorDefaults = Field(default_factory=ExecutorDefaults)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    state_dir: ConfigPath = Field(default_factory=lambda: _default_state_dir(os.environ))
+
+    @field_validator("pools")
+    @classmethod
+    def _unique_pools(cls, value: list[PoolConfig]) -> list[PoolConfig]:
+        seen: set[str] = set()
+        for pool in value:
+            if pool.name in seen:
+                raise ValueError(f"pool name {pool.name!r} is used twice")
+            seen.add(pool.name)
+        return value
+
+    @model_validator(mode="after")
+    def _derive_paths(self) -> ControllerConfig:
+        """Fill defaults that live under `stateDir`, so every path attribute is a concrete Path."""
+        updates: dict[str, Any] = {}
+        if self.sealing.key_file is None:
+            updates["sealing"] = self.sealing.model_copy(update={"key_file": self.state_dir / "sealing.key"})
+        if self.nats.data_dir is None:
+            updates["nats"] = self.nats.model_copy(update={"data_dir": self.state_dir / "nats"})
+        updates["pools"] = [
+            pool.model_copy(
+                update={"backend": pool.backend.model_copy(update={"root_dir": self.state_dir / "local" / pool.name})}
+            )
+            if pool.backend.root_dir is None
+            else pool
+            for pool in self.pools
+        ]
+        return self.model_copy(update=updates)
+
+    def pool(self, name: str) -> PoolConfig:
+        for pool in self.pools:
+            if pool.name == name:
+                return pool
+        raise KeyError(name)
+
+
+def _default_state_dir(env: Mapping[str, str]) -> Path:
+    base = env.get("XDG_STATE_HOME") or str(Path(env.get("HOME") or Path.home()) / ".local" / "state")
+    return Path(base) / "dynrunner"
+
+
+# --- environment overrides -------------------------------------------------------------------
+
+
+def _scalar_keys(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> dict[str, tuple[str, ...]]:
+    """Map each overridable environment variable to its key path (by YAML alias).
+
+    Scalars of every section can be overridden; lists (pools, retired keys) only in YAML.
+    """
+    names: dict[str, tuple[str, ...]] = {}
+    for field_name, info in model.model_fields.items():
+        alias = info.alias or field_name
+        path = (*prefix, alias)
+        annotation = info.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            names.update(_scalar_keys(annotation, path))
+            continue
+        if getattr(annotation, "__origin__", None) is list or field_name == "pools":
+            continue
+        env_name = ENV_PREFIX + "_".join(_upper_snake(p) for p in path)
+        names[env_name] = path
+    return names
+
+
+def _upper_snake(camel: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", camel).upper()
+
+
+def env_overrides() -> dict[str, str]:
+    """Every supported environment variable and the YAML key it overrides (for docs and tests)."""
+    return {env: ".".join(path) for env, path in _scalar_keys(ControllerConfig).items()}
+
+
+_EXCLUSIVE: dict[tuple[str, ...], tuple[str, ...]] = {
+    ("gitea", "registrationToken"): ("gitea", "registrationTokenFile")
+}
+_EXCLUSIVE.update({v: k for k, v in _EXCLUSIVE.items()})
+
+
+def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> None:
+    for env_name, path in _scalar_keys(ControllerConfig).items():
+        if env_name not in env:
+            continue
+        node = data
+        for key in path[:-1]:
+            child = node.get(key)
+            if not isinstance(child, dict):
+                child = {}
+                node[key] = child
+            node = child
+        node[path[-1]] = env[env_name]
+        other = _EXCLUSIVE.get(path)
+        if other is not None:
+            node.pop(other[-1], None)
+
+
+# --- loading ---------------------------------------------------------------------------------
+
+
+def load_config(path: Path | None, env: Mapping[str, str] = os.environ) -> ControllerConfig:
+    """Read `path` (optional), apply `DYNRUNNER_*` overrides from `env`, validate everything.
+
+    Raises ConfigError listing every problem with its key path.
+    """
+    data: dict[str, Any] = {}
+    base_dir: Path | None = None
+    if path is not None:
+        data = _read_yaml(path)
+        base_dir = path.resolve().parent
+    _apply_env(data, env)
+    data.setdefault("stateDir", str(_default_state_dir(env)))
+    try:
+        return ControllerConfig.model_validate(data, context={"base_dir": base_dir})
+    except ValidationError as err:
+        source = str(path) if path is not None else "environment"
+        raise ConfigError(source, format_validation_error(err, data)) from None
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(str(path), [f"cannot read the configuration file: {err.strerror or err}"]) from None
+    except UnicodeDecodeError:
+        raise ConfigError(str(path), ["the configuration file is not UTF-8 text"]) from None
+    try:
+        loaded = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err)
+        raise ConfigError(str(path), [f"{where}invalid YAML: {problem}"]) from None
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise ConfigError(str(path), [f"the top level must be a mapping of keys, not {type(loaded).__name__}"])
+    return loaded

@@ -1,0 +1,149 @@
+"""Each pool's armed runner registration, kept sealed in a JetStream key-value bucket.
+
+Gitea never cleans up an ephemeral runner that claimed nothing, so a restarted controller
+must reuse the registration it armed before instead of registering another one. The whole
+record (including the runner token) is sealed; the associated data binds it to its pool, so
+a value copied under another pool's key does not open.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import nats.js.errors
+from nats.js import JetStreamContext
+from nats.js.api import KeyValueConfig, StorageType
+from nats.js.kv import KeyValue
+
+from dynrunner.controller.assignments import AssignmentLog
+from dynrunner.controller.sealing import Sealer, SealingError
+from dynrunner.proto.assignment import Sealed
+
+__all__ = ["DEFAULT_BUCKET", "ArmedRegistration", "RegistrationStore"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BUCKET = "DYNRUNNER_REGISTRATIONS"
+_FORMAT = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ArmedRegistration:
+    """A registered, not yet used runner (Register's answer plus when it was made)."""
+
+    id: int
+    uuid: str
+    token: str = field(repr=False)
+    name: str
+    labels: tuple[str, ...]
+    created_at: datetime
+
+    def to_json(self) -> bytes:
+        return json.dumps(
+            {
+                "id": self.id,
+                "uuid": self.uuid,
+                "token": self.token,
+                "name": self.name,
+                "labels": list(self.labels),
+                "created_at": self.created_at.isoformat(),
+            },
+            separators=(",", ":"),
+        ).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> ArmedRegistration:
+        raw = json.loads(data)
+        return cls(
+            id=int(raw["id"]),
+            uuid=str(raw["uuid"]),
+            token=str(raw["token"]),
+            name=str(raw["name"]),
+            labels=tuple(str(x) for x in raw["labels"]),
+            created_at=datetime.fromisoformat(raw["created_at"]),
+        )
+
+
+def _aad(pool: str) -> str:
+    return f"armed-registration/{pool}"
+
+
+class RegistrationStore:
+    def __init__(self, kv: KeyValue, sealer: Sealer, bucket: str) -> None:
+        self._kv = kv
+        self._sealer = sealer
+        self.bucket = bucket
+
+    @classmethod
+    async def open(
+        cls,
+        js_or_log: JetStreamContext | AssignmentLog,
+        sealer: Sealer,
+        *,
+        bucket: str | None = None,
+        replicas: int | None = None,
+    ) -> RegistrationStore:
+        """Open the bucket, creating it (file storage, one revision per key) if needed. With an
+        AssignmentLog, bucket name and replicas come from its NATS configuration."""
+        if isinstance(js_or_log, AssignmentLog):
+            js = js_or_log.js
+            bucket = bucket or js_or_log.cfg.registrations_bucket
+            replicas = replicas or js_or_log.cfg.replicas
+        else:
+            js = js_or_log
+        bucket = bucket or DEFAULT_BUCKET
+        try:
+            kv = await js.key_value(bucket)
+        except nats.js.errors.BucketNotFoundError:
+            kv = await js.create_key_value(
+                KeyValueConfig(
+                    bucket=bucket,
+                    description="dynrunner: each pool's armed runner registration (sealed)",
+                    history=1,
+                    storage=StorageType.FILE,
+                    replicas=replicas or 1,
+                )
+            )
+            log.info("created key-value bucket %s", bucket)
+        return cls(kv, sealer, bucket)
+
+    async def get(self, pool: str) -> ArmedRegistration | None:
+        """The pool's armed registration, None if there is none. SealingError if it cannot be
+        opened (sealed with a key this controller no longer holds, or altered)."""
+        try:
+            entry = await self._kv.get(pool)
+        except nats.js.errors.KeyNotFoundError:  # also KeyDeletedError
+            return None
+        if entry.value is None:
+            return None
+        try:
+            envelope = json.loads(entry.value)
+            if envelope.get("format") != _FORMAT:
+                raise SealingError(f"unknown record format {envelope.get('format')!r}")
+            sealed = Sealed(
+                key_id=str(envelope["key_id"]),
+                nonce=base64.b64decode(envelope["nonce"]),
+                ciphertext=base64.b64decode(envelope["ciphertext"]),
+            )
+        except (ValueError, KeyError, TypeError) as err:
+            raise SealingError(f"armed registration of pool {pool!r} is not a sealed record: {err}") from None
+        return ArmedRegistration.from_json(self._sealer.unseal(_aad(pool), sealed))
+
+    async def put(self, pool: str, reg: ArmedRegistration) -> int:
+        """Store `reg` as the pool's armed registration; returns the KV revision."""
+        sealed = self._sealer.seal(_aad(pool), reg.to_json())
+        envelope = {
+            "format": _FORMAT,
+            "key_id": sealed.key_id,
+            "nonce": base64.b64encode(sealed.nonce).decode(),
+            "ciphertext": base64.b64encode(sealed.ciphertext).decode(),
+        }
+        return await self._kv.put(pool, json.dumps(envelope, separators=(",", ":")).encode())
+
+    async def delete(self, pool: str) -> None:
+        """Forget the pool's armed registration (it was used, or Gitea no longer knows it)."""
+        await self._kv.purge(pool)

@@ -1,0 +1,136 @@
+"""Sealing secrets at rest: AES-256-GCM with the controller's key.
+
+Assignment secrets (task secrets, runner token, task and runtime tokens) and armed
+registrations sit in JetStream; only the controller holds the key. Every sealed value is
+bound to what it belongs to through the associated data (the assignment id, or the
+registration's pool), so a sealed blob copied onto another record does not open.
+
+Keys rotate without downtime: the current key seals, retired keys (listed in
+`sealing.retiredKeyFiles`) still unseal, and each `Sealed` names its key by `key_id`, a
+short hash of the key.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import hashlib
+import os
+import secrets
+from collections.abc import Iterable
+from pathlib import Path
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from dynrunner.proto.assignment import Assignment, Sealed, merge_secrets, split_secrets
+
+__all__ = ["KEY_BYTES", "NONCE_BYTES", "Sealer", "SealingError", "ensure_key_file", "key_id", "read_key_file"]
+
+KEY_BYTES = 32
+NONCE_BYTES = 12
+_KEY_ID_DOMAIN = b"dynrunner sealing key id v1\0"
+
+
+class SealingError(Exception):
+    """A key cannot be used, or a sealed value cannot be opened (wrong key, tampered, wrong record)."""
+
+
+def key_id(key: bytes) -> str:
+    """A short, stable, non-secret name for `key` (16 hex digits of a domain-separated SHA-256)."""
+    return hashlib.sha256(_KEY_ID_DOMAIN + key).hexdigest()[:16]
+
+
+def read_key_file(path: Path) -> bytes:
+    """A 256-bit key from `path`: 32 raw bytes, or the key as base64 or hex text."""
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise SealingError(f"sealing key file {path} cannot be read: {err.strerror or err}") from None
+    if len(data) == KEY_BYTES:
+        return data
+    text = data.strip()
+    if len(text) == 2 * KEY_BYTES:
+        with contextlib.suppress(ValueError):
+            return bytes.fromhex(text.decode("ascii"))
+    try:
+        key = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        key = b""
+    if len(key) == KEY_BYTES:
+        return key
+    raise SealingError(
+        f"sealing key file {path} must hold a 256-bit key: 32 raw bytes, 64 hex digits or base64 of 32 bytes "
+        f"(it holds {len(data)} bytes that are none of these)"
+    )
+
+
+def ensure_key_file(path: Path) -> Path:
+    """Create `path` with a fresh random key (base64, mode 0600) unless it exists; return `path`."""
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    text = base64.b64encode(secrets.token_bytes(KEY_BYTES)) + b"\n"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path  # another process created it first; use theirs
+    with os.fdopen(fd, "wb") as out:
+        out.write(text)
+    return path
+
+
+class Sealer:
+    """Seals with the current key; unseals with the current or any retired key."""
+
+    def __init__(self, key: bytes, retired: Iterable[bytes] = ()) -> None:
+        keys = [key, *retired]
+        for one in keys:
+            if len(one) != KEY_BYTES:
+                raise SealingError(f"a sealing key must be {KEY_BYTES} bytes, not {len(one)}")
+        self._key_id = key_id(key)
+        self._seal_with = AESGCM(key)
+        self._open_with = {key_id(one): AESGCM(one) for one in keys}
+
+    @classmethod
+    def from_key_file(cls, path: Path, retired: Iterable[Path] = ()) -> Sealer:
+        return cls(read_key_file(path), [read_key_file(p) for p in retired])
+
+    @property
+    def key_id(self) -> str:
+        return self._key_id
+
+    def seal(self, aad: str, data: bytes) -> Sealed:
+        nonce = secrets.token_bytes(NONCE_BYTES)
+        return Sealed(key_id=self._key_id, nonce=nonce, ciphertext=self._seal_with.encrypt(nonce, data, aad.encode()))
+
+    def unseal(self, aad: str, sealed: Sealed) -> bytes:
+        aead = self._open_with.get(sealed.key_id)
+        if aead is None:
+            raise SealingError(
+                f"sealed with key {sealed.key_id!r}, which this controller does not hold "
+                f"(current key {self._key_id!r}); list the old key file under sealing.retiredKeyFiles"
+            )
+        if len(sealed.nonce) != NONCE_BYTES:
+            raise SealingError(f"sealed value has a {len(sealed.nonce)}-byte nonce, expected {NONCE_BYTES}")
+        try:
+            return aead.decrypt(sealed.nonce, sealed.ciphertext, aad.encode())
+        except InvalidTag:
+            raise SealingError(
+                f"sealed value for {aad!r} does not open with key {sealed.key_id!r}: "
+                "it was altered, or it belongs to another record"
+            ) from None
+
+    def seal_assignment(self, a: Assignment) -> Assignment:
+        """Blank every secret of `a` and attach them sealed, bound to the assignment id."""
+        if a.sealed is not None:
+            raise SealingError(f"assignment {a.assignment_id} is already sealed")
+        public, parts = split_secrets(a)
+        return public.replace(sealed=self.seal(a.assignment_id, parts))
+
+    def unseal_assignment(self, a: Assignment) -> Assignment:
+        """The assignment with its secrets restored; SealingError if they cannot be opened."""
+        if a.sealed is None:
+            raise SealingError(f"assignment {a.assignment_id} carries no sealed secrets")
+        return merge_secrets(a, self.unseal(a.assignment_id, a.sealed))
