@@ -1,0 +1,126 @@
+"""A small JSON admin API under `/_double/`, for `make demo` and out-of-process tests.
+
+    GET  /_double/health                      {"ok": true}
+    GET  /_double/registration-token          {"token": <current global token>}
+    POST /_double/registration-token          {"owner"?, "repo"?} → {"token"}
+    GET  /_double/runners                     [runner, ...]
+    POST /_double/runs                        {"repository", "workflow" (YAML text or object),
+                                               "event_name"?, "event"?, "ref"?, "sha"?,
+                                               "secrets"?, "vars"?, "workflow_file"?} → run
+    GET  /_double/runs                        [run, ...]
+    GET  /_double/runs/<id>                   run (with its jobs)
+    GET  /_double/runs/<id>/jobs              [job, ...]
+    POST /_double/runs/<id>/cancel            run
+    GET  /_double/tasks/<id>                  task (steps, outputs, log rows)
+    POST /_double/reap-zombies                {"reaped": [task ids]}
+
+Errors: 400 {"error"} for bad input, 404 {"error"} for unknown ids.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from dynrunner.doubles.gitea.jobparser import WorkflowError
+from dynrunner.doubles.gitea.views import to_dict
+
+if TYPE_CHECKING:
+    from dynrunner.doubles.gitea.app import ASGIApp, Receive, Scope, Send
+    from dynrunner.doubles.gitea.double import GiteaDouble
+
+_SUBMIT_KEYS = ("event_name", "event", "ref", "sha", "secrets", "vars", "workflow_file", "actor")
+
+
+class _HTTPError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def build(double: GiteaDouble) -> ASGIApp:
+    routes: list[tuple[str, re.Pattern[str], Callable[..., Any]]] = [
+        ("GET", re.compile(r"/_double/health"), lambda body: {"ok": True, "url": double.url}),
+        ("GET", re.compile(r"/_double/registration-token"), lambda body: {"token": double.registration_token}),
+        (
+            "POST",
+            re.compile(r"/_double/registration-token"),
+            lambda body: {"token": double.new_registration_token(owner=body.get("owner"), repo=body.get("repo"))},
+        ),
+        ("GET", re.compile(r"/_double/runners"), lambda body: [to_dict(r) for r in double.runners()]),
+        ("POST", re.compile(r"/_double/runs"), lambda body: to_dict(_submit(double, body))),
+        ("GET", re.compile(r"/_double/runs"), lambda body: [to_dict(r) for r in double.runs()]),
+        ("GET", re.compile(r"/_double/runs/(\d+)"), lambda body, rid: to_dict(double.run(int(rid)))),
+        ("GET", re.compile(r"/_double/runs/(\d+)/jobs"), lambda body, rid: [to_dict(j) for j in double.jobs(int(rid))]),
+        ("POST", re.compile(r"/_double/runs/(\d+)/cancel"), lambda body, rid: _cancel(double, int(rid))),
+        ("GET", re.compile(r"/_double/tasks/(\d+)"), lambda body, tid: to_dict(double.task(int(tid)))),
+        ("POST", re.compile(r"/_double/reap-zombies"), lambda body: {"reaped": double.reap_zombies()}),
+    ]
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        status, payload = 200, None
+        try:
+            body = await _read_json(receive)
+            handler, args = _route(routes, scope["method"], scope["path"].rstrip("/"))
+            loop = asyncio.get_running_loop()
+            payload = await loop.run_in_executor(double._pool, lambda: handler(body, *args))
+        except _HTTPError as exc:
+            status, payload = exc.status, {"error": str(exc)}
+        except (WorkflowError, ValueError, TypeError) as exc:
+            status, payload = 400, {"error": str(exc)}
+        except KeyError as exc:
+            status, payload = 404, {"error": str(exc.args[0]) if exc.args else "not found"}
+        data = json.dumps(payload).encode()
+        await send(
+            {"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]}
+        )
+        await send({"type": "http.response.body", "body": data})
+
+    return app
+
+
+def _route(
+    routes: list[tuple[str, re.Pattern[str], Callable[..., Any]]], method: str, path: str
+) -> tuple[Callable[..., Any], tuple[str, ...]]:
+    allowed = False
+    for verb, pattern, handler in routes:
+        match = pattern.fullmatch(path)
+        if match:
+            if verb == method:
+                return handler, match.groups()
+            allowed = True
+    raise _HTTPError(405 if allowed else 404, f"{method} {path} is not an admin route")
+
+
+async def _read_json(receive: Receive) -> dict[str, Any]:
+    chunks = []
+    while True:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            break
+    raw = b"".join(chunks)
+    if not raw.strip():
+        return {}
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise _HTTPError(400, f"request body is not JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise _HTTPError(400, "request body must be a JSON object")
+    return data
+
+
+def _submit(double: GiteaDouble, body: dict[str, Any]) -> Any:
+    if "repository" not in body or "workflow" not in body:
+        raise _HTTPError(400, "a run needs 'repository' and 'workflow'")
+    options = {k: body[k] for k in _SUBMIT_KEYS if k in body}
+    return double.submit(body["repository"], body["workflow"], **options)
+
+
+def _cancel(double: GiteaDouble, run_id: int) -> Any:
+    double.cancel_run(run_id)
+    return to_dict(double.run(run_id))

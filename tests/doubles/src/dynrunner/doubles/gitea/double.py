@@ -1,0 +1,255 @@
+"""`GiteaDouble`: the double's Python API, and its in-process HTTP server.
+
+    async with GiteaDouble.start(tmp_path) as gitea:
+        run = gitea.submit("owner/repo", WORKFLOW)
+        client = GiteaClient(gitea.url)
+        runner = await client.register(name="r", registration_token=gitea.registration_token, labels=[...])
+
+The synchronous methods touch only SQLite and are safe to call from the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import secrets as pysecrets
+import socket
+from collections.abc import AsyncIterator, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from dynrunner.doubles.gitea import admin, runs, views
+from dynrunner.doubles.gitea.app import build_app
+from dynrunner.doubles.gitea.engine import Engine, Options
+from dynrunner.doubles.gitea.events import default_event
+from dynrunner.doubles.gitea.service import PingServiceImpl, RunnerServiceImpl, Worker
+from dynrunner.doubles.gitea.tokens import DEFAULT_PBKDF2_ITERATIONS, decode_runtime_token
+
+_RESERVED_SECRET_PREFIXES = ("GITHUB_", "GITEA_")
+
+
+class _InProcessServer(uvicorn.Server):
+    """uvicorn without its signal handlers: the host process owns signals."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class GiteaDouble:
+    """A Gitea instance's Actions runner API, backed by SQLite in `state_dir`."""
+
+    def __init__(
+        self,
+        state_dir: Path,
+        *,
+        mode: str = "gitea",
+        zombie_timeout_s: float = 600.0,
+        pbkdf2_iterations: int = DEFAULT_PBKDF2_ITERATIONS,
+        legacy_empty_no_more: bool = False,
+        default_actions_url: str = "github",
+        max_concurrent_task_picks: int = 16,
+        reap_interval_s: float | None = None,
+        workers: int = 16,
+    ) -> None:
+        self.options = Options(
+            mode=mode,
+            zombie_timeout_s=zombie_timeout_s,
+            pbkdf2_iterations=pbkdf2_iterations,
+            legacy_empty_no_more=legacy_empty_no_more,
+            default_actions_url=default_actions_url,
+            max_concurrent_task_picks=max_concurrent_task_picks,
+        )
+        self.state_dir = Path(state_dir)
+        self.engine = Engine(self.state_dir, self.options)
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gitea-double")
+        self._worker = Worker(self.engine, self._pool)
+        self.runner_service = RunnerServiceImpl(self._worker)
+        self.app = build_app(self.runner_service, PingServiceImpl(), admin.build(self))
+        self.reap_interval_s = reap_interval_s if reap_interval_s is not None else min(300.0, zombie_timeout_s / 4)
+        self.url = ""
+        self.registration_token = self.engine.new_registration_token()
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def start(
+        cls, state_dir: Path, *, host: str = "127.0.0.1", port: int = 0, **options: Any
+    ) -> AsyncIterator[GiteaDouble]:
+        """Serve on `host:port` (0 = a free port) until the block ends."""
+        double = cls(state_dir, **options)
+        try:
+            async with double.serving(host, port):
+                yield double
+        finally:
+            double.close()
+
+    @contextlib.asynccontextmanager
+    async def serving(self, host: str = "127.0.0.1", port: int = 0) -> AsyncIterator[None]:
+        """Serve the app in this event loop; `url` is set once the socket is bound."""
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        bound_port = sock.getsockname()[1]
+        self.url = f"http://{f'[{host}]' if ':' in host else host}:{bound_port}"
+        self.engine.set_root_url(self.url)
+        config = uvicorn.Config(
+            self.app, lifespan="on", log_level="warning", access_log=False, timeout_graceful_shutdown=5
+        )
+        server = _InProcessServer(config)
+        serve = asyncio.create_task(server.serve(sockets=[sock]), name="gitea-double-server")
+        reaper = asyncio.create_task(self._reap_forever(), name="gitea-double-reaper")
+        try:
+            while not server.started:
+                if serve.done():
+                    await serve  # startup failed: raise its error
+                    raise RuntimeError("the Gitea double's server stopped during startup")
+                await asyncio.sleep(0.01)
+            yield
+        finally:
+            reaper.cancel()
+            server.should_exit = True
+            with contextlib.suppress(asyncio.CancelledError):
+                await reaper
+            await serve
+            sock.close()
+
+    async def _reap_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.reap_interval_s)
+            await asyncio.wrap_future(self._pool.submit(self.engine.reap_zombies))
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self.engine.close()
+
+    # -- registration tokens and runners ---------------------------------------------------
+
+    def new_registration_token(self, owner: str | None = None, repo: str | None = None) -> str:
+        """A new token for the scope (global, an owner, or "owner/repo"); older ones of the
+        same scope stop working. A new global token also replaces `registration_token`."""
+        token = self.engine.new_registration_token(owner, repo)
+        if owner is None and repo is None:
+            self.registration_token = token
+        return token
+
+    def runners(self, *, include_deleted: bool = False) -> list[views.RunnerView]:
+        with self.engine.store.read() as conn:
+            return views.runner_views(conn, self.engine.clock.now(), include_deleted=include_deleted)
+
+    def set_runner_disabled(self, runner_id: int, disabled: bool = True) -> None:
+        self.engine.set_runner_disabled(runner_id, disabled)
+
+    def tasks_version(self, owner: str | None = None, repo: str | None = None) -> int:
+        with self.engine.store.read() as conn:
+            owner_id = repo_id = 0
+            if repo is not None:
+                row = conn.execute(
+                    "SELECT repository.id FROM repository JOIN owner ON owner.id = repository.owner_id "
+                    "WHERE owner.name || '/' || repository.name = ?",
+                    (repo,),
+                ).fetchone()
+                repo_id = row["id"] if row else -1
+            elif owner is not None:
+                row = conn.execute("SELECT id FROM owner WHERE name = ?", (owner,)).fetchone()
+                owner_id = row["id"] if row else -1
+            return views.tasks_version(conn, owner_id, repo_id)
+
+    # -- runs ------------------------------------------------------------------------------
+
+    def submit(
+        self,
+        repository: str = "owner/repo",
+        workflow: str | Mapping[str, Any] | None = None,
+        *,
+        event_name: str = "push",
+        event: Mapping[str, Any] | None = None,
+        ref: str = "refs/heads/main",
+        sha: str | None = None,
+        secrets: Mapping[str, str] | None = None,
+        vars: Mapping[str, str] | None = None,
+        workflow_file: str = "ci.yml",
+        actor: str = "gitea-admin",
+        is_fork_pull_request: bool = False,
+    ) -> views.RunView:
+        """Create a run of `workflow` as a push (or `event_name`) would; matrix jobs expand."""
+        if workflow is None:
+            raise TypeError("submit() needs a workflow")
+        for name in secrets or {}:
+            if name.upper().startswith(_RESERVED_SECRET_PREFIXES):
+                raise ValueError(f"secret name {name!r} is reserved (GITHUB_/GITEA_ prefixes)")
+        sha = sha or pysecrets.token_hex(20)
+        payload = dict(event) if event is not None else default_event(self.url, repository, event_name, ref, sha, actor)
+        github = {
+            "event_name": event_name,
+            "ref": ref,
+            "sha": sha,
+            "repository": repository,
+            "actor": actor,
+            "workflow": workflow_file,
+            "event": payload,
+            "repository_owner": repository.split("/", maxsplit=1)[0],
+        }
+        parsed = self.engine.parse(workflow, github, dict(vars or {}))
+        run_id = self.engine.submit(
+            runs.NewRun(
+                repository=repository,
+                workflow=parsed,
+                workflow_file=workflow_file,
+                event_name=event_name,
+                event_payload=payload,
+                ref=ref,
+                sha=sha,
+                actor=actor,
+                secrets=dict(secrets or {}),
+                vars=dict(vars or {}),
+                is_fork_pull_request=is_fork_pull_request,
+            )
+        )
+        return self.run(run_id)
+
+    def run(self, run_id: int) -> views.RunView:
+        with self.engine.store.read() as conn:
+            return views.run_view(conn, run_id)
+
+    def runs(self) -> list[views.RunView]:
+        with self.engine.store.read() as conn:
+            return [views.run_view(conn, run_id) for run_id in views.run_ids(conn)]
+
+    def jobs(self, run_id: int) -> list[views.JobView]:
+        return self.run(run_id).jobs
+
+    def task(self, task_id: int) -> views.TaskView:
+        with self.engine.store.read() as conn:
+            return views.task_view(conn, self.engine.files, task_id)
+
+    def cancel_run(self, run_id: int) -> None:
+        self.engine.cancel_run(run_id)
+
+    def reap_zombies(self) -> list[int]:
+        """Run the zombie reaper now; returns the ids of the tasks it stopped."""
+        return self.engine.reap_zombies()
+
+    def advance_clock(self, seconds: float) -> None:
+        """Move the double's clock forward (zombie timeouts, heartbeat debounce, ordering)."""
+        self.engine.clock.advance(seconds)
+
+    def decode_runtime_token(self, token: str) -> dict[str, Any]:
+        """Verify a `gitea_runtime_token` with this instance's secret and return its claims."""
+        return decode_runtime_token(token, self.engine.instance.signing_secret)
+
+    async def wait_run(self, run_id: int, timeout_s: float = 30.0) -> views.RunView:
+        """Wait until the run is done (success, failure, cancelled or skipped)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            run = self.run(run_id)
+            if run.done:
+                return run
+            if loop.time() >= deadline:
+                raise TimeoutError(f"run {run_id} still {run.status} after {timeout_s}s")
+            await asyncio.sleep(0.05)

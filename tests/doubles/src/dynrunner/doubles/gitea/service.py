@@ -1,0 +1,118 @@
+"""RunnerService and PingService over the engine, as Connect handlers.
+
+Authentication follows Gitea's `withRunner` interceptor (every method but Register);
+errors are shaped per mode (`errors.to_connect`). Engine calls run on the double's worker
+threads, so concurrent requests really do race in the database.
+
+FetchTask mirrors `PickTask`'s last step: if the request is cancelled (client timeout or
+disconnect) before the task could be answered, the claim is released and the job waits
+again (go-gitea/gitea PRs #38200, #38343).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from connectrpc.request import RequestContext
+
+from dynrunner.doubles.gitea.engine import SERVER_CAPABILITIES, Engine
+from dynrunner.doubles.gitea.errors import PlainError, RpcStatus, internal, to_connect
+from dynrunner.doubles.gitea.store import Row
+from dynrunner.proto._gen.ping.v1 import messages_pb2 as ping_pb
+from dynrunner.proto._gen.runner.v1 import messages_pb2 as pb
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+
+class Worker:
+    """Runs engine calls on the double's own thread pool and shapes their errors."""
+
+    def __init__(self, engine: Engine, pool: concurrent.futures.ThreadPoolExecutor) -> None:
+        self.engine = engine
+        self.pool = pool
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        try:
+            return await asyncio.wrap_future(self.pool.submit(fn, *args))
+        except (RpcStatus, PlainError) as err:
+            raise to_connect(err, self.engine.options.mode) from None
+
+
+class RunnerServiceImpl:
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.engine = worker.engine
+        self.build_delay_s = 0.0  # test hook: time spent "building" a claimed task's payload
+
+    async def _runner(self, ctx: RequestContext[Any, Any], method: str) -> Row:
+        headers = ctx.request_headers
+        uuid = headers.get("x-runner-uuid", "")
+        token = headers.get("x-runner-token", "")
+        return await self.worker.call(self.engine.authenticate, uuid, token, method)
+
+    async def register(self, request: pb.RegisterRequest, ctx: RequestContext[Any, Any]) -> pb.RegisterResponse:
+        runner = await self.worker.call(self.engine.register, request)
+        return pb.RegisterResponse(runner=runner)
+
+    async def declare(self, request: pb.DeclareRequest, ctx: RequestContext[Any, Any]) -> pb.DeclareResponse:
+        runner = await self._runner(ctx, "Declare")
+        declared = await self.worker.call(self.engine.declare, runner, request)
+        ctx.response_headers["X-Gitea-Actions-Capabilities"] = SERVER_CAPABILITIES
+        return pb.DeclareResponse(runner=declared)
+
+    async def fetch_task(self, request: pb.FetchTaskRequest, ctx: RequestContext[Any, Any]) -> pb.FetchTaskResponse:
+        runner = await self._runner(ctx, "FetchTask")
+        future = self.worker.pool.submit(self._pick, runner, request.tasks_version)
+        try:
+            task, latest = await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            future.add_done_callback(self._release_undelivered)
+            raise
+        except (RpcStatus, PlainError) as err:
+            raise to_connect(err, self.engine.options.mode) from None
+        response = pb.FetchTaskResponse(tasks_version=latest)
+        if task is not None:
+            response.task.CopyFrom(task)
+        return response
+
+    def _pick(self, runner: Row, tasks_version: int) -> tuple[pb.Task | None, int]:
+        claimed, latest = self.engine.pick(runner, tasks_version)
+        if claimed is None:
+            return None, latest
+        try:
+            if self.build_delay_s:
+                time.sleep(self.build_delay_s)
+            return self.engine.build(claimed), latest
+        except Exception as exc:
+            self.engine.release(claimed["id"])
+            raise internal(f"pick task: {exc}") from exc
+
+    def _release_undelivered(self, future: concurrent.futures.Future[tuple[pb.Task | None, int]]) -> None:
+        if future.cancelled() or future.exception() is not None:
+            return
+        task, _ = future.result()
+        if task is not None:
+            log.info("releasing task %d: its FetchTask was cancelled before the answer", task.id)
+            self.engine.release(task.id)
+
+    async def update_task(self, request: pb.UpdateTaskRequest, ctx: RequestContext[Any, Any]) -> pb.UpdateTaskResponse:
+        runner = await self._runner(ctx, "UpdateTask")
+        return await self.worker.call(self.engine.update_task, runner, request)
+
+    async def update_log(self, request: pb.UpdateLogRequest, ctx: RequestContext[Any, Any]) -> pb.UpdateLogResponse:
+        runner = await self._runner(ctx, "UpdateLog")
+        ack = await self.worker.call(self.engine.update_log, runner, request)
+        return pb.UpdateLogResponse(ack_index=ack)
+
+
+class PingServiceImpl:
+    """`routers/api/actions/ping/ping.go`: no authentication, echoes a greeting."""
+
+    async def ping(self, request: ping_pb.PingRequest, ctx: RequestContext[Any, Any]) -> ping_pb.PingResponse:
+        return ping_pb.PingResponse(data=f"Hello, {request.data}!")

@@ -1,0 +1,296 @@
+"""Tasks: claiming, releasing, state updates, stopping, outputs, cancellation.
+
+Sources: Gitea `models/actions/task.go` (`CreateTaskForRunner`, `claimJobForRunner`,
+`ReleaseTaskForRunner`, `UpdateTask`, `UpdateTaskByState`, `StopTask`, `logFileName`),
+`services/actions/task.go` (`PickTask`), `models/actions/task_output.go`,
+`models/actions/run_job.go` (`CancelJobs`), `services/actions/clear_tasks.go`
+(`StopZombieTasks`).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from dynrunner.doubles.gitea import runners as runner_db
+from dynrunner.doubles.gitea import runs
+from dynrunner.doubles.gitea.errors import NOT_EXIST, PlainError
+from dynrunner.doubles.gitea.status import Status
+from dynrunner.doubles.gitea.store import Row, Store, loads
+from dynrunner.doubles.gitea.tokens import new_salted_token
+
+PICK_BATCH_SIZE = 100
+MAX_OUTPUT_KEY_BYTES = 255
+MAX_OUTPUT_VALUE_BYTES = 1024 * 1024
+
+
+class RunnerRemoved(Exception):
+    """`PickTask`'s "runner has been removed" for an ephemeral runner whose task is done."""
+
+
+def get_task(conn: sqlite3.Connection, task_id: int) -> Row | None:
+    row: Row | None = conn.execute("SELECT * FROM task WHERE id = ?", (task_id,)).fetchone()
+    return row
+
+
+def task_steps(conn: sqlite3.Connection, task_id: int) -> list[Row]:
+    return list(conn.execute("SELECT * FROM task_step WHERE task_id = ? ORDER BY idx", (task_id,)))
+
+
+def log_filename(owner: str, repo: str, task_id: int) -> str:
+    return f"{owner}/{repo}/{task_id % 256:02x}/{task_id}.log"
+
+
+# -- picking -------------------------------------------------------------------------
+
+
+def check_ephemeral(store: Store, runner: Row, now: int) -> bool:
+    """`PickTask`'s ephemeral rule. True: the runner may pick. False: it holds an unfinished
+    task. Raises RunnerRemoved (after deleting the runner) when its task is finished."""
+    if not runner["ephemeral"]:
+        return True
+    with store.read() as conn:
+        task = conn.execute("SELECT status FROM task WHERE runner_id = ? LIMIT 1", (runner["id"],)).fetchone()
+    if task is None:
+        return True
+    if Status(task["status"]) in (Status.WAITING, Status.RUNNING, Status.BLOCKED, Status.CANCELLING):
+        return False
+    with store.write() as conn:
+        runner_db.delete_runner(conn, runner["id"], now)
+    raise RunnerRemoved("runner has been removed")
+
+
+def create_task_for_runner(store: Store, runner: Row, now: Callable[[], int], iterations: int) -> Row | None:
+    """Scan waiting jobs oldest first `(updated, id)`, 100 per page, in the runner's scope,
+    and claim the first whose `runs-on` the runner's labels cover; a lost race moves on to
+    the next candidate."""
+    labels = runner_db.runner_labels(runner)
+    scope, scope_args = "", ()
+    if runner["repo_id"]:
+        scope, scope_args = " AND repo_id = ?", (runner["repo_id"],)
+    elif runner["owner_id"]:
+        scope, scope_args = " AND owner_id = ?", (runner["owner_id"],)
+    cursor: tuple[int, int] | None = None
+    while True:
+        page_cond, page_args = "", ()
+        if cursor is not None:
+            page_cond = " AND (updated > ? OR (updated = ? AND id > ?))"
+            page_args = (cursor[0], cursor[0], cursor[1])
+        with store.read() as conn:
+            jobs = list(
+                conn.execute(
+                    "SELECT id, updated, runs_on FROM run_job WHERE task_id = 0 AND status = ?"
+                    f"{scope}{page_cond} ORDER BY updated, id LIMIT ?",
+                    (int(Status.WAITING), *scope_args, *page_args, PICK_BATCH_SIZE),
+                )
+            )
+        for job in jobs:
+            if not runner_db.can_match_labels(labels, loads(job["runs_on"])):
+                continue
+            task = claim(store, runner, job["id"], now(), iterations)
+            if task is not None:
+                return task
+        if len(jobs) < PICK_BATCH_SIZE:
+            return None
+        cursor = (jobs[-1]["updated"], jobs[-1]["id"])
+
+
+def _claim(store: Store, runner: Row, job_id: int, now: int, iterations: int) -> Row | None:
+    """`claimJobForRunner`: one transaction; the guarded job update decides the race."""
+    token = new_salted_token(iterations)
+    with store.write() as conn:
+        job = runs.get_job(conn, job_id)
+        if job is None:
+            return None
+        cur = conn.execute(
+            "INSERT INTO task (job_id, attempt, runner_id, status, started, repo_id, owner_id, commit_sha, "
+            "token_hash, token_salt, token_last_eight, token_plain, created, updated) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                job_id,
+                job["attempt"],
+                runner["id"],
+                int(Status.RUNNING),
+                now,
+                job["repo_id"],
+                job["owner_id"],
+                job["commit_sha"],
+                token.hash,
+                token.salt,
+                token.last_eight,
+                token.token,
+                now,
+                now,
+            ),
+        )
+        task_id = int(cur.lastrowid or 0)
+        owner, repo = runner_db.repository_names(conn, job["repo_id"])
+        conn.execute("UPDATE task SET log_filename = ? WHERE id = ?", (log_filename(owner, repo, task_id), task_id))
+        for index, name in enumerate(loads(job["step_names"])):
+            conn.execute(
+                "INSERT INTO task_step (task_id, name, idx, status) VALUES (?, ?, ?, ?)",
+                (task_id, name, index, int(Status.WAITING)),
+            )
+        claimed = runs.update_run_job(
+            conn,
+            job_id,
+            now,
+            {"task_id": task_id, "status": int(Status.RUNNING), "started": now},
+            {"task_id": 0, "status": int(Status.WAITING)},
+        )
+        if claimed != 1:
+            raise _LostRace
+        return get_task(conn, task_id)
+
+
+class _LostRace(Exception):
+    pass
+
+
+def claim(store: Store, runner: Row, job_id: int, now: int, iterations: int) -> Row | None:
+    try:
+        return _claim(store, runner, job_id, now, iterations)
+    except _LostRace:
+        return None
+
+
+def release_task(store: Store, task_id: int, now: int) -> None:
+    """`ReleaseTaskForRunner`: a claimed but undelivered task goes away, its job waits again."""
+    with store.write() as conn:
+        task = get_task(conn, task_id)
+        if task is None:
+            return
+        released = runs.update_run_job(
+            conn,
+            task["job_id"],
+            now,
+            {"status": int(Status.WAITING), "started": 0, "task_id": 0},
+            {"task_id": task_id, "status": int(Status.RUNNING)},
+        )
+        if released != 1:
+            return
+        conn.execute("DELETE FROM task_step WHERE task_id = ?", (task_id,))
+        conn.execute("DELETE FROM task WHERE id = ?", (task_id,))
+
+
+# -- updating ------------------------------------------------------------------------
+
+
+def _set_task(conn: sqlite3.Connection, task: Row, now: int, values: Mapping[str, Any]) -> None:
+    """`UpdateTask`: write the columns (xorm refreshes `updated`); a finished status deletes
+    the task's runner when it is ephemeral."""
+    sets = "".join(f"{k} = ?, " for k in values)
+    conn.execute(f"UPDATE task SET {sets}updated = ? WHERE id = ?", (*values.values(), now, task["id"]))
+    if "status" in values and Status(values["status"]).is_done():
+        runner_db.delete_ephemeral_runner(conn, task["runner_id"], now)
+
+
+def update_task_by_state(conn: sqlite3.Connection, runner_id: int, state: Any, now: int, *, stopped_at: int) -> Row:
+    """`UpdateTaskByState`. `state` is a runner.v1.TaskState; raises PlainError with Gitea's
+    text on a missing task or a foreign runner (the handler wraps it as "update task: ...")."""
+    task = get_task(conn, state.id)
+    if task is None:
+        raise PlainError(NOT_EXIST)
+    if task["runner_id"] != runner_id:
+        raise PlainError("invalid runner for task")
+    if Status(task["status"]).is_done():
+        return task
+    if state.result != 0:
+        status = Status.CANCELLED if task["status"] == Status.CANCELLING else Status.from_result(state.result)
+        _set_task(conn, task, now, {"status": int(status), "stopped": stopped_at})
+        runs.update_run_job(conn, task["job_id"], now, {"status": int(status), "stopped": stopped_at})
+    else:
+        _set_task(conn, task, now, {})
+    reported = {s.id: s for s in state.steps}
+    for step in task_steps(conn, task["id"]):
+        result = 0
+        fields = {"log_index": step["log_index"], "log_length": step["log_length"]}
+        started = step["started"]
+        stopped = step["stopped"]
+        if step["idx"] in reported:
+            given = reported[step["idx"]]
+            result = given.result
+            fields = {"log_index": given.log_index, "log_length": given.log_length}
+            started = _seconds(given, "started_at")
+            stopped = _seconds(given, "stopped_at")
+        status = Status(step["status"])
+        if result != 0:
+            status = Status.from_result(result)
+        elif started != 0:
+            status = Status.RUNNING
+        conn.execute(
+            "UPDATE task_step SET status = ?, log_index = ?, log_length = ?, started = ?, stopped = ? WHERE id = ?",
+            (int(status), fields["log_index"], fields["log_length"], started, stopped, step["id"]),
+        )
+    fresh = get_task(conn, task["id"])
+    assert fresh is not None
+    return fresh
+
+
+def _seconds(msg: Any, name: str) -> int:
+    """`convertTimestamp`: an absent or zero timestamp is 0, else its Unix seconds."""
+    if not msg.HasField(name):
+        return 0
+    stamp = getattr(msg, name)
+    return 0 if stamp.seconds == 0 and stamp.nanos == 0 else int(stamp.seconds)
+
+
+def insert_outputs(conn: sqlite3.Connection, task_id: int, outputs: Mapping[str, str]) -> list[str]:
+    """Outputs first-write-wins within Gitea's limits; returns all stored keys."""
+    for key, value in outputs.items():
+        if len(key.encode()) > MAX_OUTPUT_KEY_BYTES or len(value.encode()) > MAX_OUTPUT_VALUE_BYTES:
+            continue
+        conn.execute(
+            "INSERT OR IGNORE INTO task_output (task_id, output_key, output_value) VALUES (?, ?, ?)",
+            (task_id, key, value),
+        )
+    return [r["output_key"] for r in conn.execute("SELECT output_key FROM task_output WHERE task_id = ?", (task_id,))]
+
+
+# -- stopping and cancelling ---------------------------------------------------------
+
+
+def stop_task(conn: sqlite3.Connection, task_id: int, status: Status, now: int) -> None:
+    """`StopTask`: `cancelling` only for runners that declared the capability, else a final
+    status for task, job and every unfinished step."""
+    task = get_task(conn, task_id)
+    if task is None or Status(task["status"]).is_done():
+        return
+    if status is Status.CANCELLING:
+        runner = runner_db.get_runner(conn, runner_id=task["runner_id"])
+        if runner is None or not runner["has_cancelling_support"]:
+            status = Status.CANCELLED
+    if status is Status.CANCELLING:
+        runs.update_run_job(conn, task["job_id"], now, {"status": int(status)})
+        _set_task(conn, task, now, {"status": int(status)})
+        return
+    runs.update_run_job(conn, task["job_id"], now, {"status": int(status), "stopped": now})
+    _set_task(conn, task, now, {"status": int(status), "stopped": now})
+    for step in task_steps(conn, task_id):
+        if Status(step["status"]).is_done():
+            continue
+        conn.execute(
+            "UPDATE task_step SET status = ?, started = ?, stopped = ? WHERE id = ?",
+            (int(status), step["started"] or now, now, step["id"]),
+        )
+
+
+def cancel_jobs(conn: sqlite3.Connection, jobs: list[Row], now: int) -> None:
+    """`CancelJobs`: jobs without a task are cancelled, tasks are stopped as cancelling."""
+    for job in jobs:
+        if Status(job["status"]).is_done():
+            continue
+        if job["task_id"] == 0:
+            runs.update_run_job(conn, job["id"], now, {"status": int(Status.CANCELLED), "stopped": now}, {"task_id": 0})
+        else:
+            stop_task(conn, job["task_id"], Status.CANCELLING, now)
+
+
+def zombie_tasks(conn: sqlite3.Connection, updated_before: int) -> list[Row]:
+    return list(
+        conn.execute(
+            "SELECT * FROM task WHERE status IN (?, ?) AND updated < ? ORDER BY id",
+            (int(Status.RUNNING), int(Status.CANCELLING), updated_before),
+        )
+    )
