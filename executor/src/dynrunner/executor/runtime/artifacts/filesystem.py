@@ -74,9 +74,9 @@ class FilesystemStore:
 
     @contextlib.contextmanager
     def open(self, location: str) -> Iterator[Readable]:
+        if not self.scope.owns(location):
+            raise ScopeError(f"location {location!r} is not in this repository's part of the store")
         parts = location.split("/")
-        if len(parts) != 5 or "/".join(parts[:2]) != self.scope.prefix:
-            raise ScopeError(f"location {location!r} is not in this job's part of the store")
         try:
             with self._dir(parts[2:4], create=False) as directory:
                 fd = os.open(parts[4], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory)

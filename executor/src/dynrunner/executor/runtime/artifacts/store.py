@@ -65,6 +65,10 @@ class Scope:
     def location(self, digest: str) -> str:
         return f"{self.prefix}/{self.run_id}/sha256/{digest.removeprefix('sha256:')}"
 
+    def owns(self, location: str) -> bool:
+        match = _LOCATION_RE.match(location)
+        return match is not None and f"{match.group(1)}/{match.group(2)}" == self.prefix
+
     def check(self, ref: ArtifactRef, driver: str) -> str:
         """The ref's location once it is known to be this repository's content address for its digest."""
         source = f"artifact '{ref.name}'" + (f" of job '{ref.job}'" if ref.job else "")
