@@ -3,4 +3,5 @@
 pytest_plugins = [
     "tests.fixtures.gitea",
     "tests.fixtures.nats",
+    "tests.fixtures.s3",
 ]
