@@ -308,7 +308,7 @@ class AssignmentLog:
         try:
             async for attempt in AsyncRetrying(
                 stop=stop_before_delay(self.cfg.publish_timeout_s),
-                wait=wait_exponential_jitter(initial=0.1, max=2.0),
+                wait=wait_exponential_jitter(multiplier=0.1, max=2.0),
                 retry=retry_if_exception(_transient),
                 before_sleep=before_sleep,
                 reraise=True,
