@@ -73,7 +73,8 @@ class Reporter:
         self._wake = asyncio.Event()
         self._pump: asyncio.Task[None] | None = None
         self._state_due = False
-        self._flush_to: int | None = None
+        self._flush_to: int | None = None  # rows up to here leave without waiting
+        self._state_after: int | None = None  # an urgent state report waits for rows up to here
         self._unsent_since: float | None = None
         self._last_log_send = float("-inf")
         self._last_state_send = float("-inf")
@@ -107,7 +108,8 @@ class Reporter:
         if self._unsent_since is None:
             self._unsent_since = time.monotonic()
             self._wake.set()
-        elif buffer.pending >= self._cfg.batch_rows or buffer.pending_bytes >= self._cfg.batch_bytes:
+        if buffer.pending >= self._cfg.batch_rows or buffer.pending_bytes >= self._cfg.batch_bytes:
+            self._flush_to = buffer.end
             self._wake.set()
 
     def step_started(self, index: int) -> None:
@@ -155,7 +157,7 @@ class Reporter:
     # -- background pump ------------------------------------------------------------
 
     def _transition(self) -> None:
-        self._flush_to = self._buffer.end
+        self._flush_to = self._state_after = self._buffer.end
         self._state_due = True
         self._wake.set()
 
@@ -202,8 +204,8 @@ class Reporter:
 
     def _state_wanted(self) -> bool:
         heartbeat = time.monotonic() >= self._last_state_send + self._cfg.heartbeat_s
-        urgent_logs = self._flush_to is not None and self._buffer.acked < self._flush_to
-        return heartbeat or (self._state_due and not urgent_logs)
+        logs_first = self._state_after is not None and self._buffer.acked < self._state_after
+        return heartbeat or (self._state_due and not logs_first)
 
     async def _send_logs(self, *, no_more: bool = False) -> bool:
         """Send one batch from the ack; true when it carried `no_more` and all rows are acked."""
@@ -213,15 +215,20 @@ class Reporter:
         ack = await self._call(
             lambda: self._client.update_log(self.task_id, index, rows, no_more=final, retry=NO_RETRY)
         )
-        self._apply_ack(ack)
+        self._apply_ack(ack, index + len(rows))
         self._last_log_send = sent_at
         self._unsent_since = sent_at if self._buffer.pending else None
         if self._flush_to is not None and self._buffer.acked >= self._flush_to:
             self._flush_to = None
+        if self._state_after is not None and self._buffer.acked >= self._state_after:
+            self._state_after = None
         return final and self._buffer.pending == 0
 
-    def _apply_ack(self, ack: int) -> None:
-        if ack > self._buffer.end:
+    def _apply_ack(self, ack: int, sent_end: int) -> None:
+        """An ack past what this request carried means Gitea holds rows nobody sent from here
+        (Gitea only appends what it is given); ours then continue after them. An ack equal to
+        it cannot be told apart from our own rows arriving twice and is taken as such."""
+        if ack > sent_end:
             position, shift = self._buffer.rebase(ack)
             self._steps.shift(position, shift)
             log.warning(

@@ -1,0 +1,339 @@
+"""Reporter against an in-memory Gitea: batching triggers, heartbeats, acks, close order."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from dynrunner.executor.masking import Masker
+from dynrunner.executor.reporter import OutputLimitError, Reporter, ReporterClosedError, ReporterConfig
+from dynrunner.proto.gitea import Internal, Result, Unauthenticated, Unavailable
+
+SLOW = 60.0  # an interval that never fires during a test
+FAST = ReporterConfig(
+    log_interval_s=SLOW, log_max_latency_s=SLOW, heartbeat_s=SLOW, retry_initial_s=0.01, retry_max_s=0.05
+)
+
+
+async def until(cond: Callable[[], object]) -> None:
+    """Poll `cond`: the reporter's effects are visible only in the fake's records."""
+    async with asyncio.timeout(5.0):
+        while not cond():  # noqa: ASYNC110
+            await asyncio.sleep(0.005)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self._ticks = itertools.count()
+
+    def __call__(self) -> datetime:
+        return datetime(2026, 3, 1, tzinfo=UTC) + timedelta(seconds=next(self._ticks))
+
+
+@pytest.fixture
+async def make(fake) -> AsyncIterator[Callable[..., Reporter]]:
+    made: list[Reporter] = []
+
+    def factory(config: ReporterConfig = FAST, masker: Masker | None = None, client=None) -> Reporter:
+        rep = Reporter(client or fake, fake.task_id, masker or Masker(), config)
+        made.append(rep)
+        return rep
+
+    yield factory
+    for rep in made:
+        await rep._stop_pump()
+
+
+async def test_start_continues_after_rows_already_in_the_log(make_fake, make) -> None:
+    fake = make_fake(preexisting=3)
+    rep = make(client=fake)
+    rep.log("before start")
+    await rep.start(1)
+    first = fake.calls[0]
+    assert (first.kind, first.index, first.rows) == ("log", 0, [])
+    rep.step_started(0)
+    rep.log("in step", step=0)
+    rep.step_finished(0, Result.SUCCESS)
+    assert await rep.close(Result.SUCCESS)
+    assert fake.contents == ["stage 0", "stage 1", "stage 2", "before start", "in step", "Job succeeded"]
+    assert (fake.steps[0].log_index, fake.steps[0].log_length) == (4, 1)
+
+
+async def test_size_trigger_by_rows(fake, make) -> None:
+    rep = make(replace(FAST, batch_rows=5))
+    await rep.start(0)
+    rep.log("first")
+    await until(lambda: fake.contents == ["first"])
+    for i in range(3):
+        rep.log(f"row {i}")
+    await asyncio.sleep(0.05)
+    assert len(fake.rows) == 1  # below the trigger, and the interval has not passed
+    for i in range(3, 12):
+        rep.log(f"row {i}")
+    # A full batch sends everything buffered, in requests of at most 5 rows.
+    await until(lambda: len(fake.rows) == 13)
+    assert [len(c.rows) for c in fake.log_calls()[1:]] == [1, 5, 5, 2]
+    await rep.close(Result.SUCCESS)
+
+
+async def test_size_trigger_by_bytes(fake, make) -> None:
+    rep = make(replace(FAST, batch_bytes=1000))
+    await rep.start(0)
+    rep.log("first")  # leaves at once: nothing was sent for a whole interval
+    await until(lambda: fake.contents == ["first"])
+    rep.log("x" * 600)
+    await asyncio.sleep(0.05)
+    assert len(fake.rows) == 1  # below the byte trigger, and the interval has not passed
+    rep.log("y" * 600)
+    await until(lambda: len(fake.rows) == 3)
+    assert [len(c.rows) for c in fake.log_calls()[1:]] == [1, 1, 1]  # never more than 1000 bytes a request
+    await rep.close(Result.SUCCESS)
+
+
+async def test_latency_trigger_sends_a_lone_row(fake, make) -> None:
+    rep = make(replace(FAST, log_max_latency_s=0.05))
+    await rep.start(0)
+    rep.log("lonely")
+    await until(lambda: fake.contents == ["lonely"])
+    await rep.close(Result.SUCCESS)
+
+
+async def test_interval_trigger_batches_a_stream(fake, make) -> None:
+    rep = make(replace(FAST, log_interval_s=0.1))
+    await rep.start(0)
+    for i in range(20):
+        rep.log(f"row {i}")
+        await asyncio.sleep(0.01)
+    await until(lambda: len(fake.rows) == 20)
+    sends = fake.log_calls()[1:]
+    assert 2 <= len(sends) < 20  # rows were grouped, not sent one by one
+    await rep.close(Result.SUCCESS)
+
+
+async def test_step_transitions_flush_logs_then_state_at_once(fake, make) -> None:
+    rep = make()
+    await rep.start(2)
+    rep.log("setup")
+    rep.step_started(0)
+    await until(lambda: any(c.kind == "task" and c.state.steps[0].started_at for c in fake.calls))
+    kinds = [(c.kind, len(c.rows)) for c in fake.calls]
+    assert kinds.index(("log", 1)) < max(i for i, c in enumerate(fake.calls) if c.kind == "task")
+    task = fake.task_calls()[-1]
+    assert [s.id for s in task.state.steps] == [0, 1]  # every step, every time
+    assert task.state.result == Result.UNSPECIFIED
+    rep.log("work", step=0)
+    rep.step_finished(0, Result.SUCCESS)
+    await until(lambda: fake.steps.get(0) and fake.steps[0].result == Result.SUCCESS)
+    assert fake.contents == ["setup", "work"]
+    await rep.close(Result.SUCCESS)
+
+
+async def test_heartbeat_when_nothing_happens(fake, make) -> None:
+    rep = make(replace(FAST, heartbeat_s=0.05))
+    await rep.start(3)
+    await until(lambda: len(fake.task_calls()) >= 4)
+    for call in fake.task_calls():
+        assert call.state.result == Result.UNSPECIFIED
+        assert [s.id for s in call.state.steps] == [0, 1, 2]
+    await rep.close(Result.SUCCESS)
+
+
+async def test_cancellation_is_read_from_update_task(fake, make) -> None:
+    rep = make(replace(FAST, heartbeat_s=0.05))
+    await rep.start(1)
+    rep.step_started(0)
+    await until(fake.task_calls)
+    assert not rep.cancelled.is_set()
+    fake.result = Result.CANCELLED  # a user pressed "cancel"
+    await asyncio.wait_for(rep.cancelled.wait(), 5)
+    assert rep.server_result == Result.CANCELLED
+    rep.log("stopping", step=0)
+    assert await rep.close(Result.FAILURE)
+    final = fake.task_calls()[-1]
+    assert final.state.result == Result.FAILURE  # our own outcome; the server keeps its own
+    assert final.state.steps[0].result == Result.CANCELLED
+    assert fake.contents[-2:] == ["stopping", "Job failed"]
+
+
+async def test_outputs_are_resent_until_stored(fake, make) -> None:
+    rep = make(replace(FAST, heartbeat_s=0.03))
+    await rep.start(0)
+    fake.failures = [Unavailable("proxy")]
+    rep.set_outputs({"a": "1", "b": "2"})
+    await until(lambda: fake.outputs == {"a": "1", "b": "2"})
+    await until(lambda: len(fake.task_calls()) >= 4)
+    with_outputs = [c.outputs for c in fake.task_calls() if c.outputs]
+    assert with_outputs == [{"a": "1", "b": "2"}] * len(with_outputs)
+    assert fake.task_calls()[-1].outputs == {}  # not resent once listed in sent_outputs
+    await rep.close(Result.SUCCESS)
+
+
+async def test_outputs_over_gitea_limits_are_refused_by_name(fake, make) -> None:
+    rep = make()
+    await rep.start(0)
+    with pytest.raises(OutputLimitError) as caught:
+        rep.set_outputs({"ok": "fine", "k" * 256: "v", "big": "x" * (1024 * 1024 + 1)})
+    problems = {(v.key[:3], v.limit, v.size) for v in caught.value.violations}
+    assert problems == {("kkk", "key", 256), ("big", "value", 1024 * 1024 + 1)}
+    assert "'big': value is 1048577 bytes, the limit is 1048576 bytes" in str(caught.value)
+    assert await rep.close(Result.SUCCESS)
+    assert fake.outputs == {"ok": "fine"}
+
+
+async def test_close_sends_no_more_first_then_the_final_state(fake, make) -> None:
+    rep = make()
+    await rep.start(3)
+    rep.step_started(0)
+    rep.log("a", step=0)
+    rep.step_finished(0, Result.SUCCESS)
+    rep.step_started(1)
+    assert await rep.close(Result.CANCELLED) is True
+    log_call, task_call = fake.calls[-2:]
+    assert log_call.kind == "log" and log_call.no_more and log_call.rows
+    assert task_call.kind == "task" and task_call.state.result == Result.CANCELLED
+    assert task_call.state.stopped_at is not None
+    assert [s.result for s in task_call.state.steps] == [Result.SUCCESS, Result.CANCELLED, Result.CANCELLED]
+    assert fake.archived and fake.runner_deleted
+    calls = len(fake.calls)
+    assert await rep.close(Result.SUCCESS) is True  # idempotent, sends nothing
+    assert len(fake.calls) == calls
+    with pytest.raises(ReporterClosedError):
+        rep.log("too late")
+
+
+async def test_skipped_job_marks_every_step_skipped(fake, make) -> None:
+    rep = make()
+    await rep.start(2)
+    assert await rep.close(Result.SKIPPED, skipped=True)
+    assert [s.result for s in fake.steps.values()] == [Result.SKIPPED, Result.SKIPPED]
+    assert fake.contents == ["Job skipped"]
+
+
+async def test_final_log_request_always_carries_a_row(fake, make) -> None:
+    rep = make(replace(FAST, closing_line=False, log_max_latency_s=0.01))
+    await rep.start(0)
+    rep.log("everything")
+    await until(lambda: fake.contents == ["everything"])
+    assert await rep.close(Result.SUCCESS)
+    final = fake.log_calls()[-1]
+    assert final.no_more and [r.content for r in final.rows] == [""]
+    assert fake.archived
+
+
+async def test_transient_failures_lose_nothing(fake, make) -> None:
+    rep = make(replace(FAST, batch_rows=3))
+    await rep.start(1)
+    fake.failures = [Unavailable("down"), Internal("database is locked"), Unavailable("down")] * 3
+    rep.step_started(0)
+    for i in range(20):
+        rep.log(f"line {i}", step=0)
+        await asyncio.sleep(0)
+    rep.step_finished(0, Result.SUCCESS)
+    assert await rep.close(Result.SUCCESS)
+    assert fake.contents == [f"line {i}" for i in range(20)] + ["Job succeeded"]
+    assert (fake.steps[0].log_index, fake.steps[0].log_length) == (0, 20)
+    assert rep.error is None
+
+
+async def test_permanent_failure_stops_reporting_and_is_surfaced(fake, make) -> None:
+    rep = make()
+    fake.failures = [Unavailable("x")]
+    await rep.start(0)  # the handshake survives a transient error
+    fake.runner_deleted = True  # the first state report after start is refused
+    await asyncio.wait_for(rep.cancelled.wait(), 5)
+    assert isinstance(rep.error, Unauthenticated)
+    assert rep.server_result == Result.UNSPECIFIED
+    assert await rep.close(Result.FAILURE) is False
+
+
+async def test_server_that_lost_rows_gets_them_again(fake, make) -> None:
+    rep = make(replace(FAST, batch_rows=4))
+    await rep.start(0)
+    for i in range(8):
+        rep.log(f"r{i}")
+    await until(lambda: len(fake.rows) == 8)
+    fake.lose_rows_after = 5  # e.g. a database restored from a slightly older state
+    for i in range(8, 12):
+        rep.log(f"r{i}")
+    assert await rep.close(Result.SUCCESS)
+    assert fake.contents == [f"r{i}" for i in range(12)] + ["Job succeeded"]
+    assert any(c.index > c.ack for c in fake.log_calls() if c.ack is not None)  # it answered a lower ack
+
+
+async def test_rows_someone_else_wrote_meanwhile_are_kept_before_ours(fake, make) -> None:
+    rep = make(replace(FAST, batch_rows=2))
+    await rep.start(2)
+    rep.step_started(0)
+    rep.log("a", step=0)
+    rep.log("b", step=0)
+    await until(lambda: len(fake.rows) == 2)
+    # More foreign rows than we send next, so the ack tells them apart from ours.
+    fake.rows.extend(replace(fake.rows[0], content=f"foreign {i}") for i in range(5))
+    rep.log("c", step=0)
+    rep.step_finished(0, Result.SUCCESS)
+    rep.step_started(1)
+    rep.log("d", step=1)
+    rep.step_finished(1, Result.SUCCESS)
+    assert await rep.close(Result.SUCCESS)
+    assert fake.contents == ["a", "b"] + [f"foreign {i}" for i in range(5)] + ["c", "d", "Job succeeded"]
+    s0, s1 = fake.steps[0], fake.steps[1]
+    assert (s0.log_index, s0.log_length, s1.log_index, s1.log_length) == (0, 8, 8, 1)
+
+
+async def test_lost_final_answer_counts_as_finalized(fake, make) -> None:
+    rep = make()
+    await rep.start(0)
+
+    real = fake.update_task
+
+    async def deliver_then_drop(state, outputs=None, *, retry=None):
+        answer = await real(state, outputs, retry=retry)
+        if state.result != Result.UNSPECIFIED:
+            raise Unavailable("connection reset after the request was handled")
+        return answer
+
+    fake.update_task = deliver_then_drop
+    assert await rep.close(Result.SUCCESS) is True
+    assert fake.result == Result.SUCCESS
+
+
+async def test_close_gives_up_within_its_deadline(fake, make) -> None:
+    rep = make(replace(FAST, close_timeout_s=0.3))
+    await rep.start(0)
+    fake.failures = [Unavailable("down")] * 10_000
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    assert await rep.close(Result.SUCCESS) is False
+    assert loop.time() - began < 5  # bounded (generous: only "it returns" matters)
+    assert isinstance(rep.error, Unavailable)
+
+
+async def test_close_without_start_still_continues_the_log(make_fake, make) -> None:
+    fake = make_fake(preexisting=2)
+    rep = make(client=fake)
+    rep.log("failed before the job could start")
+    assert await rep.close(Result.FAILURE)
+    assert fake.contents == ["stage 0", "stage 1", "failed before the job could start", "Job failed"]
+
+
+async def test_rows_are_masked_repaired_split_and_capped(fake, make) -> None:
+    masker = Masker(["topsecret-value"])
+    rep = make(replace(FAST, clock=Clock()), masker=masker)
+    await rep.start(0)
+    rep.log("token=topsecret-value\r\nnext line\n")
+    rep.log(b"bad \xff byte")
+    rep.log("z" * 70_000)
+    masker.add("added-later")
+    rep.log("now added-later is hidden")
+    assert await rep.close(Result.SUCCESS)
+    contents = fake.contents
+    assert contents[:3] == ["token=***", "next line", "bad \ufffd byte"]
+    assert len(contents[3].encode()) <= 65536 and "row truncated" in contents[3]
+    assert contents[4] == "now *** is hidden"
+    times = [r.time for r in fake.rows]
+    assert times[0] == times[1] < times[2] < times[3]  # one timestamp per log() call, from the clock

@@ -1,0 +1,208 @@
+"""Step ranges: log_index/log_length arithmetic as Gitea's web UI reads it."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from dynrunner.executor.reporter.steps import StepTracker
+from dynrunner.proto.gitea import Result, StepState
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def ui_ranges(steps: list[StepState], total_rows: int) -> dict[str, range]:
+    """Which rows Gitea's UI shows under which heading (`modules/actions/task_state.go`
+    FullSteps for a finished task): "Set up job" ends where the first step that ran
+    starts; "Complete job" starts after the sum of all step lengths."""
+    ran = [s for s in steps if s.result in (Result.SUCCESS, Result.FAILURE)]
+    pre_len = ran[0].log_index if ran else total_rows
+    out = {"Set up job": range(pre_len)}
+    for s in steps:
+        out[f"step {s.id}"] = range(s.log_index, s.log_index + s.log_length)
+    post_start = pre_len + sum(s.log_length for s in steps)
+    out["Complete job"] = range(post_start, total_rows)
+    return out
+
+
+class Log:
+    """Drives a tracker the way the reporter does: rows get consecutive indexes."""
+
+    def __init__(self, steps: int, first_row: int = 0) -> None:
+        self.tracker = StepTracker(steps)
+        self.next = first_row
+        self.owner: dict[int, str] = {}
+
+    def row(self, label: str, step: int | None = None) -> None:
+        self.owner[self.next] = label
+        self.tracker.on_row(self.next, step)
+        self.next += 1
+
+    def start(self, i: int) -> None:
+        self.tracker.start(i, T0, self.next)
+
+    def finish(self, i: int, result: Result = Result.SUCCESS) -> None:
+        self.tracker.finish(i, result, T0, self.next)
+
+    def shown(self) -> dict[str, list[str]]:
+        ranges = ui_ranges(self.tracker.snapshot(), self.next)
+        return {name: [self.owner.get(i, f"foreign {i}") for i in rows] for name, rows in ranges.items()}
+
+
+def test_rows_before_the_first_step_are_set_up_job_and_after_the_last_complete_job() -> None:
+    log = Log(2)
+    log.row("setup")
+    log.start(0)
+    log.row("s0a", 0)
+    log.row("s0b", 0)
+    log.finish(0)
+    log.start(1)
+    log.row("s1", 1)
+    log.finish(1)
+    log.row("cleanup")
+    assert log.shown() == {
+        "Set up job": ["setup"],
+        "step 0": ["s0a", "s0b"],
+        "step 1": ["s1"],
+        "Complete job": ["cleanup"],
+    }
+    s0, s1 = log.tracker.snapshot()
+    assert (s0.log_index, s0.log_length, s1.log_index, s1.log_length) == (1, 2, 3, 1)
+
+
+def test_ranges_continue_after_pre_existing_stage_lines() -> None:
+    log = Log(1, first_row=5)
+    log.start(0)
+    log.row("s0", 0)
+    log.finish(0)
+    assert log.tracker.snapshot()[0].log_index == 5
+    assert log.shown()["Set up job"] == [f"foreign {i}" for i in range(5)]
+
+
+def test_rows_between_steps_open_the_next_step() -> None:
+    log = Log(2)
+    log.start(0)
+    log.row("s0", 0)
+    log.finish(0)
+    log.row("between")
+    log.start(1)
+    log.row("s1", 1)
+    log.finish(1)
+    shown = log.shown()
+    assert shown["step 1"] == ["between", "s1"]
+    assert shown["Complete job"] == []
+
+
+def test_a_row_for_the_finished_last_step_still_belongs_to_it() -> None:
+    log = Log(2)
+    log.start(0)
+    log.row("s0", 0)
+    log.finish(0)
+    log.row("late s0", 0)
+    log.start(1)
+    log.finish(1)
+    assert log.shown()["step 0"] == ["s0", "late s0"]
+
+
+def test_rows_naming_another_step_go_to_the_running_one() -> None:
+    log = Log(3)
+    log.start(0)
+    log.finish(0)
+    log.start(1)
+    log.row("says 0", 0)
+    log.row("says 2", 2)
+    log.row("says none")
+    log.finish(1)
+    shown = log.shown()
+    assert shown["step 1"] == ["says 0", "says 2", "says none"]
+    assert shown["step 2"] == []
+
+
+def test_failure_then_skipped_steps_leave_the_rest_to_complete_job() -> None:
+    log = Log(4)
+    log.row("setup")
+    log.start(0)
+    log.row("ok", 0)
+    log.finish(0)
+    log.start(1)
+    log.row("boom", 1)
+    log.finish(1, Result.FAILURE)
+    log.finish(2, Result.SKIPPED)
+    log.row("job-level after failure")
+    log.finish(3, Result.SKIPPED)
+    log.row("Job failed")
+    shown = log.shown()
+    assert shown["Set up job"] == ["setup"]
+    assert shown["step 1"] == ["boom"]
+    assert shown["step 2"] == shown["step 3"] == []
+    assert shown["Complete job"] == ["job-level after failure", "Job failed"]
+    skipped = log.tracker.snapshot()[2]
+    assert skipped.started_at is None and skipped.result == Result.SKIPPED
+
+
+def test_a_step_without_rows_has_an_empty_range_at_its_place() -> None:
+    log = Log(2)
+    log.row("setup")
+    log.start(0)
+    log.finish(0)
+    log.start(1)
+    log.row("s1", 1)
+    log.finish(1)
+    s0, s1 = log.tracker.snapshot()
+    assert (s0.log_index, s0.log_length, s1.log_index) == (1, 0, 1)
+
+
+def test_close_cancels_or_skips_unfinished_steps() -> None:
+    tracker = StepTracker(3)
+    tracker.start(0, T0, 0)
+    tracker.finish(0, Result.SUCCESS, T0, 0)
+    tracker.start(1, T0, 0)
+    later = datetime(2026, 1, 2, tzinfo=UTC)
+    tracker.close(later, skipped=False)
+    s0, s1, s2 = tracker.snapshot()
+    assert (s0.result, s1.result, s2.result) == (Result.SUCCESS, Result.CANCELLED, Result.CANCELLED)
+    assert s1.stopped_at == later and s2.stopped_at is None and s2.started_at is None
+
+    tracker = StepTracker(2)
+    tracker.close(later, skipped=True)
+    assert [s.result for s in tracker.snapshot()] == [Result.SKIPPED, Result.SKIPPED]
+
+
+def test_shift_moves_ranges_after_inserted_foreign_rows() -> None:
+    log = Log(3)
+    log.row("setup")
+    log.start(0)
+    log.row("s0a", 0)
+    log.finish(0)
+    log.start(1)
+    log.row("s1a", 1)
+    # Three foreign rows appear in Gitea at index 3, before our unacknowledged "s1b".
+    log.tracker.shift(3, 3)
+    log.owner = {0: "setup", 1: "s0a", 2: "s1a", 6: "s1b"}
+    log.next = 6
+    log.row("s1b", 1)
+    log.finish(1)
+    log.start(2)
+    log.row("s2", 2)
+    log.finish(2)
+    shown = log.shown()
+    assert shown["step 0"] == ["s0a"]
+    assert shown["step 1"] == ["s1a", "foreign 3", "foreign 4", "foreign 5", "s1b"]
+    assert shown["step 2"] == ["s2"]
+
+
+def test_unknown_step_numbers_are_rejected() -> None:
+    tracker = StepTracker(1)
+    with pytest.raises(IndexError, match="step 1 does not exist"):
+        tracker.start(1, T0, 0)
+    with pytest.raises(IndexError):
+        tracker.finish(-1, Result.SUCCESS, T0, 0)
+
+
+def test_starting_a_step_twice_keeps_the_first_start() -> None:
+    tracker = StepTracker(1)
+    tracker.start(0, T0, 4)
+    tracker.start(0, datetime(2027, 1, 1, tzinfo=UTC), 9)
+    step = tracker.snapshot()[0]
+    assert (step.started_at, step.log_index) == (T0, 4)
