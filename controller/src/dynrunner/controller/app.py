@@ -1,0 +1,243 @@
+"""The composition root: everything the controller runs, built from one ControllerConfig.
+
+`Controller.run(stop)` connects (embedded NATS when `nats.url` is absent), recovers each
+pool's capacity from the environments that exist and the assignments still queued, then
+runs one TaskGroup: a launcher and a claimer per pool, the reaper and the health server,
+each a named task under supervision. When `stop` is set it shuts down in order: claimers
+stop claiming and finish claims already taken, launchers stop pulling and finish launches
+in hand, the reaper stops; running environments are left alone, then clients close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from dynrunner.controller.assignments import AssignmentLog
+from dynrunner.controller.backends.base import Backend
+from dynrunner.controller.backends.registry import create_backend
+from dynrunner.controller.capacity import Capacity
+from dynrunner.controller.claimer import Claimer, ClaimSettings
+from dynrunner.controller.config import ControllerConfig, PoolConfig
+from dynrunner.controller.embedded_nats import EmbeddedNats
+from dynrunner.controller.health import HealthServer
+from dynrunner.controller.launcher import Launcher
+from dynrunner.controller.loops import Backoff, supervise
+from dynrunner.controller.metrics import Metrics
+from dynrunner.controller.reaper import PoolWatch, Reaper
+from dynrunner.controller.registrations import Registrations
+from dynrunner.controller.registrations_store import RegistrationStore
+from dynrunner.controller.sealing import Sealer, ensure_key_file
+from dynrunner.proto.assignment import ExecutorOptions, IdentityWait
+from dynrunner.proto.gitea import GiteaClient
+
+log = logging.getLogger(__name__)
+
+READY_ERROR_LIMIT = 5
+
+
+class StartupError(RuntimeError):
+    """The controller cannot start as configured (the message says what to change)."""
+
+
+@dataclass
+class Pool:
+    config: PoolConfig
+    backend: Backend
+    capacity: Capacity
+    claimer: Claimer
+    launcher: Launcher
+
+
+def executor_options(cfg: ControllerConfig) -> ExecutorOptions:
+    """What every executor is told about its runtime (identity is off for `local`)."""
+    return ExecutorOptions(
+        workspace=cfg.executor.workspace,
+        artifacts=cfg.artifacts.options(),
+        identity=IdentityWait(enabled=False),
+        outputs_total_limit_bytes=cfg.executor.outputs_total_limit_bytes,
+        log_level=cfg.executor.log_level,
+    )
+
+
+def open_sealer(cfg: ControllerConfig) -> Sealer:
+    """The sealing key; created on first start only for a single-machine (embedded NATS)
+    controller — with an external NATS every replica must share one key, made by an admin."""
+    key_file = cfg.sealing.key_file
+    assert key_file is not None, "ControllerConfig derives key_file"
+    if not key_file.exists():
+        if cfg.nats.url is not None:
+            raise StartupError(
+                f"sealing key file {key_file} does not exist; create one (e.g. `head -c 32 /dev/urandom | base64 > "
+                f"{key_file}`) and give every controller replica the same key"
+            )
+        ensure_key_file(key_file)
+        log.info("created a new sealing key", extra={"key_file": str(key_file)})
+    return Sealer.from_key_file(key_file, cfg.sealing.retired_key_files)
+
+
+class Controller:
+    def __init__(
+        self,
+        cfg: ControllerConfig,
+        *,
+        metrics: Metrics | None = None,
+        backends: Mapping[str, Backend] | None = None,
+    ) -> None:
+        """`backends` replaces the configured backend of the named pools (tests wrap one)."""
+        self.cfg = cfg
+        self.metrics = metrics or Metrics()
+        self._backend_overrides = dict(backends or {})
+        self.ready = asyncio.Event()
+        """Set once every loop runs (the demo and tests wait for it)."""
+        self.pools: dict[str, Pool] = {}
+        self.health_url = ""
+        self._log: AssignmentLog | None = None
+
+    async def run(self, stop: asyncio.Event) -> None:
+        cfg = self.cfg
+        sealer = open_sealer(cfg)
+        async with contextlib.AsyncExitStack() as stack:
+            nats_url = cfg.nats.url
+            if nats_url is None:
+                assert cfg.nats.data_dir is not None
+                nats_url = (await stack.enter_async_context(EmbeddedNats(cfg.nats.data_dir))).url
+            self._log = await AssignmentLog.connect(
+                nats_url, cfg.nats, [p.name for p in cfg.pools], metrics=self.metrics
+            )
+            stack.push_async_callback(self._log.close)
+            store = await RegistrationStore.open(self._log, sealer)
+            gitea = GiteaClient(cfg.gitea.url, timeout_s=cfg.gitea.request_timeout_s)
+            await gitea.ping()
+            for pool_cfg in cfg.pools:
+                pool = await self._build_pool(pool_cfg, gitea, store, sealer)
+                stack.push_async_callback(pool.backend.aclose)
+                self.pools[pool_cfg.name] = pool
+            reaper = Reaper(
+                [
+                    PoolWatch(
+                        name=p.config.name,
+                        backend=p.backend,
+                        capacity=p.capacity,
+                        launching=lambda p=p: p.launcher.launching,  # type: ignore[misc]
+                        pending=lambda name=p.config.name: self._pending(name),  # type: ignore[misc]
+                    )
+                    for p in self.pools.values()
+                ],
+                gitea=gitea,
+                metrics=self.metrics,
+            )
+            if cfg.metrics.enabled:
+                health = HealthServer(cfg.metrics.address, self.metrics, self.readiness)
+                await stack.enter_async_context(health)
+                self.health_url = health.url
+            await self._run_loops(stop, reaper)
+        log.info("controller stopped")
+
+    async def _build_pool(
+        self, pool_cfg: PoolConfig, gitea: GiteaClient, store: RegistrationStore, sealer: Sealer
+    ) -> Pool:
+        assert self._log is not None
+        name = pool_cfg.name
+        backend = self._backend_overrides.get(name) or create_backend(pool_cfg, self.cfg)
+        capacity = Capacity(name, pool_cfg.max_concurrency)
+        envs = await backend.list_owned()
+        pending = await self._log.pending(name)
+        capacity.restore((e.assignment_id for e in envs), pending)
+        if envs or pending:
+            log.info("pool %s: recovered %d environments and %d queued assignments", name, len(envs), pending)
+        self.metrics.capacity.labels(pool=name).set(pool_cfg.max_concurrency)
+        self.metrics.capacity_in_use.labels(pool=name).set_function(lambda: capacity.in_use)
+        registrations = Registrations(
+            gitea,
+            store,
+            pool=name,
+            labels=pool_cfg.labels,
+            registration_token=self.cfg.gitea.registration_token(),
+            mode=self.cfg.gitea.credential_mode,
+            name_prefix=self.cfg.gitea.runner_name_prefix,
+            metrics=self.metrics,
+        )
+        settings = ClaimSettings(
+            pool=name,
+            backend=pool_cfg.backend.kind,
+            gitea_url=self.cfg.gitea.url,
+            fetch_interval_s=self.cfg.gitea.fetch_interval_s,
+            fetch_interval_max_s=self.cfg.gitea.fetch_interval_max_s,
+            request_timeout_s=self.cfg.gitea.request_timeout_s,
+            default_timeout_minutes=pool_cfg.job_timeout_minutes,
+            executor=executor_options(self.cfg),
+        )
+        claimer = Claimer(
+            settings,
+            registrations=registrations,
+            capacity=capacity,
+            publisher=self._log,
+            sealer=sealer,
+            metrics=self.metrics,
+        )
+        launcher = Launcher(
+            name,
+            backend=backend,
+            source=self._log,
+            sealer=sealer,
+            gitea=gitea,
+            capacity=capacity,
+            metrics=self.metrics,
+        )
+        return Pool(pool_cfg, backend, capacity, claimer, launcher)
+
+    async def _run_loops(self, stop: asyncio.Event, reaper: Reaper) -> None:
+        def counted(pool: str, kind: str):  # type: ignore[no-untyped-def]
+            return lambda err: self.metrics.errors.labels(pool=pool, kind=kind).inc()
+
+        async with asyncio.TaskGroup() as tg:
+            reaping = tg.create_task(supervise("reaper", reaper.run), name="reaper")
+            launching = [
+                tg.create_task(
+                    supervise(f"launcher {name}", p.launcher.run, on_error=counted(name, "launcher")),
+                    name=f"launcher-{name}",
+                )
+                for name, p in self.pools.items()
+            ]
+            claiming = [
+                tg.create_task(
+                    supervise(
+                        f"claimer {name}",
+                        p.claimer.run,
+                        backoff=Backoff(1.0, 60.0),
+                        on_error=counted(name, "claimer"),
+                    ),
+                    name=f"claimer-{name}",
+                )
+                for name, p in self.pools.items()
+            ]
+            self.ready.set()
+            log.info("controller running", extra={"pools": list(self.pools)})
+            await stop.wait()
+            log.info("stopping: no new claims; finishing claims and launches in hand")
+            for p in self.pools.values():
+                p.claimer.stop()
+            await asyncio.gather(*claiming, return_exceptions=True)
+            for task in launching:
+                task.cancel()
+            await asyncio.gather(*launching, return_exceptions=True)
+            reaper.stop()
+            await reaping
+
+    async def _pending(self, pool: str) -> int:
+        assert self._log is not None
+        return await self._log.pending(pool)
+
+    def readiness(self) -> tuple[bool, str]:
+        if not self.ready.is_set():
+            return False, "starting"
+        if self._log is None or not self._log.nc.is_connected:
+            return False, "not connected to NATS"
+        failing = [name for name, p in self.pools.items() if p.claimer.consecutive_errors >= READY_ERROR_LIMIT]
+        if failing:
+            return False, f"claiming keeps failing in pools {', '.join(failing)} (see the log)"
+        return True, ""

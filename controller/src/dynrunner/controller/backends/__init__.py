@@ -1,0 +1,1 @@
+"""Backends: where an assignment runs (one subpackage per backend, chosen by `registry`)."""

@@ -1,0 +1,299 @@
+"""The `local` backend: `dynrunner-executor run` as a child process, one directory per job.
+
+Isolation is a fresh directory, HOME and TMPDIR, a clean environment (the controller's own
+variables, its registration token among them, never reach the job) and a process group of
+its own — enough for development and the demo, not for hostile code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Collection, Mapping
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from dynrunner.controller import contract
+from dynrunner.controller.backends.base import BackendError, BeforeStart, Environment, Observation
+from dynrunner.controller.backends.local.diagnosis import Facts, classify
+from dynrunner.controller.backends.local.layout import WRAPPER, Layout, owned_by, parse_time
+from dynrunner.controller.config import ControllerConfig, PoolConfig
+from dynrunner.proto.assignment import Assignment, decode, encode
+
+log = logging.getLogger(__name__)
+
+NAME = "local"
+PASSED_ENV = (
+    "LANG", "LC_ALL", "LC_CTYPE", "TZ", "SSL_CERT_FILE", "SSL_CERT_DIR",
+    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
+)  # fmt: skip
+START_WAIT_S = 2.0
+KILL_GRACE_S = 5.0
+ORPHAN_AGE_S = 60.0
+
+
+def resolve_program(program: str, path: str) -> str:
+    """An absolute path for `program`: as given, from PATH, or next to this Python (the
+    executor is installed beside the controller)."""
+    if "/" in program:
+        return str(Path(program).absolute())  # not resolve(): a venv's python is a symlink
+    beside = Path(sys.executable).parent
+    found = shutil.which(program, path=path) or shutil.which(program, path=str(beside))
+    if found is None:
+        raise ValueError(f"the executor program {program!r} was not found on PATH or in {beside}")
+    return found
+
+
+class LocalBackend:
+    name = NAME
+
+    def __init__(
+        self,
+        pool: str,
+        root: Path,
+        command: list[str],
+        *,
+        base_env: Mapping[str, str] | None = None,
+        deadline_grace: timedelta = timedelta(minutes=1),
+        start_grace: timedelta = timedelta(seconds=30),
+    ) -> None:
+        self.pool = pool
+        self.root = root
+        self.command = command
+        self._base_env = dict(os.environ if base_env is None else base_env)
+        self._deadline_grace = deadline_grace
+        self._start_grace = start_grace
+        self._children: dict[str, subprocess.Popen[bytes]] = {}
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+    @classmethod
+    def from_config(cls, pool: PoolConfig, config: ControllerConfig) -> LocalBackend:
+        backend = pool.backend
+        assert backend.root_dir is not None, "ControllerConfig derives root_dir"
+        program, *args = backend.executor_command
+        resolved = resolve_program(program, os.environ.get("PATH", os.defpath))
+        return cls(pool.name, backend.root_dir, [resolved, *args])
+
+    # -- the Backend protocol --------------------------------------------------------------
+
+    async def create(self, assignment: Assignment, before_start: BeforeStart) -> Environment:
+        layout = self._layout(assignment.assignment_id)
+        env = await asyncio.to_thread(self._read_env, layout)
+        if env is not None:
+            await self._resume(layout, before_start)
+            return env
+        env = await asyncio.to_thread(self._prepare, layout, assignment)
+        await before_start()
+        await asyncio.to_thread(self._spawn, layout, assignment.assignment_id)
+        return env
+
+    async def find(self, assignment_id: str) -> Environment | None:
+        return await asyncio.to_thread(self._read_env, self._layout(assignment_id))
+
+    async def list_owned(self) -> list[Environment]:
+        return await asyncio.to_thread(self._list)
+
+    async def observe(self, env: Environment) -> Observation:
+        return await asyncio.to_thread(self._observe, env)
+
+    async def load_assignment(self, env: Environment) -> Assignment:
+        layout = self._layout(env.assignment_id)
+        data = await asyncio.to_thread(layout.assignment_file.read_bytes)
+        return decode(data)
+
+    async def delete(self, env: Environment) -> None:
+        layout = self._layout(env.assignment_id)
+        pid = layout.read_int(layout.pid_file)
+        if pid is not None and layout.read_int(layout.exit_file) is None:
+            await self._kill_group(pid, layout)
+        child = self._children.pop(env.assignment_id, None)
+        if child is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                await asyncio.to_thread(child.wait, KILL_GRACE_S)
+        await asyncio.to_thread(shutil.rmtree, layout.dir, True)
+
+    async def collect_orphans(self, launching: Collection[str]) -> list[str]:
+        return await asyncio.to_thread(self._collect_orphans, set(launching))
+
+    async def aclose(self) -> None:
+        """Running executors are left alone (a graceful shutdown never stops jobs); exited
+        children are reaped so none lingers as a zombie."""
+        for child in self._children.values():
+            child.poll()
+
+    # -- blocking helpers (run in a thread) ----------------------------------------------------
+
+    def _layout(self, assignment_id: str) -> Layout:
+        if not assignment_id or "/" in assignment_id or assignment_id.startswith("."):
+            raise BackendError(f"assignment id {assignment_id!r} cannot name a directory")
+        return Layout(self.root / assignment_id)
+
+    def _read_env(self, layout: Layout) -> Environment | None:
+        meta = layout.read_metadata()
+        if meta is None or not isinstance(meta.get("labels"), dict):
+            return None
+        created = parse_time(meta.get("created_at")) or datetime.fromtimestamp(0, UTC)
+        return Environment(
+            backend=NAME,
+            name=str(meta.get("name", layout.dir.name)),
+            labels={str(k): str(v) for k, v in meta["labels"].items()},
+            created_at=created,
+            deadline=parse_time(meta.get("deadline")),
+            extra={"path": str(layout.dir)},
+        )
+
+    def _prepare(self, layout: Layout, assignment: Assignment) -> Environment:
+        if layout.dir.exists():
+            shutil.rmtree(layout.dir)  # a start interrupted before its metadata was written
+        layout.dir.mkdir(mode=0o700)
+        for sub in (layout.workspace, layout.home, layout.tmp):
+            sub.mkdir(mode=0o700)
+        handed = assignment.replace(executor=dataclasses.replace(assignment.executor, workspace=str(layout.workspace)))
+        layout.write_secret(encode(handed))
+        now = datetime.now(UTC)
+        labels = contract.environment_labels(assignment)
+        layout.write_metadata(
+            {
+                "name": contract.environment_name(assignment.assignment_id),
+                "labels": labels,
+                "created_at": now.isoformat(),
+                "deadline": assignment.deadline.isoformat() if assignment.deadline else None,
+                "command": self.command,
+            }
+        )
+        env = self._read_env(layout)
+        assert env is not None
+        return env
+
+    def _spawn(self, layout: Layout, assignment_id: str) -> None:
+        argv = ["/bin/sh", "-c", WRAPPER, "dynrunner-local", str(layout.dir), *self.command]
+        argv += ["run", "--assignment", str(layout.assignment_file)]
+        with layout.output.open("ab") as out:
+            try:
+                child = subprocess.Popen(
+                    argv,
+                    cwd=layout.workspace,
+                    env=self._child_env(layout),
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    close_fds=True,
+                )
+            except OSError as err:
+                raise BackendError(f"could not start the executor: {err}") from err
+        self._children[assignment_id] = child
+        log.info("started executor pid %s in %s", child.pid, layout.dir)
+
+    async def _resume(self, layout: Layout, before_start: BeforeStart) -> None:
+        """The environment exists: start its executor if an earlier attempt never did."""
+        deadline = time.monotonic() + START_WAIT_S
+        while time.monotonic() < deadline:
+            if layout.pid_file.exists() or layout.exit_file.exists():
+                return
+            if layout.dir.name in self._children:
+                await asyncio.sleep(0.05)
+                continue
+            await asyncio.sleep(0.1)
+        if layout.pid_file.exists() or layout.exit_file.exists() or not layout.dir.exists():
+            return
+        log.warning("environment %s was created but its executor never started; starting it", layout.dir)
+        await before_start()
+        await asyncio.to_thread(self._spawn, layout, layout.dir.name)
+
+    def _child_env(self, layout: Layout) -> dict[str, str]:
+        env = {k: v for k, v in self._base_env.items() if k in PASSED_ENV}
+        program_dir = str(Path(self.command[0]).parent)
+        path = self._base_env.get("PATH", os.defpath)
+        env["PATH"] = path if program_dir in path.split(os.pathsep) else f"{program_dir}{os.pathsep}{path}"
+        env["HOME"] = str(layout.home)
+        env["TMPDIR"] = str(layout.tmp)
+        return env
+
+    def _list(self) -> list[Environment]:
+        found = []
+        try:
+            entries = list(os.scandir(self.root))
+        except FileNotFoundError:
+            return []
+        for entry in entries:
+            if not entry.is_dir() or entry.name.startswith("."):
+                continue
+            env = self._read_env(Layout(Path(entry.path)))
+            if env is not None and env.labels.get(contract.LABEL_POOL) == self.pool:
+                found.append(env)
+        return found
+
+    def _observe(self, env: Environment) -> Observation:
+        layout = self._layout(env.assignment_id)
+        child = self._children.get(env.assignment_id)
+        if child is not None and child.poll() is not None:
+            self._children.pop(env.assignment_id, None)
+        exists = layout.metadata_file.exists()
+        pid = layout.read_int(layout.pid_file)
+        exit_code = layout.read_int(layout.exit_file)
+        facts = Facts(
+            exists=exists,
+            created_at=env.created_at,
+            now=datetime.now(UTC),
+            exit_code=exit_code,
+            pid=pid,
+            alive=pid is not None and exit_code is None and owned_by(pid, layout),
+            deadline=env.deadline,
+            deadline_grace=self._deadline_grace,
+            start_grace=self._start_grace,
+            command=Path(self.command[0]).name,
+        )
+        observation = classify(facts)
+        if observation.diagnosis is not None and exists:
+            tail = layout.output_tail()
+            if tail:
+                diagnosis = dataclasses.replace(observation.diagnosis, detail=tail)
+                observation = dataclasses.replace(observation, diagnosis=diagnosis)
+        return observation
+
+    async def _kill_group(self, pid: int, layout: Layout) -> None:
+        if not owned_by(pid, layout):
+            return
+        for sig, wait in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, KILL_GRACE_S)):
+            try:
+                os.killpg(pid, sig)
+            except ProcessLookupError:
+                return
+            stop = time.monotonic() + wait
+            while time.monotonic() < stop:
+                child = self._children.get(layout.dir.name)
+                if child is not None:
+                    child.poll()
+                if not owned_by(pid, layout):
+                    return
+                await asyncio.sleep(0.05)
+        log.error("executor process group %s in %s survived SIGKILL", pid, layout.dir)
+
+    def _collect_orphans(self, launching: set[str]) -> list[str]:
+        removed = []
+        now = time.time()
+        try:
+            entries = list(os.scandir(self.root))
+        except FileNotFoundError:
+            return []
+        for entry in entries:
+            if not entry.is_dir() or entry.name in launching or entry.name in self._children:
+                continue
+            layout = Layout(Path(entry.path))
+            if layout.metadata_file.exists() or now - entry.stat().st_mtime < ORPHAN_AGE_S:
+                continue
+            pid = layout.read_int(layout.pid_file)
+            if pid is not None and owned_by(pid, layout):
+                continue
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(entry.path)
+        return removed

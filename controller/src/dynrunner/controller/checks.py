@@ -1,0 +1,117 @@
+"""`dynrunner-controller check`: the start-up validators plus reachability, one line each.
+
+Nothing here changes Gitea or NATS: the registration token is not tried (registering would
+leave a runner behind), and an embedded NATS is not started (a running controller holds
+its store).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TextIO
+
+import nats.errors
+import nats.js.errors
+
+from dynrunner.controller.assignments import AssignmentLogError, connect_nats
+from dynrunner.controller.backends.registry import create_backend
+from dynrunner.controller.config import ConfigError, ControllerConfig, load_config
+from dynrunner.controller.embedded_nats import EmbeddedNatsError, find_nats_server
+from dynrunner.controller.sealing import Sealer, SealingError
+from dynrunner.proto.gitea import GiteaClient, GiteaError
+from dynrunner.proto.gitea.client import RetryPolicy
+
+CHECK_RETRY = RetryPolicy(attempts=2, max_delay_s=10.0)
+
+
+class Report:
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.failed = 0
+
+    def line(self, ok: bool, what: str, detail: str) -> None:
+        if not ok:
+            self.failed += 1
+        self.out.write(f"{'OK  ' if ok else 'FAIL'} {what}: {detail}\n")
+        self.out.flush()
+
+    async def check(self, what: str, probe: Callable[[], Awaitable[str]]) -> None:
+        try:
+            detail = await probe()
+        except Exception as err:
+            self.line(False, what, str(err) or type(err).__name__)
+        else:
+            self.line(True, what, detail)
+
+
+async def run_checks(path: Path | None, out: TextIO = sys.stdout) -> int:
+    report = Report(out)
+    try:
+        cfg = load_config(path)
+    except ConfigError as err:
+        report.line(False, "config", f"{err.source}")
+        for problem in err.problems:
+            out.write(f"       - {problem}\n")
+        return 1
+    names = ", ".join(p.name for p in cfg.pools)
+    report.line(True, "config", f"{path or 'environment'}: {len(cfg.pools)} pool(s): {names}")
+    await report.check("sealing key", lambda: _sealing(cfg))
+    await report.check("gitea", lambda: _gitea(cfg))
+    await report.check("nats", lambda: _nats(cfg))
+    for pool in cfg.pools:
+        await report.check(f"pool {pool.name}", lambda pool=pool: _pool(cfg, pool.name))  # type: ignore[misc]
+    return 1 if report.failed else 0
+
+
+async def _sealing(cfg: ControllerConfig) -> str:
+    key_file = cfg.sealing.key_file
+    assert key_file is not None
+    if not key_file.exists():
+        if cfg.nats.url is None:
+            return f"{key_file} does not exist yet; it is created at the first start (embedded NATS)"
+        raise SealingError(f"{key_file} does not exist; every replica needs the same key file")
+    sealer = Sealer.from_key_file(key_file, cfg.sealing.retired_key_files)
+    return f"{key_file} (key id {sealer.key_id})"
+
+
+async def _gitea(cfg: ControllerConfig) -> str:
+    client = GiteaClient(cfg.gitea.url, timeout_s=10.0, retry=CHECK_RETRY)
+    try:
+        await client.ping("dynrunner-check")
+    except GiteaError as err:
+        raise GiteaError(f"{cfg.gitea.url} does not answer Ping: {err}") from err
+    return f"{cfg.gitea.url} answers; credential mode {cfg.gitea.credential_mode}"
+
+
+async def _nats(cfg: ControllerConfig) -> str:
+    if cfg.nats.url is None:
+        try:
+            binary = find_nats_server()
+        except EmbeddedNatsError as err:
+            raise RuntimeError(str(err)) from None
+        return f"embedded server {binary}, store {cfg.nats.data_dir}"
+    try:
+        nc = await connect_nats(cfg.nats.url, name="dynrunner-check")
+    except AssignmentLogError as err:
+        raise RuntimeError(f"{cfg.nats.display_url}: {err}") from None
+    try:
+        js = nc.jetstream(timeout=5.0)
+        try:
+            info = await js.account_info()
+        except (nats.errors.Error, nats.js.errors.Error) as err:
+            raise RuntimeError(f"{cfg.nats.display_url} is reachable but JetStream is not enabled: {err}") from None
+        return f"{cfg.nats.display_url} with JetStream ({info.streams} streams)"
+    finally:
+        await nc.close()
+
+
+async def _pool(cfg: ControllerConfig, name: str) -> str:
+    pool = cfg.pool(name)
+    backend = create_backend(pool, cfg)
+    try:
+        envs = await backend.list_owned()
+    finally:
+        await backend.aclose()
+    return f"backend {pool.backend.kind}, labels {', '.join(pool.labels)}, {len(envs)} environment(s) now"

@@ -1,0 +1,309 @@
+"""The claimer of one pool: reserve capacity, FetchTask with the armed runner, publish.
+
+Loop: reserve a permit (wait while the pool is full) → FetchTask with the pool's armed
+registration, sending the last `tasks_version` (Gitea answers "nothing new" without
+scanning jobs when it is current) → on no task, back off (short first, doubling with
+jitter up to `fetchIntervalMaxSeconds`) and poll again with the same permit → on a task,
+reset the version (another job may be waiting without a version bump), retire the spent
+registration, build the Assignment, write the first stage line, seal and publish it.
+
+A claimed task is never dropped: a task that cannot be run (bad job key) or whose
+assignment JetStream would not take is finalized failed, with the reason in its log.
+Claims already taken are finished even during shutdown; a FetchTask in flight is never
+cancelled (a client that gives up after Gitea claimed a job strands that job on Gitea
+versions before the claim-release fix), so `stop()` lets the current poll return first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+import yaml
+
+from dynrunner.controller import contract
+from dynrunner.controller.capacity import Capacity, Reservation
+from dynrunner.controller.finalize import finalize_failed
+from dynrunner.controller.logs import log_context
+from dynrunner.controller.loops import Backoff
+from dynrunner.controller.metrics import Metrics
+from dynrunner.controller.registrations import Registrations
+from dynrunner.controller.registrations_store import ArmedRegistration
+from dynrunner.controller.sealing import Sealer
+from dynrunner.controller.stagelog import StageLog, claimed_line
+from dynrunner.proto.assignment import Assignment, ClaimingRunner, ExecutorOptions
+from dynrunner.proto.gitea import GiteaError, RunnerRemoved, Task, Unauthenticated
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_MINUTES = 360
+DEADLINE_GRACE = timedelta(minutes=5)
+"""Added to the job's timeout: launching (image pulls, VM boots) happens before the job starts."""
+DEFAULT_TRUST_DOMAIN = "dynrunner.local"
+
+_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class Publisher(Protocol):
+    async def publish(self, sealed_assignment: Assignment) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimSettings:
+    pool: str
+    backend: str
+    gitea_url: str
+    fetch_interval_s: float = 1.0
+    fetch_interval_max_s: float = 5.0
+    request_timeout_s: float = 65.0
+    default_timeout_minutes: int = DEFAULT_TIMEOUT_MINUTES
+    deadline_grace: timedelta = DEADLINE_GRACE
+    trust_domain: str = DEFAULT_TRUST_DOMAIN
+    executor: ExecutorOptions = field(default_factory=ExecutorOptions)
+
+
+def job_timeout_minutes(payload: bytes | None, default: int) -> int:
+    """`timeout-minutes` of the single job in a task's workflow payload, else `default`.
+
+    An expression (`${{ … }}`) is evaluated by the executor, not here: the controller's
+    deadline then uses the default, which only bounds the outer limit.
+    """
+    if not payload:
+        return default
+    try:
+        doc = yaml.load(payload, Loader=_Loader)  # a safe loader (C or Python)
+        jobs = doc.get("jobs") if isinstance(doc, dict) else None
+        job = next(iter(jobs.values())) if isinstance(jobs, dict) and len(jobs) == 1 else None
+        value = job.get("timeout-minutes") if isinstance(job, dict) else None
+    except yaml.YAMLError:
+        return default
+    if isinstance(value, bool):
+        return default
+    if isinstance(value, int | float) and value > 0:
+        return max(1, round(value))
+    if isinstance(value, str) and re.fullmatch(r"\s*\d+(\.\d+)?\s*", value) and float(value) > 0:
+        return max(1, round(float(value)))
+    return default
+
+
+def build_assignment(
+    task: Task,
+    *,
+    assignment_id: str,
+    claimed_at: datetime,
+    runner: ArmedRegistration,
+    settings: ClaimSettings,
+) -> Assignment:
+    """The Assignment for a claimed task (pure). Raises ContractError when the task cannot
+    be run under the contract (its message is what the user reads in the job log)."""
+    job_key = contract.job_key_of(task.context)
+    owner, repository = contract.repository_of(task.context)
+    minutes = job_timeout_minutes(task.workflow_payload, settings.default_timeout_minutes)
+    return Assignment(
+        assignment_id=assignment_id,
+        pool=settings.pool,
+        backend=settings.backend,
+        claimed_at=claimed_at,
+        task=task,
+        runner=ClaimingRunner(id=runner.id, uuid=runner.uuid, token=runner.token, name=runner.name),
+        gitea_url=settings.gitea_url,
+        job_key=job_key,
+        spiffe_id=contract.spiffe_id(settings.trust_domain, owner, repository, job_key),
+        deadline=claimed_at + timedelta(minutes=minutes) + settings.deadline_grace,
+        executor=settings.executor,
+    )
+
+
+class Claimer:
+    def __init__(
+        self,
+        settings: ClaimSettings,
+        *,
+        registrations: Registrations,
+        capacity: Capacity,
+        publisher: Publisher,
+        sealer: Sealer,
+        metrics: Metrics,
+        backoff: Backoff | None = None,
+    ) -> None:
+        self.settings = settings
+        self.pool = settings.pool
+        self._registrations = registrations
+        self._capacity = capacity
+        self._publisher = publisher
+        self._sealer = sealer
+        self._metrics = metrics
+        self._backoff = backoff or Backoff(settings.fetch_interval_s, settings.fetch_interval_max_s)
+        self._tasks_version = 0
+        self._stopping = asyncio.Event()
+        self._claims: set[asyncio.Task[None]] = set()
+        self.consecutive_errors = 0
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Claim no more: `run()` returns after the poll in flight; claims taken are finished."""
+        self._stopping.set()
+
+    async def run(self) -> None:
+        try:
+            while not self._stopping.is_set():
+                reservation = await self._reserve()
+                if reservation is None:
+                    return
+                try:
+                    claimed = await self._poll_until_claimed()
+                except BaseException:
+                    reservation.cancel()
+                    raise
+                if claimed is None:
+                    reservation.cancel()
+                    return
+                task, reg = claimed
+                handling = asyncio.create_task(self._handle_claim(task, reg, reservation), name=f"claim-{task.id}")
+                self._claims.add(handling)
+                handling.add_done_callback(self._claims.discard)
+                # Shielded: a claim already taken is finished even if this loop is cancelled.
+                await asyncio.shield(handling)
+        finally:
+            await self.drain()
+
+    async def drain(self) -> None:
+        """Wait for every claim in hand to be published or finalized."""
+        while self._claims:
+            await asyncio.gather(*list(self._claims), return_exceptions=True)
+
+    # -- polling ---------------------------------------------------------------------------
+
+    async def _poll_until_claimed(self) -> tuple[Task, ArmedRegistration] | None:
+        loop = asyncio.get_running_loop()
+        while not self._stopping.is_set():
+            try:
+                reg = await self._registrations.armed()
+            except GiteaError as err:
+                self._error("register", err)
+                await self._sleep(self._backoff.next())
+                continue
+            client = self._registrations.client(reg)
+            started = loop.time()
+            try:
+                result = await client.fetch_task(self._tasks_version, timeout_s=self.settings.request_timeout_s)
+            except (RunnerRemoved, Unauthenticated) as err:
+                # Gitea dropped the armed runner (its task ended, or an admin deleted it).
+                log.info("pool %s: armed runner %s can no longer claim (%s); arming another", self.pool, reg.name, err)
+                await self._registrations.lost()
+                self._tasks_version = 0
+                continue
+            except GiteaError as err:
+                self._metrics.fetch_calls.labels(pool=self.pool, outcome="error").inc()
+                self._error("fetch", err)
+                await self._sleep(self._backoff.next())
+                continue
+            elapsed = loop.time() - started
+            self._metrics.fetch_duration.labels(pool=self.pool).observe(elapsed)
+            self.consecutive_errors = 0
+            if result.task is not None:
+                self._metrics.fetch_calls.labels(pool=self.pool, outcome="task").inc()
+                self._metrics.claim_latency.labels(pool=self.pool).observe(elapsed)
+                self._tasks_version = 0
+                self._backoff.reset()
+                return result.task, reg
+            self._metrics.fetch_calls.labels(pool=self.pool, outcome="empty").inc()
+            if result.tasks_version == self._tasks_version:
+                self._metrics.tasks_version_fast_path.labels(pool=self.pool).inc()
+            self._tasks_version = result.tasks_version
+            await self._sleep(self._backoff.next())
+        return None
+
+    # -- one claim ---------------------------------------------------------------------------
+
+    async def _handle_claim(self, task: Task, reg: ArmedRegistration, reservation: Reservation) -> None:
+        assignment_id = str(uuid.uuid4())
+        claimed_at = datetime.now(UTC)
+        with log_context(assignment_id=assignment_id, task_id=task.id, pool=self.pool):
+            log.info("claimed task %s as runner %s (id %s)", task.id, reg.name, reg.id)
+            client = self._registrations.client(reg)
+            try:
+                await self._retire(reg)
+                try:
+                    assignment = build_assignment(
+                        task, assignment_id=assignment_id, claimed_at=claimed_at, runner=reg, settings=self.settings
+                    )
+                except contract.ContractError as err:
+                    await self._fail(client, task.id, str(err), "invalid-task")
+                    reservation.cancel()
+                    return
+                await StageLog(client, task.id, next_index=0).write(
+                    claimed_line(self.pool, reg.name, reg.id, reg.labels)
+                )
+                try:
+                    await self._publisher.publish(self._sealer.seal_assignment(assignment))
+                except Exception as err:  # PublishError, or a sealing failure: either way, not queued
+                    self._metrics.errors.labels(pool=self.pool, kind="publish").inc()
+                    reason = f"the controller could not queue the job for launch: {err}"
+                    await self._fail(client, task.id, reason, "publish")
+                    reservation.cancel()
+                    return
+                reservation.bind(assignment_id)
+            except BaseException:
+                if not reservation.done:
+                    reservation.cancel()
+                raise
+
+    async def _retire(self, reg: ArmedRegistration) -> None:
+        """The armed runner is spent; forget it before anything else can fail, so a restarted
+        controller never polls with a runner that already holds a task."""
+        for attempt in range(3):
+            try:
+                await self._registrations.spent()
+                return
+            except Exception as err:
+                self._error("registration-store", err)
+                await asyncio.sleep(0.2 * (attempt + 1))
+        log.error("pool %s: could not remove spent runner %s from the store", self.pool, reg.name)
+
+    async def _fail(self, client: Any, task_id: int, reason: str, kind: str) -> None:
+        self._metrics.finalized_failed.labels(pool=self.pool, reason=kind).inc()
+        try:
+            await finalize_failed(client, task_id, reason)
+        except GiteaError as err:
+            # Gitea stays unreachable: its zombie reaper fails the task after ZOMBIE_TASK_TIMEOUT.
+            self._error("finalize", err)
+            log.error("task %s could not be finalized (%s); Gitea will time it out", task_id, err)
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _error(self, kind: str, err: BaseException) -> None:
+        self.consecutive_errors += 1
+        self._metrics.errors.labels(pool=self.pool, kind=kind).inc()
+        log.warning("pool %s: %s failed: %s", self.pool, kind, err)
+
+    async def _sleep(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+
+    async def _reserve(self) -> Reservation | None:
+        """A reserved permit, or None when `stop()` came first."""
+        waiter = asyncio.create_task(self._capacity.reserve(), name=f"reserve-{self.pool}")
+        stopper = asyncio.create_task(self._stopping.wait(), name=f"stop-{self.pool}")
+        try:
+            await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+            if not waiter.done():
+                waiter.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await waiter
+        if waiter.cancelled():
+            return None
+        reservation = waiter.result()
+        if self._stopping.is_set():
+            reservation.cancel()
+            return None
+        return reservation

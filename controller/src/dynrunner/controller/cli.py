@@ -1,0 +1,86 @@
+"""`dynrunner-controller`: run the controller, check a configuration, or run the demo.
+
+dynrunner-controller run --config FILE     claim, launch and reap until SIGTERM/SIGINT
+dynrunner-controller check --config FILE   validate the config and reach Gitea and NATS
+dynrunner-controller demo                  the whole flow on this machine, self-checking
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from dynrunner.controller.config import ConfigError, ControllerConfig, load_config
+from dynrunner.controller.logs import configure_logging
+from dynrunner.controller.loops import Fatal
+from dynrunner.proto.gitea import GiteaError
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_CONFIG = 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="dynrunner-controller", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run the controller until SIGTERM or SIGINT")
+    run.add_argument("--config", type=Path, help="YAML configuration (DYNRUNNER_* variables override it)")
+    check = sub.add_parser("check", help="validate the configuration and check Gitea and NATS; non-zero on failure")
+    check.add_argument("--config", type=Path, help="YAML configuration (DYNRUNNER_* variables override it)")
+    demo = sub.add_parser("demo", help="run docs/examples/ against a bundled Gitea emulator; non-zero on any mismatch")
+    demo.add_argument("--examples", type=Path, help="directory of example workflows (default: the bundled ones)")
+    demo.add_argument("--keep", action="store_true", help="keep the demo's state directory")
+    demo.add_argument("--verbose", action="store_true", help="show the controller's log")
+    args = parser.parse_args(argv)
+
+    if args.command == "demo":
+        from dynrunner.controller.demo import main as demo_main
+
+        return demo_main(examples=args.examples, keep=args.keep, verbose=args.verbose)
+    if args.command == "check":
+        from dynrunner.controller.checks import run_checks
+
+        return asyncio.run(run_checks(args.config))
+    try:
+        cfg = load_config(args.config)
+    except ConfigError as err:
+        print(err, file=sys.stderr)
+        return EXIT_CONFIG
+    return _run(cfg)
+
+
+def _run(cfg: ControllerConfig) -> int:
+    configure_logging(cfg.logging.level, cfg.logging.json_format)
+    try:
+        asyncio.run(_serve(cfg))
+    except* Fatal as group:
+        for err in group.exceptions:
+            print(f"dynrunner-controller: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    except* (ConfigError, GiteaError, OSError, RuntimeError) as group:
+        for err in group.exceptions:
+            print(f"dynrunner-controller: cannot start: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+async def _serve(cfg: ControllerConfig) -> None:
+    from dynrunner.controller.app import Controller
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await Controller(cfg).run(stop)
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

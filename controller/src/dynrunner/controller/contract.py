@@ -1,0 +1,107 @@
+"""Contract strings in one place: environment labels, names derived from ids, the job-key
+rule and the SPIFFE ID builder (DESIGN §6).
+
+Everything here is a pure function of its arguments, so the claimer, every backend and the
+reaper agree on the same spelling, and unit tests pin it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from dynrunner.proto.assignment import JOB_KEY_RE, Assignment
+
+LABEL_PREFIX = "dynrunner.io/"
+LABEL_ASSIGNMENT_ID = "dynrunner.io/assignment-id"
+LABEL_TASK_ID = "dynrunner.io/task-id"
+LABEL_POOL = "dynrunner.io/pool"
+LABEL_REPOSITORY = "dynrunner.io/repository"
+LABEL_JOB_KEY = "dynrunner.io/job-key"
+
+ENVIRONMENT_NAME_PREFIX = "dr-"
+LABEL_VALUE_MAX = 63
+
+_LABEL_VALUE_BAD = re.compile(r"[^A-Za-z0-9_.-]")
+_SPIFFE_SEGMENT = re.compile(r"^[A-Za-z0-9._-]+$")
+_TRUST_DOMAIN = re.compile(r"^[a-z0-9._-]+$")
+
+
+class ContractError(ValueError):
+    """A task cannot be run under the contract (the message is written to its job log)."""
+
+
+def environment_name(assignment_id: str) -> str:
+    """The name of the environment that runs `assignment_id` (a Pod, sandbox or directory).
+
+    `dr-` + a UUID is 39 characters: a valid DNS label and Kubernetes object name.
+    """
+    return ENVIRONMENT_NAME_PREFIX + assignment_id
+
+
+def runner_name(prefix: str, pool: str, suffix: str) -> str:
+    """The display name of an ephemeral runner registration (Gitea shows it on the job)."""
+    return f"{prefix}-{pool}-{suffix}"
+
+
+def label_value(value: str) -> str:
+    """`value` as a valid Kubernetes label value: ≤ 63 characters of [A-Za-z0-9_.-],
+    starting and ending with an alphanumeric (other characters become `_`)."""
+    cleaned = _LABEL_VALUE_BAD.sub("_", value)[:LABEL_VALUE_MAX]
+    return cleaned.strip("_.-")
+
+
+def job_key_of(context: Mapping[str, Any] | None) -> str:
+    """The workflow job id (`github.job`) of a task, checked against the job-key rule."""
+    job = (context or {}).get("job")
+    if not isinstance(job, str) or not job:
+        raise ContractError("the task's github context has no job id (`github.job`); it cannot be run")
+    if not JOB_KEY_RE.match(job):
+        raise ContractError(
+            f"job id {job!r} is not a valid job key: it must match [A-Za-z_][A-Za-z0-9_-]* "
+            "(a letter or underscore, then letters, digits, '_' or '-'); rename the job in the workflow"
+        )
+    return job
+
+
+def repository_of(context: Mapping[str, Any] | None) -> tuple[str, str]:
+    """(owner, repository name) from the task's github context, lowercased."""
+    full = (context or {}).get("repository")
+    if not isinstance(full, str) or full.count("/") != 1:
+        raise ContractError(f"the task's github context has no usable repository (got {full!r})")
+    owner, name = full.lower().split("/")
+    if not owner or not name:
+        raise ContractError(f"the task's github context has no usable repository (got {full!r})")
+    return owner, name
+
+
+def spiffe_id(trust_domain: str, owner: str, repository: str, job_key: str) -> str:
+    """`spiffe://<td>/ci/<owner>/<repository>/<job-key>`; owner and repository lowercased.
+
+    Only the workflow job id enters the ID: never the display name, Gitea's numeric ids or
+    the assignment id, so resource owners can authorize a job by what its author wrote.
+    """
+    if not _TRUST_DOMAIN.match(trust_domain):
+        raise ContractError(f"trust domain {trust_domain!r} must be lowercase letters, digits, '.', '-' or '_'")
+    if not JOB_KEY_RE.match(job_key):
+        raise ContractError(f"job key {job_key!r} must match [A-Za-z_][A-Za-z0-9_-]*")
+    segments = [owner.lower(), repository.lower()]
+    for segment in segments:
+        if segment in (".", "..") or not _SPIFFE_SEGMENT.match(segment):
+            raise ContractError(
+                f"{segment!r} cannot be part of a SPIFFE ID: only letters, digits, '.', '-' and '_' are allowed"
+            )
+    return f"spiffe://{trust_domain}/ci/{segments[0]}/{segments[1]}/{job_key}"
+
+
+def environment_labels(assignment: Assignment) -> dict[str, str]:
+    """The labels every environment carries (DESIGN §6); values are valid label values."""
+    owner, name = repository_of(assignment.task.context)
+    return {
+        LABEL_ASSIGNMENT_ID: assignment.assignment_id,
+        LABEL_TASK_ID: str(assignment.task.id),
+        LABEL_POOL: assignment.pool,
+        LABEL_REPOSITORY: label_value(f"{owner}.{name}"),
+        LABEL_JOB_KEY: label_value(assignment.job_key),
+    }

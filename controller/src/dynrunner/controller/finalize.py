@@ -1,0 +1,101 @@
+"""The one path that ends a task on the executor's behalf (claimer, launcher and reaper use it).
+
+Order matters for ephemeral runners: the log goes first, with `no_more`, and only then the
+final UpdateTask — the final UpdateTask deletes the runner, whose credentials every later
+call needs. Each step tolerates the task having been ended already by someone else (the
+executor, a user's cancel, Gitea's zombie reaper): an archived log, a task already final
+and a runner already deleted all count as done.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from dynrunner.proto.gitea import (
+    AlreadyExists,
+    GiteaClient,
+    GiteaError,
+    LogRow,
+    Result,
+    TaskState,
+    Unauthenticated,
+)
+
+log = logging.getLogger(__name__)
+
+LINE_PREFIX = "[dynrunner] "
+
+
+class FinalizeOutcome(enum.Enum):
+    FINALIZED = "finalized"
+    """Our lines are in the log and the task ended with our result."""
+    ALREADY_FINAL = "already-final"
+    """The task had ended before (the log was archived or Gitea kept another result)."""
+    RUNNER_GONE = "runner-gone"
+    """The claiming runner no longer exists: Gitea deletes it when the task ends."""
+    REJECTED = "rejected"
+    """Gitea refused for good (e.g. the task no longer exists); retrying cannot help."""
+
+
+def rows(lines: Sequence[str], now: datetime | None = None) -> list[LogRow]:
+    """Controller log rows: prefixed so a reader tells them from the job's own output."""
+    stamp = now or datetime.now(UTC)
+    return [LogRow(time=stamp, content=LINE_PREFIX + line) for line in lines]
+
+
+async def finalize_task(client: GiteaClient, task_id: int, result: Result, lines: Sequence[str]) -> FinalizeOutcome:
+    """Append `lines`, close the log, then report `result` as the task's final state.
+
+    `client` carries the claiming runner's credentials. Raises GiteaError only for transient
+    errors that outlasted the client's retries (the caller tries again later).
+    """
+    now = datetime.now(UTC)
+    try:
+        if not await _close_log(client, task_id, rows(lines or ["the task was ended by the controller"], now)):
+            log.info("task %s: its log was already closed", task_id)
+        state = await client.update_task(TaskState(id=task_id, result=result, stopped_at=now))
+    except Unauthenticated:
+        log.info("task %s: its runner is gone, so the task had already ended", task_id)
+        return FinalizeOutcome.RUNNER_GONE
+    except GiteaError as err:
+        if err.transient:
+            raise
+        log.error("task %s: Gitea refused to end it: %s", task_id, err)
+        return FinalizeOutcome.REJECTED
+    if state.result is not result:
+        log.info("task %s had already ended with result %s", task_id, state.result.word or "unknown")
+        return FinalizeOutcome.ALREADY_FINAL
+    return FinalizeOutcome.FINALIZED
+
+
+async def finalize_failed(client: GiteaClient, task_id: int, reason: str) -> FinalizeOutcome:
+    """End the task as failed and tell the user why, in its job log."""
+    first, *rest = reason.splitlines() or ["no reason was recorded"]
+    outcome = await finalize_task(client, task_id, Result.FAILURE, [f"the job failed: {first}", *rest])
+    log.warning("task %s finalized as failed (%s): %s", task_id, outcome.value, first)
+    return outcome
+
+
+async def _close_log(client: GiteaClient, task_id: int, new_rows: list[LogRow]) -> bool:
+    """Append `new_rows` at the server's ack index with `no_more`; False if it was already
+    archived (or could not be closed: the final UpdateTask still ends the task)."""
+    try:
+        index = await client.update_log(task_id, 0, [])
+        for _ in range(3):
+            ack = await client.update_log(task_id, index, new_rows, no_more=True)
+            if ack == index + len(new_rows):
+                return True
+            # The log moved under us (or the server is behind): append at its ack instead.
+            index = ack
+    except AlreadyExists:
+        return False
+    except Unauthenticated:
+        raise
+    except GiteaError as err:
+        if err.transient:
+            raise
+        log.warning("task %s: could not write the final log lines: %s", task_id, err)
+    return False

@@ -1,0 +1,246 @@
+"""The launcher of one pool: JetStream deliveries → environments.
+
+For each delivery: unseal the assignment, take its capacity permit, and create its
+environment idempotently. While the environment is being made the launcher keeps the
+delivery alive (`in_progress`), heartbeats the task in Gitea and writes stage lines; right
+before the executor may start, it writes the last stage line and stops heartbeating (the
+executor owns the log and the task state from then on). The delivery is acknowledged once
+the environment exists. A failure naks it for another attempt after a backoff; the last
+attempt finalizes the task failed with the reason and terminates the message.
+
+A redelivered assignment whose environment exists already (the previous launcher died
+between creating and acknowledging) is only acknowledged: the executor runs already.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Protocol
+
+from dynrunner.controller import contract
+from dynrunner.controller.backends.base import Backend
+from dynrunner.controller.capacity import Capacity
+from dynrunner.controller.finalize import finalize_failed, finalize_task
+from dynrunner.controller.logs import log_context
+from dynrunner.controller.loops import Backoff
+from dynrunner.controller.metrics import Metrics
+from dynrunner.controller.sealing import Sealer, SealingError
+from dynrunner.controller.stagelog import HEARTBEAT_INTERVAL_S, Heartbeat, StageLog, TaskEnded
+from dynrunner.proto.assignment import Assignment
+from dynrunner.proto.gitea import GiteaClient, GiteaError, Result, RunnerCredentials
+
+log = logging.getLogger(__name__)
+
+LAUNCH_CONCURRENCY = 16
+NAK_BACKOFF = Backoff(initial=1.0, maximum=60.0, jitter=0.2)
+
+
+class Delivery(Protocol):
+    """What the launcher needs of `assignments.Delivery`."""
+
+    assignment: Assignment
+    num_delivered: int
+    max_deliver: int
+
+    @property
+    def is_last_attempt(self) -> bool: ...
+    @property
+    def exhausted(self) -> bool: ...
+    def keep_alive(self, interval_s: float | None = None) -> contextlib.AbstractAsyncContextManager[None]: ...
+    async def ack(self) -> None: ...
+    async def nak(self, delay_s: float | None = None) -> None: ...
+    async def term(self) -> None: ...
+
+
+class DeliverySource(Protocol):
+    def deliveries(self, pool: str, batch: int = 1) -> AsyncIterator[Delivery]: ...
+
+
+def nak_delay(num_delivered: int) -> float:
+    """Backoff before the next attempt of a failed launch: 1 s, 2 s, 4 s, … up to 60 s."""
+    return min(NAK_BACKOFF.maximum, NAK_BACKOFF.initial * NAK_BACKOFF.factor ** max(0, num_delivered - 1))
+
+
+class Launcher:
+    def __init__(
+        self,
+        pool: str,
+        *,
+        backend: Backend,
+        source: DeliverySource,
+        sealer: Sealer,
+        gitea: GiteaClient,
+        capacity: Capacity,
+        metrics: Metrics,
+        concurrency: int = LAUNCH_CONCURRENCY,
+        heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S,
+    ) -> None:
+        self.pool = pool
+        self._backend = backend
+        self._source = source
+        self._sealer = sealer
+        self._gitea = gitea
+        self._capacity = capacity
+        self._metrics = metrics
+        self._concurrency = concurrency
+        self._heartbeat_interval_s = heartbeat_interval_s
+        self._launches: set[asyncio.Task[None]] = set()
+        self.launching: set[str] = set()
+        """Assignment ids being launched right now (the reaper leaves them alone)."""
+
+    async def run(self) -> None:
+        """Pull and launch until cancelled; launches in hand are finished first (`drain`)."""
+        slots = asyncio.Semaphore(self._concurrency)
+        try:
+            async with contextlib.aclosing(self._source.deliveries(self.pool)) as deliveries:
+                iterator = aiter(deliveries)
+                while True:
+                    await slots.acquire()
+                    try:
+                        delivery = await anext(iterator)
+                    except BaseException:
+                        slots.release()
+                        raise
+                    launch = asyncio.create_task(
+                        self._launch(delivery), name=f"launch-{delivery.assignment.assignment_id}"
+                    )
+                    self._launches.add(launch)
+                    launch.add_done_callback(self._launches.discard)
+                    launch.add_done_callback(lambda _: slots.release())
+        finally:
+            await self.drain()
+
+    async def drain(self) -> None:
+        """Wait for launches in hand (shielded from the caller's cancellation)."""
+        while self._launches:
+            await asyncio.shield(asyncio.gather(*list(self._launches), return_exceptions=True))
+
+    # -- one delivery ------------------------------------------------------------------------
+
+    async def _launch(self, delivery: Delivery) -> None:
+        sealed = delivery.assignment
+        with log_context(assignment_id=sealed.assignment_id, task_id=sealed.task.id, pool=self.pool):
+            try:
+                assignment = self._sealer.unseal_assignment(sealed)
+            except SealingError as err:
+                await self._unopenable(delivery, err)
+                return
+            self._capacity.adopt(assignment.assignment_id)
+            self.launching.add(assignment.assignment_id)
+            try:
+                await self._launch_unsealed(delivery, assignment)
+            except Exception:
+                log.exception("launch of %s failed unexpectedly", assignment.assignment_id)
+            finally:
+                self.launching.discard(assignment.assignment_id)
+
+    async def _launch_unsealed(self, delivery: Delivery, assignment: Assignment) -> None:
+        client = self._gitea.with_credentials(RunnerCredentials(assignment.runner.uuid, assignment.runner.token))
+        task_id = assignment.task.id
+        if delivery.exhausted:
+            reason = f"the {self._backend.name} environment could not be created in {delivery.max_deliver} attempts"
+            await self._give_up(delivery, assignment, client, reason)
+            return
+        heartbeat = Heartbeat(client, task_id, interval_s=self._heartbeat_interval_s)
+        try:
+            async with delivery.keep_alive():
+                existing = await self._backend.find(assignment.assignment_id)
+                if existing is not None:
+                    log.info("environment %s exists already (redelivery); acknowledging", existing.name)
+                    await self._backend.create(assignment, _nothing_to_say)
+                else:
+                    await heartbeat.beat()
+                    heartbeat.start()
+                    stage = StageLog(client, task_id, next_index=1)
+
+                    async def before_start() -> None:
+                        await heartbeat.stop()
+                        if heartbeat.ended is not None:
+                            raise heartbeat.ended
+                        name = contract.environment_name(assignment.assignment_id)
+                        await stage.write(f"environment {name} created ({self._backend.name}); starting the executor")
+
+                    await self._backend.create(assignment, before_start)
+                    self._metrics.claimed_to_launched.labels(pool=self.pool).observe(
+                        (datetime.now(UTC) - assignment.claimed_at).total_seconds()
+                    )
+            await delivery.ack()
+        except TaskEnded as ended:
+            await heartbeat.stop()
+            await self._ended_before_start(delivery, assignment, client, ended)
+        except Exception as err:
+            await heartbeat.stop()
+            self._metrics.errors.labels(pool=self.pool, kind="launch").inc()
+            if delivery.is_last_attempt:
+                reason = (
+                    f"the {self._backend.name} environment could not be created "
+                    f"(attempt {delivery.num_delivered} of {delivery.max_deliver}): {_describe(err)}"
+                )
+                await self._give_up(delivery, assignment, client, reason)
+            else:
+                delay = nak_delay(delivery.num_delivered)
+                log.warning(
+                    "launch attempt %d/%d failed, retrying in %.0fs: %s",
+                    delivery.num_delivered,
+                    delivery.max_deliver,
+                    delay,
+                    _describe(err),
+                )
+                await delivery.nak(delay)
+
+    async def _give_up(self, delivery: Delivery, assignment: Assignment, client: GiteaClient, reason: str) -> None:
+        """Last attempt failed: tell the user why, remove what was made, never deliver again."""
+        self._metrics.finalized_failed.labels(pool=self.pool, reason="launch").inc()
+        await finalize_failed(client, assignment.task.id, reason)
+        await self._remove(assignment.assignment_id)
+        await delivery.term()
+        self._capacity.release(assignment.assignment_id)
+
+    async def _ended_before_start(
+        self, delivery: Delivery, assignment: Assignment, client: GiteaClient, ended: TaskEnded
+    ) -> None:
+        """The run was cancelled (or Gitea gave up on the task) before the executor started."""
+        log.info("%s; not starting it", ended)
+        if ended.result is not None:
+            # The runner still exists (cancelling handshake): close the log and end the task so
+            # Gitea deletes the runner; otherwise Gitea did both already.
+            with contextlib.suppress(GiteaError):
+                await finalize_task(
+                    client, assignment.task.id, Result.CANCELLED, ["the job was cancelled before it started"]
+                )
+        self._metrics.results.labels(pool=self.pool, result="cancelled").inc()
+        await self._remove(assignment.assignment_id)
+        await delivery.ack()
+        self._capacity.release(assignment.assignment_id)
+
+    async def _unopenable(self, delivery: Delivery, err: SealingError) -> None:
+        """Without the key nothing can be reported to Gitea: retry (another replica may hold
+        the key) and drop it after the last attempt; Gitea's zombie reaper ends the task."""
+        self._metrics.errors.labels(pool=self.pool, kind="sealing").inc()
+        if delivery.is_last_attempt or delivery.exhausted:
+            log.error("assignment cannot be unsealed and is dropped: %s", err)
+            await delivery.term()
+        else:
+            log.error("assignment cannot be unsealed (attempt %d): %s", delivery.num_delivered, err)
+            await delivery.nak(nak_delay(delivery.num_delivered))
+
+    async def _remove(self, assignment_id: str) -> None:
+        try:
+            env = await self._backend.find(assignment_id)
+            if env is not None:
+                await self._backend.delete(env)
+        except Exception as err:
+            log.warning("could not remove the environment of %s: %s (the reaper will)", assignment_id, err)
+
+
+async def _nothing_to_say() -> None:
+    return None
+
+
+def _describe(err: BaseException) -> str:
+    text = str(err)
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__

@@ -1,0 +1,186 @@
+"""The reaper: finished environments are deleted, failed ones finalized, orphans collected.
+
+Every sweep lists each pool's environments and observes them:
+
+* succeeded (the executor finalized its task) → delete the environment, release the permit;
+* failed (ended — or stuck past its deadline — before the executor finalized) → finalize the
+  task failed with the diagnosis in the job log, then delete it and release the permit;
+  when Gitea cannot be reached the environment stays, and the next sweep tries again;
+* gone (it vanished under us) → release the permit; without the environment there are no
+  credentials to report with, so Gitea's zombie reaper ends that task.
+
+Less often it removes orphans (leftovers of interrupted creates) and trims capacity
+permits recovered at start to what JetStream still holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Collection, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from dynrunner.controller.backends.base import Backend, Environment, Observation, Phase
+from dynrunner.controller.capacity import Capacity
+from dynrunner.controller.finalize import FinalizeOutcome, finalize_failed
+from dynrunner.controller.logs import log_context
+from dynrunner.controller.metrics import Metrics
+from dynrunner.proto.assignment import Assignment
+from dynrunner.proto.gitea import GiteaClient, GiteaError, RunnerCredentials
+
+log = logging.getLogger(__name__)
+
+SWEEP_INTERVAL_S = 1.0
+ORPHAN_INTERVAL_S = 60.0
+MASK = "***"
+
+
+@dataclass
+class PoolWatch:
+    """What the reaper needs of one pool."""
+
+    name: str
+    backend: Backend
+    capacity: Capacity
+    launching: Callable[[], Collection[str]]
+    pending: Callable[[], Awaitable[int]] | None = None
+    """JetStream's count of the pool's unacknowledged assignments (to trim recovered permits)."""
+
+
+def mask_secrets(text: str, assignment: Assignment) -> str:
+    """`text` with every secret the assignment carries replaced by ***, line by line as the
+    executor masks (each line of a multi-line secret longer than one character)."""
+    values: set[str] = set(assignment.task.secrets.values())
+    values.add(assignment.runner.token)
+    context = assignment.task.context or {}
+    for key in ("token", "gitea_runtime_token"):
+        if isinstance(context.get(key), str):
+            values.add(context[key])
+    pieces = {line.strip() for value in values for line in value.splitlines()}
+    for piece in sorted((p for p in pieces if len(p) > 1), key=len, reverse=True):
+        text = text.replace(piece, MASK)
+    return text
+
+
+def failure_report(observation: Observation, assignment: Assignment) -> str:
+    """The lines the user reads: the diagnosis, then the executor's last output (masked)."""
+    diagnosis = observation.diagnosis
+    if diagnosis is None:
+        return "the job's environment ended without its executor reporting a result"
+    text = f"{diagnosis.message} [{diagnosis.reason.value}]"
+    if diagnosis.detail:
+        text += "\nlast lines of the executor's output:\n" + mask_secrets(diagnosis.detail, assignment)
+    return text
+
+
+class Reaper:
+    def __init__(
+        self,
+        pools: Iterable[PoolWatch],
+        *,
+        gitea: GiteaClient,
+        metrics: Metrics,
+        interval_s: float = SWEEP_INTERVAL_S,
+        orphan_interval_s: float = ORPHAN_INTERVAL_S,
+    ) -> None:
+        self._pools = list(pools)
+        self._gitea = gitea
+        self._metrics = metrics
+        self._interval_s = interval_s
+        self._orphan_interval_s = orphan_interval_s
+        self._seen: dict[str, set[str]] = {p.name: set() for p in self._pools}
+        self._stopping = asyncio.Event()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_orphans = loop.time() + self._orphan_interval_s
+        while not self._stopping.is_set():
+            for pool in self._pools:
+                try:
+                    await self.sweep(pool)
+                except Exception as err:
+                    self._metrics.errors.labels(pool=pool.name, kind="reaper").inc()
+                    log.exception("pool %s: sweep failed: %s", pool.name, err)
+            if loop.time() >= next_orphans:
+                next_orphans = loop.time() + self._orphan_interval_s
+                for pool in self._pools:
+                    await self.collect(pool)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self._interval_s)
+
+    async def sweep(self, pool: PoolWatch) -> None:
+        envs = await pool.backend.list_owned()
+        launching = set(pool.launching())
+        present = {env.assignment_id for env in envs}
+        for env in envs:
+            if env.assignment_id in launching:
+                continue
+            with log_context(assignment_id=env.assignment_id, task_id=env.task_id, pool=pool.name):
+                await self._handle(pool, env)
+        # An environment seen before that vanished outside our control (and was not reaped here).
+        seen = self._seen[pool.name]
+        for assignment_id in seen - present - launching:
+            if pool.capacity.release(assignment_id):
+                self._metrics.results.labels(pool=pool.name, result="vanished").inc()
+                log.error("environment of %s disappeared; Gitea's zombie reaper will end its task", assignment_id)
+        self._seen[pool.name] = present
+
+    async def collect(self, pool: PoolWatch) -> None:
+        """Orphans, and recovered permits JetStream no longer backs."""
+        try:
+            removed = await pool.backend.collect_orphans(pool.launching())
+            for item in removed:
+                log.warning("pool %s: removed orphan %s", pool.name, item)
+            if pool.pending is not None:
+                pool.capacity.limit_recovered(await pool.pending())
+        except Exception as err:
+            self._metrics.errors.labels(pool=pool.name, kind="orphans").inc()
+            log.warning("pool %s: orphan collection failed: %s", pool.name, err)
+
+    async def _handle(self, pool: PoolWatch, env: Environment) -> None:
+        observation = await pool.backend.observe(env)
+        if not observation.phase.finished:
+            pool.capacity.adopt(env.assignment_id)
+            return
+        if observation.phase is Phase.FAILED:
+            if not await self._finalize(pool, env, observation):
+                return  # Gitea unreachable: keep the environment (and its credentials) for the next sweep
+        elif observation.phase is Phase.SUCCEEDED:
+            self._metrics.results.labels(pool=pool.name, result="reported").inc()
+        else:
+            self._metrics.results.labels(pool=pool.name, result="vanished").inc()
+            log.error("environment %s is gone before its task was finalized", env.name)
+        if observation.phase is not Phase.GONE:
+            await pool.backend.delete(env)
+        self._metrics.job_duration.labels(pool=pool.name).observe(
+            max(0.0, (datetime.now(UTC) - env.created_at).total_seconds())
+        )
+        pool.capacity.release(env.assignment_id)
+        log.info("environment %s reaped (%s)", env.name, observation.phase.value)
+
+    async def _finalize(self, pool: PoolWatch, env: Environment, observation: Observation) -> bool:
+        try:
+            assignment = await pool.backend.load_assignment(env)
+        except Exception as err:
+            log.error("environment %s: its assignment cannot be read (%s); Gitea will time the task out", env.name, err)
+            return True
+        reason = observation.diagnosis.reason.value if observation.diagnosis else "unknown"
+        client = self._gitea.with_credentials(RunnerCredentials(assignment.runner.uuid, assignment.runner.token))
+        try:
+            outcome = await finalize_failed(client, assignment.task.id, failure_report(observation, assignment))
+        except GiteaError as err:
+            self._metrics.errors.labels(pool=pool.name, kind="finalize").inc()
+            log.warning("task %s could not be finalized yet: %s", assignment.task.id, err)
+            return False
+        if outcome is FinalizeOutcome.FINALIZED:
+            self._metrics.finalized_failed.labels(pool=pool.name, reason=reason).inc()
+            self._metrics.results.labels(pool=pool.name, result="failed").inc()
+        else:
+            # The executor had reported after all (its exit status said otherwise).
+            self._metrics.results.labels(pool=pool.name, result="reported").inc()
+        return True

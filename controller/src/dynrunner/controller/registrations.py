@@ -1,0 +1,157 @@
+"""Arming runner registrations: each pool claims with one registered runner at a time.
+
+`ephemeral` mode (the default, Gitea ≥ 1.24): each claim uses a fresh *ephemeral* runner
+registered with the pool's labels. Gitea binds the claimed task to it, refuses it a second
+task and deletes it after the task's final UpdateTask, so the credential an executor
+receives can report on its one task only. The armed (registered, not yet used) runner is
+kept sealed in the KV store: Gitea never deletes an ephemeral runner that claimed nothing,
+so a restarted controller reuses it instead of leaving it behind.
+
+`shared` mode (older Gitea, less safe): one ordinary runner per pool, kept in the same
+store and reused for every claim; every executor of the pool receives its credential, which
+could claim further tasks or report on any task of that runner.
+
+The registration token never leaves this module's Register call.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from datetime import UTC, datetime
+from typing import Literal
+
+from dynrunner.controller import contract
+from dynrunner.controller.loops import Fatal
+from dynrunner.controller.metrics import Metrics
+from dynrunner.controller.registrations_store import ArmedRegistration, RegistrationStore
+from dynrunner.controller.sealing import SealingError
+from dynrunner.proto.gitea import GiteaClient, RunnerCredentials, Unauthenticated
+
+log = logging.getLogger(__name__)
+
+MIN_GITEA_FOR_EPHEMERAL = "1.24"
+EXECUTOR_CAPABILITIES: tuple[str, ...] = ()
+"""Runner capabilities declared for the executor (e.g. "cancelling": it runs post steps
+after a cancel and reports the final state itself). Empty: Gitea cancels outright."""
+
+CredentialMode = Literal["ephemeral", "shared"]
+
+
+class GiteaTooOld(Fatal):
+    """Gitea registered an ordinary runner although an ephemeral one was asked for."""
+
+
+class Registrations:
+    """The armed registration of one pool. Used by that pool's claimer only: two concurrent
+    FetchTasks on one ephemeral runner can each win a job before Gitea records the first."""
+
+    def __init__(
+        self,
+        gitea: GiteaClient,
+        store: RegistrationStore,
+        *,
+        pool: str,
+        labels: list[str],
+        registration_token: str,
+        mode: CredentialMode = "ephemeral",
+        name_prefix: str = "dynrunner",
+        metrics: Metrics | None = None,
+    ) -> None:
+        self._gitea = gitea
+        self._store = store
+        self.pool = pool
+        self.labels = list(labels)
+        self._registration_token = registration_token
+        self.mode = mode
+        self._name_prefix = name_prefix
+        self._metrics = metrics
+        self._current: ArmedRegistration | None = None
+
+    @property
+    def ephemeral(self) -> bool:
+        return self.mode == "ephemeral"
+
+    def client(self, reg: ArmedRegistration) -> GiteaClient:
+        return self._gitea.with_credentials(RunnerCredentials(reg.uuid, reg.token))
+
+    async def armed(self) -> ArmedRegistration:
+        """The registration to claim with: the current one, the stored one if Gitea still
+        knows it, or a newly registered one (stored before it is used)."""
+        if self._current is not None:
+            return self._current
+        reg = await self._stored()
+        if reg is not None and not await self._still_registered(reg):
+            await self._store.delete(self.pool)
+            reg = None
+        if reg is None:
+            reg = await self._register()
+        self._current = reg
+        return reg
+
+    async def spent(self) -> None:
+        """The armed runner claimed a task (or Gitea dropped it): the next claim needs another.
+        In shared mode the runner stays."""
+        if self.ephemeral:
+            self._current = None
+            await self._store.delete(self.pool)
+
+    async def lost(self) -> None:
+        """Gitea no longer accepts the armed runner (deleted by an admin, or removed after a
+        task): forget it, whatever the mode."""
+        self._current = None
+        await self._store.delete(self.pool)
+
+    async def _stored(self) -> ArmedRegistration | None:
+        try:
+            return await self._store.get(self.pool)
+        except SealingError as err:
+            log.error(
+                "the armed registration of pool %s cannot be opened (%s); registering a new one. "
+                "The old runner stays in Gitea until an admin deletes it",
+                self.pool,
+                err,
+            )
+            return None
+
+    async def _still_registered(self, reg: ArmedRegistration) -> bool:
+        """Declare doubles as the check that Gitea still knows the runner, and brings its
+        labels up to date with the pool's configuration."""
+        try:
+            await self.client(reg).declare(labels=self.labels, capabilities=EXECUTOR_CAPABILITIES)
+        except Unauthenticated:
+            log.info("pool %s: armed runner %s (id %s) is gone from Gitea", self.pool, reg.name, reg.id)
+            return False
+        log.info("pool %s: reusing armed runner %s (id %s)", self.pool, reg.name, reg.id)
+        return True
+
+    async def _register(self) -> ArmedRegistration:
+        name = contract.runner_name(self._name_prefix, self.pool, secrets.token_hex(4))
+        info = await self._gitea.register(
+            name=name,
+            registration_token=self._registration_token,
+            labels=self.labels,
+            ephemeral=self.ephemeral,
+            capabilities=EXECUTOR_CAPABILITIES,
+        )
+        if self._metrics is not None:
+            self._metrics.registrations.labels(pool=self.pool).inc()
+        if self.ephemeral and not info.ephemeral:
+            raise GiteaTooOld(
+                f"Gitea registered runner {info.name!r} (id {info.id}) as an ordinary runner although an "
+                f"ephemeral one was requested: ephemeral runners need Gitea {MIN_GITEA_FOR_EPHEMERAL} or newer. "
+                f"Delete that runner in Gitea's admin panel (Site Administration → Actions → Runners), then "
+                "upgrade Gitea, or set gitea.credentialMode: shared (less safe: every executor of a pool "
+                "receives one long-lived runner credential)"
+            )
+        reg = ArmedRegistration(
+            id=info.id,
+            uuid=info.uuid,
+            token=info.token,
+            name=info.name or name,
+            labels=tuple(self.labels),
+            created_at=datetime.now(UTC),
+        )
+        await self._store.put(self.pool, reg)
+        log.info("pool %s: registered %s runner %s (id %s)", self.pool, self.mode, reg.name, reg.id)
+        return reg

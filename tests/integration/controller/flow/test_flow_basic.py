@@ -1,0 +1,41 @@
+"""The whole flow with the fake executor: claim → publish → launch → execute → reap."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dynrunner.doubles.gitea import GiteaDouble
+from tests.e2e.harness import build_config, in_process, live_runners, wait_for, wait_run_done
+
+WORKFLOW = """
+on: push
+jobs:
+  build:
+    runs-on: [self-hosted, local]
+    steps:
+      - run: echo hi
+"""
+
+
+async def test_one_job_runs_and_is_reaped(gitea: GiteaDouble, nats_url: str, tmp_path: Path) -> None:
+    cfg = build_config(
+        gitea_url=gitea.url,
+        registration_token=gitea.registration_token,
+        state_dir=tmp_path / "state",
+        nats_url=nats_url,
+    )
+    async with in_process(cfg) as running:
+        run = gitea.submit("owner/repo", WORKFLOW)
+        done = await wait_run_done(gitea, run.id)
+        task = gitea.task(done.jobs[0].task_id)
+        assert done.status == "success", "\n".join(task.log_rows)
+        task = gitea.task(done.jobs[0].task_id)
+        assert any("claimed by pool local" in row for row in task.log_rows)
+        assert any("fake executor ran job build" in row for row in task.log_rows)
+        pool = running.controller.pools["local"]
+        await wait_for(lambda: pool.capacity.in_use == 0, what="capacity released")
+        root = cfg.pools[0].backend.root_dir
+        assert root is not None
+        await wait_for(lambda: not any(root.iterdir()), what="environment deleted")
+    # One armed runner is left for the next claim; the spent one was deleted by Gitea.
+    assert len(live_runners(gitea)) == 1
