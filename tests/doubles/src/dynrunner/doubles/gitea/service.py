@@ -16,6 +16,7 @@ import concurrent.futures
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from connectrpc.request import RequestContext
@@ -44,11 +45,19 @@ class Worker:
             raise to_connect(err, self.engine.options.mode) from None
 
 
+@dataclass(slots=True)
+class Hooks:
+    """Test hooks that widen real race windows so tests can hit them deterministically."""
+
+    fetch_pause_s: float = 0.0  # FetchTask: between authentication and the pick
+    build_delay_s: float = 0.0  # FetchTask: between the claim and the answer (payload building)
+
+
 class RunnerServiceImpl:
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
         self.engine = worker.engine
-        self.build_delay_s = 0.0  # test hook: time spent "building" a claimed task's payload
+        self.hooks = Hooks()
 
     async def _runner(self, ctx: RequestContext[Any, Any], method: str) -> Row:
         headers = ctx.request_headers
@@ -68,6 +77,8 @@ class RunnerServiceImpl:
 
     async def fetch_task(self, request: pb.FetchTaskRequest, ctx: RequestContext[Any, Any]) -> pb.FetchTaskResponse:
         runner = await self._runner(ctx, "FetchTask")
+        if self.hooks.fetch_pause_s:
+            await asyncio.sleep(self.hooks.fetch_pause_s)
         future = self.worker.pool.submit(self._pick, runner, request.tasks_version)
         try:
             task, latest = await asyncio.wrap_future(future)
@@ -86,8 +97,8 @@ class RunnerServiceImpl:
         if claimed is None:
             return None, latest
         try:
-            if self.build_delay_s:
-                time.sleep(self.build_delay_s)
+            if self.hooks.build_delay_s:
+                time.sleep(self.hooks.build_delay_s)
             return self.engine.build(claimed), latest
         except Exception as exc:
             self.engine.release(claimed["id"])

@@ -109,6 +109,9 @@ class Store:
         self._pool: queue.SimpleQueue[sqlite3.Connection] = queue.SimpleQueue()
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        # Writers queue here rather than in SQLite's busy handler, whose sleeps (up to
+        # 100 ms each) would dominate under concurrent runners.
+        self._write_lock = threading.Lock()
         self._closed = False
         conn = self._connect()
         conn.executescript(SCHEMA)
@@ -146,7 +149,7 @@ class Store:
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
         """One transaction holding SQLite's write lock from its start (`BEGIN IMMEDIATE`)."""
-        with self._conn() as conn:
+        with self._write_lock, self._conn() as conn:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
