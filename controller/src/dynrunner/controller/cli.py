@@ -57,15 +57,22 @@ def _run(cfg: ControllerConfig) -> int:
     configure_logging(cfg.logging.level, cfg.logging.json_format)
     try:
         asyncio.run(_serve(cfg))
-    except* Fatal as group:
-        for err in group.exceptions:
-            print(f"dynrunner-controller: {err}", file=sys.stderr)
-        return EXIT_FAILED
-    except* (ConfigError, GiteaError, OSError, RuntimeError) as group:
-        for err in group.exceptions:
-            print(f"dynrunner-controller: cannot start: {err}", file=sys.stderr)
+    except (Exception, BaseExceptionGroup) as err:
+        errors = _leaves(err)
+        if not all(isinstance(e, Fatal | ConfigError | GiteaError | OSError | RuntimeError) for e in errors):
+            raise
+        for one in errors:
+            prefix = "" if isinstance(one, Fatal) else "cannot start: "
+            print(f"dynrunner-controller: {prefix}{one}", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK
+
+
+def _leaves(err: BaseException) -> list[BaseException]:
+    """The errors inside (nested) exception groups, as the TaskGroup raises them."""
+    if isinstance(err, BaseExceptionGroup):
+        return [leaf for inner in err.exceptions for leaf in _leaves(inner)]
+    return [err]
 
 
 async def _serve(cfg: ControllerConfig) -> None:

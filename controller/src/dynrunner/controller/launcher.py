@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -95,23 +95,23 @@ class Launcher:
     async def run(self) -> None:
         """Pull and launch until cancelled; launches in hand are finished first (`drain`)."""
         slots = asyncio.Semaphore(self._concurrency)
+        deliveries = self._source.deliveries(self.pool)
         try:
-            async with contextlib.aclosing(self._source.deliveries(self.pool)) as deliveries:
-                iterator = aiter(deliveries)
-                while True:
-                    await slots.acquire()
-                    try:
-                        delivery = await anext(iterator)
-                    except BaseException:
-                        slots.release()
-                        raise
-                    launch = asyncio.create_task(
-                        self._launch(delivery), name=f"launch-{delivery.assignment.assignment_id}"
-                    )
-                    self._launches.add(launch)
-                    launch.add_done_callback(self._launches.discard)
-                    launch.add_done_callback(lambda _: slots.release())
+            while True:
+                await slots.acquire()
+                try:
+                    delivery = await anext(deliveries)
+                except BaseException:
+                    slots.release()
+                    raise
+                name = f"launch-{delivery.assignment.assignment_id}"
+                launch = asyncio.create_task(self._launch(delivery), name=name)
+                self._launches.add(launch)
+                launch.add_done_callback(self._launches.discard)
+                launch.add_done_callback(lambda _: slots.release())
         finally:
+            if isinstance(deliveries, AsyncGenerator):
+                await deliveries.aclose()
             await self.drain()
 
     async def drain(self) -> None:

@@ -8,13 +8,11 @@ its own — enough for development and the demo, not for hostile code.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Collection, Mapping
@@ -71,7 +69,7 @@ class LocalBackend:
         self._base_env = dict(os.environ if base_env is None else base_env)
         self._deadline_grace = deadline_grace
         self._start_grace = start_grace
-        self._children: dict[str, subprocess.Popen[bytes]] = {}
+        self._children: dict[str, int] = {}
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
 
     @classmethod
@@ -114,10 +112,7 @@ class LocalBackend:
         pid = layout.read_int(layout.pid_file)
         if pid is not None and layout.read_int(layout.exit_file) is None:
             await self._kill_group(pid, layout)
-        child = self._children.pop(env.assignment_id, None)
-        if child is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                await asyncio.to_thread(child.wait, KILL_GRACE_S)
+        self._reap(env.assignment_id)
         await asyncio.to_thread(shutil.rmtree, layout.dir, True)
 
     async def collect_orphans(self, launching: Collection[str]) -> list[str]:
@@ -125,9 +120,10 @@ class LocalBackend:
 
     async def aclose(self) -> None:
         """Running executors are left alone (a graceful shutdown never stops jobs); exited
-        children are reaped so none lingers as a zombie."""
-        for child in self._children.values():
-            child.poll()
+        children are reaped so none lingers as a zombie. Run the controller under an init
+        (e.g. tini) when it is PID 1: executors of an earlier run are reparented to it."""
+        for assignment_id in list(self._children):
+            self._reap(assignment_id)
 
     # -- blocking helpers (run in a thread) ----------------------------------------------------
 
@@ -174,24 +170,33 @@ class LocalBackend:
         return env
 
     def _spawn(self, layout: Layout, assignment_id: str) -> None:
+        """Start the wrapper in a session of its own (posix_spawn: no Popen object to outlive
+        a shutdown that leaves jobs running; exited children are reaped in `_reap`)."""
         argv = ["/bin/sh", "-c", WRAPPER, "dynrunner-local", str(layout.dir), *self.command]
         argv += ["run", "--assignment", str(layout.assignment_file)]
-        with layout.output.open("ab") as out:
-            try:
-                child = subprocess.Popen(
-                    argv,
-                    cwd=layout.workspace,
-                    env=self._child_env(layout),
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    close_fds=True,
-                )
-            except OSError as err:
-                raise BackendError(f"could not start the executor: {err}") from err
-        self._children[assignment_id] = child
-        log.info("started executor pid %s in %s", child.pid, layout.dir)
+        actions = [
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_OPEN, 1, str(layout.output), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600),
+            (os.POSIX_SPAWN_DUP2, 1, 2),
+        ]
+        try:
+            pid = os.posix_spawn("/bin/sh", argv, self._child_env(layout), file_actions=actions, setsid=True)
+        except OSError as err:
+            raise BackendError(f"could not start the executor: {err}") from err
+        self._children[assignment_id] = pid
+        log.info("started executor pid %s in %s", pid, layout.dir)
+
+    def _reap(self, assignment_id: str) -> None:
+        """Collect the exit of our own child, so it does not linger as a zombie."""
+        pid = self._children.get(assignment_id)
+        if pid is None:
+            return
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            done = pid
+        if done:
+            self._children.pop(assignment_id, None)
 
     async def _resume(self, layout: Layout, before_start: BeforeStart) -> None:
         """The environment exists: start its executor if an earlier attempt never did."""
@@ -234,11 +239,11 @@ class LocalBackend:
 
     def _observe(self, env: Environment) -> Observation:
         layout = self._layout(env.assignment_id)
-        child = self._children.get(env.assignment_id)
-        if child is not None and child.poll() is not None:
-            self._children.pop(env.assignment_id, None)
+        self._reap(env.assignment_id)
         exists = layout.metadata_file.exists()
         pid = layout.read_int(layout.pid_file)
+        # Liveness before the exit status: the wrapper records the status before it exits.
+        alive = pid is not None and owned_by(pid, layout)
         exit_code = layout.read_int(layout.exit_file)
         facts = Facts(
             exists=exists,
@@ -246,7 +251,7 @@ class LocalBackend:
             now=datetime.now(UTC),
             exit_code=exit_code,
             pid=pid,
-            alive=pid is not None and exit_code is None and owned_by(pid, layout),
+            alive=alive,
             deadline=env.deadline,
             deadline_grace=self._deadline_grace,
             start_grace=self._start_grace,
@@ -270,9 +275,7 @@ class LocalBackend:
                 return
             stop = time.monotonic() + wait
             while time.monotonic() < stop:
-                child = self._children.get(layout.dir.name)
-                if child is not None:
-                    child.poll()
+                self._reap(layout.dir.name)
                 if not owned_by(pid, layout):
                     return
                 await asyncio.sleep(0.05)

@@ -30,6 +30,7 @@ _HAS_PROC = Path("/proc/self/cmdline").exists()
 WRAPPER = """\
 dir=$1; shift
 echo $$ > "$dir/pid"
+cd "$dir/workspace" || exit 125
 "$@" < /dev/null
 status=$?
 echo "$status" > "$dir/exit-status"

@@ -1,0 +1,229 @@
+"""The local backend with real child processes: create, find, observe, recover, delete."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import stat
+import textwrap
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from dynrunner.controller import contract
+from dynrunner.controller.backends.base import FailureReason, Phase
+from dynrunner.controller.backends.local.backend import LocalBackend
+from dynrunner.controller.backends.local.layout import Layout
+from dynrunner.proto.assignment import Assignment, ClaimingRunner, decode
+from dynrunner.proto.gitea import Task
+from tests.e2e.harness import wait_for
+
+
+def script(tmp_path: Path, body: str) -> list[str]:
+    """An executor stand-in: `sh SCRIPT run --assignment FILE`."""
+    path = tmp_path / "executor.sh"
+    path.write_text("#!/bin/sh\n" + textwrap.dedent(body))
+    path.chmod(0o755)
+    return [str(path)]
+
+
+def assignment(aid: str = "a1b2c3d4-0000-4000-8000-000000000001", *, deadline: datetime | None = None) -> Assignment:
+    return Assignment(
+        assignment_id=aid,
+        pool="local",
+        backend="local",
+        claimed_at=datetime.now(UTC),
+        task=Task(id=5, context={"repository": "o/r", "job": "build", "token": "tt"}, secrets={"K": "secret"}),
+        runner=ClaimingRunner(id=3, uuid="ru", token="rt", name="r"),
+        gitea_url="http://gitea",
+        job_key="build",
+        deadline=deadline,
+    )
+
+
+async def nothing() -> None:
+    return None
+
+
+def backend(tmp_path: Path, command: list[str], **kw: object) -> LocalBackend:
+    return LocalBackend(
+        "local", tmp_path / "root", command, base_env={"PATH": os.defpath, "SECRET_OF_CONTROLLER": "x"}, **kw
+    )  # type: ignore[arg-type]
+
+
+async def observe_until(b: LocalBackend, env: object, phase: Phase, within: float = 10) -> object:
+    async def check() -> object:
+        obs = await b.observe(env)  # type: ignore[arg-type]
+        return obs if obs.phase is phase else None
+
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        obs = await check()
+        if obs is not None:
+            return obs
+        await asyncio.sleep(0.02)
+    raise TimeoutError(f"environment never reached {phase}")
+
+
+async def test_lifecycle_of_a_successful_executor(tmp_path: Path) -> None:
+    cmd = script(tmp_path, 'echo "args: $*"; env > "$HOME/env.txt"; pwd > "$HOME/cwd.txt"; exit 0\n')
+    b = backend(tmp_path, cmd)
+    a = assignment()
+    calls: list[str] = []
+
+    async def before_start() -> None:
+        calls.append("before")
+        assert not Layout(b.root / a.assignment_id).pid_file.exists()
+
+    env = await b.create(a, before_start)
+    assert calls == ["before"]
+    assert env.name == contract.environment_name(a.assignment_id)
+    assert env.labels == contract.environment_labels(a)
+    assert (await b.find(a.assignment_id)) == env
+    assert [e.assignment_id for e in await b.list_owned()] == [a.assignment_id]
+    obs = await observe_until(b, env, Phase.SUCCEEDED)
+    assert obs.exit_code == 0  # type: ignore[attr-defined]
+
+    layout = Layout(b.root / a.assignment_id)
+    handed = decode(layout.assignment_file.read_bytes())
+    assert stat.S_IMODE(layout.assignment_file.stat().st_mode) == 0o600
+    assert handed.task.secrets == {"K": "secret"} and handed.runner.token == "rt"
+    assert handed.executor.workspace == str(layout.workspace)
+    assert (layout.home / "cwd.txt").read_text().strip() == str(layout.workspace)
+    child_env = (layout.home / "env.txt").read_text()
+    assert "SECRET_OF_CONTROLLER" not in child_env
+    assert f"HOME={layout.home}" in child_env and f"TMPDIR={layout.tmp}" in child_env
+    assert f"run --assignment {layout.assignment_file}" in layout.output.read_text()
+    assert (await b.load_assignment(env)).runner.token == "rt"
+
+    await b.delete(env)
+    assert not layout.dir.exists()
+    assert await b.find(a.assignment_id) is None
+    await b.delete(env)  # deleting what is gone is success
+    await b.aclose()
+
+
+async def test_create_is_idempotent(tmp_path: Path) -> None:
+    cmd = script(tmp_path, 'echo start >> "$HOME/../../starts"; sleep 0.3\n')
+    b = backend(tmp_path, cmd)
+    a = assignment()
+    first = await b.create(a, nothing)
+    second = await b.create(a, nothing)
+    assert first == second
+    await observe_until(b, first, Phase.SUCCEEDED)
+    assert (b.root / "starts").read_text().count("start") == 1
+    await b.delete(first)
+
+
+async def test_failed_executor_is_diagnosed_with_its_output(tmp_path: Path) -> None:
+    b = backend(tmp_path, script(tmp_path, "echo 'cannot parse payload' >&2; exit 3\n"))
+    env = await b.create(assignment(), nothing)
+    obs = await observe_until(b, env, Phase.FAILED)
+    diagnosis = obs.diagnosis  # type: ignore[attr-defined]
+    assert diagnosis.reason is FailureReason.EXECUTOR_FAILED
+    assert "status 3" in diagnosis.message
+    assert "cannot parse payload" in diagnosis.detail
+    await b.delete(env)
+
+
+async def test_missing_program_is_a_start_failure(tmp_path: Path) -> None:
+    b = backend(tmp_path, [str(tmp_path / "no-such-executor")])
+    env = await b.create(assignment(), nothing)
+    obs = await observe_until(b, env, Phase.FAILED)
+    assert obs.diagnosis.reason is FailureReason.START_FAILED  # type: ignore[attr-defined]
+    await b.delete(env)
+
+
+async def test_state_survives_a_controller_restart(tmp_path: Path) -> None:
+    cmd = script(tmp_path, "sleep 0.5; exit 0\n")
+    first = backend(tmp_path, cmd)
+    env = await first.create(assignment(), nothing)
+    # A new backend object (a restarted controller) is not the parent of the process.
+    second = backend(tmp_path, cmd)
+    [found] = await second.list_owned()
+    assert found == env
+    await observe_until(second, found, Phase.RUNNING)
+    obs = await observe_until(second, found, Phase.SUCCEEDED)
+    assert obs.exit_code == 0  # type: ignore[attr-defined]
+    await second.delete(found)
+    await first.aclose()
+
+
+async def test_delete_stops_the_whole_process_group(tmp_path: Path) -> None:
+    cmd = script(tmp_path, 'sleep 300 & echo $! > "$HOME/grandchild"; wait\n')
+    b = backend(tmp_path, cmd)
+    env = await b.create(assignment(), nothing)
+    await observe_until(b, env, Phase.RUNNING)
+    layout = Layout(b.root / env.assignment_id)
+    await wait_for((layout.home / "grandchild").exists, what="grandchild pid")
+    grandchild = int((layout.home / "grandchild").read_text())
+    await b.delete(env)
+    assert not layout.dir.exists()
+    await wait_for(
+        lambda: (
+            not Path(f"/proc/{grandchild}/cmdline").exists() or not Path(f"/proc/{grandchild}/cmdline").read_bytes()
+        ),
+        what="grandchild gone",
+    )
+
+
+async def test_a_killed_wrapper_is_vanished(tmp_path: Path) -> None:
+    b = backend(tmp_path, script(tmp_path, "sleep 300\n"))
+    env = await b.create(assignment(), nothing)
+    await observe_until(b, env, Phase.RUNNING)
+    layout = Layout(b.root / env.assignment_id)
+    pid = layout.read_int(layout.pid_file)
+    assert pid is not None
+    os.killpg(pid, signal.SIGKILL)
+    obs = await observe_until(b, env, Phase.FAILED)
+    assert obs.diagnosis.reason is FailureReason.VANISHED  # type: ignore[attr-defined]
+    await b.delete(env)
+
+
+async def test_deadline_exceeded(tmp_path: Path) -> None:
+    b = backend(tmp_path, script(tmp_path, "sleep 300\n"), deadline_grace=timedelta(seconds=0))
+    env = await b.create(assignment(deadline=datetime.now(UTC) - timedelta(seconds=1)), nothing)
+    obs = await observe_until(b, env, Phase.FAILED)
+    assert obs.diagnosis.reason is FailureReason.DEADLINE_EXCEEDED  # type: ignore[attr-defined]
+    await b.delete(env)
+
+
+async def test_a_create_interrupted_before_the_start_is_resumed(tmp_path: Path) -> None:
+    cmd = script(tmp_path, 'echo start >> "$HOME/../../starts"\n')
+    b = backend(tmp_path, cmd)
+    a = assignment()
+    layout = Layout(b.root / a.assignment_id)
+    b._prepare(layout, a)  # the crash came after the metadata, before the process started
+    restarted = backend(tmp_path, cmd)
+    said: list[str] = []
+
+    async def before_start() -> None:
+        said.append("resumed")
+
+    env = await restarted.create(a, before_start)
+    await observe_until(restarted, env, Phase.SUCCEEDED)
+    assert said == ["resumed"]
+    assert (restarted.root / "starts").read_text().count("start") == 1
+    await restarted.delete(env)
+
+
+async def test_orphans_are_collected(tmp_path: Path) -> None:
+    b = backend(tmp_path, script(tmp_path, "exit 0\n"))
+    orphan = b.root / "half-made"
+    orphan.mkdir()
+    young = b.root / "being-made"
+    young.mkdir()
+    old = time.time() - 3600
+    os.utime(orphan, (old, old))
+    assert await b.collect_orphans(launching=set()) == [str(orphan)]
+    assert young.exists() and not orphan.exists()
+
+
+def test_unknown_program_fails_at_configuration(tmp_path: Path) -> None:
+    from dynrunner.controller.backends.local.backend import resolve_program
+
+    with pytest.raises(ValueError, match="not found"):
+        resolve_program("surely-not-a-dynrunner-program", os.defpath)
