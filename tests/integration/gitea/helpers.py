@@ -16,11 +16,11 @@ POD = ("self-hosted", "pod")
 _HTTP: list[pyqwest.Client] = []
 
 
-def base_client(gitea: GiteaDouble, **options: object) -> GiteaClient:
-    """An unauthenticated client of `gitea` (options as `GiteaClient` takes them)."""
+def base_client(gitea: GiteaDouble, *, json: bool = False, gzip_requests: bool = False) -> GiteaClient:
+    """An unauthenticated client of `gitea` in the given codec."""
     if not _HTTP:
         _HTTP.append(pyqwest.Client())
-    return GiteaClient(gitea.url, http_client=_HTTP[0], **options)  # type: ignore[arg-type]
+    return GiteaClient(gitea.url, http_client=_HTTP[0], json=json, gzip_requests=gzip_requests)
 
 
 async def register(
@@ -31,10 +31,11 @@ async def register(
     token: str | None = None,
     ephemeral: bool = False,
     capabilities: Sequence[str] = (),
-    **client_options: object,
+    json: bool = False,
+    gzip_requests: bool = False,
 ) -> GiteaClient:
     """Register a runner and return a client holding its credentials."""
-    base = base_client(gitea, **client_options)
+    base = base_client(gitea, json=json, gzip_requests=gzip_requests)
     info = await base.register(
         name=name,
         registration_token=token or gitea.registration_token,

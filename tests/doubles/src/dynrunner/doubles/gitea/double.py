@@ -25,6 +25,7 @@ from dynrunner.doubles.gitea import admin, runs, views
 from dynrunner.doubles.gitea.app import build_app
 from dynrunner.doubles.gitea.engine import Engine, Options
 from dynrunner.doubles.gitea.events import default_event
+from dynrunner.doubles.gitea.payload import ref_name
 from dynrunner.doubles.gitea.service import PingServiceImpl, RunnerServiceImpl, Worker
 from dynrunner.doubles.gitea.tokens import DEFAULT_PBKDF2_ITERATIONS, decode_runtime_token
 
@@ -214,9 +215,12 @@ class GiteaDouble:
                 raise ValueError(f"secret name {name!r} is reserved (GITHUB_/GITEA_ prefixes)")
         sha = sha or pysecrets.token_hex(20)
         payload = dict(event) if event is not None else default_event(self.url, repository, event_name, ref, sha, actor)
+        ref_short, ref_type = ref_name(ref)
         github = {
             "event_name": event_name,
             "ref": ref,
+            "ref_name": ref_short,
+            "ref_type": ref_type,
             "sha": sha,
             "repository": repository,
             "actor": actor,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import secrets as pysecrets
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -151,8 +152,9 @@ class Engine:
             latest += 1
         return latest
 
-    def pick(self, runner: Row, tasks_version: int) -> tuple[Row | None, int]:
-        """FetchTask up to the claim: (claimed task row or None, tasks_version to answer)."""
+    def pick(self, runner: Row, tasks_version: int, *, pause_s: float = 0.0) -> tuple[Row | None, int]:
+        """FetchTask up to the claim: (claimed task row or None, tasks_version to answer).
+        `pause_s` (a test hook) waits between reloading the runner and picking."""
         latest = self.latest_tasks_version(runner)
         if tasks_version == latest:
             return None, latest
@@ -160,6 +162,8 @@ class Engine:
             fresh = runner_db.get_runner(conn, uuid=runner["uuid"])
         if fresh is None:
             raise internal(f"get runner: runner with uuid {runner['uuid']}: {NOT_EXIST}")
+        if pause_s:
+            time.sleep(pause_s)
         if not self._picks.acquire(blocking=False):
             return None, tasks_version  # throttled: the runner retries on its next poll
         try:
@@ -212,7 +216,8 @@ class Engine:
             if state.result != 0:
                 runs.emit_jobs(conn, run_id, now)
         return pb.UpdateTaskResponse(
-            state=pb.TaskState(id=state.id, result=Status(task["status"]).as_result()), sent_outputs=sent
+            state=pb.TaskState(id=state.id, result=pb.Result.ValueType(Status(task["status"]).as_result())),
+            sent_outputs=sent,
         )
 
     def update_log(self, runner: Row, req: pb.UpdateLogRequest) -> int:

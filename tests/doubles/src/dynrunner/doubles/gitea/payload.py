@@ -124,7 +124,7 @@ def build_task(conn: sqlite3.Connection, instance: Instance, task: Row, now: int
     struct = struct_pb2.Struct()
     struct.update(context)
     needs = {
-        key: pb.TaskNeed(outputs=need.outputs, result=int(need.result))
+        key: pb.TaskNeed(outputs=need.outputs, result=pb.Result.ValueType(int(need.result)))
         for key, need in runs.find_task_needs(conn, job).items()
     }
     return pb.Task(

@@ -49,7 +49,8 @@ class Worker:
 class Hooks:
     """Test hooks that widen real race windows so tests can hit them deterministically."""
 
-    fetch_pause_s: float = 0.0  # FetchTask: between authentication and the pick
+    fetch_pause_s: float = 0.0  # FetchTask: between authentication and reloading the runner
+    pick_pause_s: float = 0.0  # FetchTask: between reloading the runner and the pick
     build_delay_s: float = 0.0  # FetchTask: between the claim and the answer (payload building)
 
 
@@ -93,7 +94,7 @@ class RunnerServiceImpl:
         return response
 
     def _pick(self, runner: Row, tasks_version: int) -> tuple[pb.Task | None, int]:
-        claimed, latest = self.engine.pick(runner, tasks_version)
+        claimed, latest = self.engine.pick(runner, tasks_version, pause_s=self.hooks.pick_pause_s)
         if claimed is None:
             return None, latest
         try:

@@ -66,14 +66,14 @@ def create_task_for_runner(store: Store, runner: Row, now: Callable[[], int], it
     and claim the first whose `runs-on` the runner's labels cover; a lost race moves on to
     the next candidate."""
     labels = runner_db.runner_labels(runner)
-    scope, scope_args = "", ()
+    scope, scope_args = "", tuple[int, ...]()
     if runner["repo_id"]:
         scope, scope_args = " AND repo_id = ?", (runner["repo_id"],)
     elif runner["owner_id"]:
         scope, scope_args = " AND owner_id = ?", (runner["owner_id"],)
     cursor: tuple[int, int] | None = None
     while True:
-        page_cond, page_args = "", ()
+        page_cond, page_args = "", tuple[int, ...]()
         if cursor is not None:
             page_cond = " AND (updated > ? OR (updated = ? AND id > ?))"
             page_args = (cursor[0], cursor[0], cursor[1])
