@@ -32,8 +32,11 @@ HEARTBEAT_INTERVAL_S = 5.0
 class StageLog:
     """Appends controller lines to one task's log, at the server's ack index.
 
-    `next_index` is where the caller believes the log ends (0 for a task just claimed). A
-    wrong guess costs one more call: Gitea answers with its ack index and we append there.
+    `next_index` is where the caller believes the log ends (0 for a task just claimed, 1
+    for the launcher: the claimer wrote one line). A guess past the end costs one more call:
+    Gitea writes nothing, answers its ack index, and we append there. A guess short of the
+    end makes Gitea take our first rows for ones it has; the launcher's guess can only be
+    short after an earlier attempt wrote the very same line.
     """
 
     def __init__(self, client: GiteaClient, task_id: int, *, next_index: int = 0) -> None:

@@ -1,0 +1,106 @@
+"""Arming ephemeral runners against the Gitea double, with the armed one kept in JetStream KV."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from dynrunner.controller.assignments import AssignmentLog
+from dynrunner.controller.config import NatsConfig
+from dynrunner.controller.registrations import GiteaTooOld, Registrations
+from dynrunner.controller.registrations_store import RegistrationStore
+from dynrunner.controller.sealing import Sealer
+from dynrunner.doubles.gitea import GiteaDouble
+from dynrunner.proto.gitea import GiteaClient, RunnerInfo
+from tests.e2e.harness import live_runners
+
+LABELS = ["self-hosted", "local"]
+
+
+@pytest.fixture
+async def store(nats_url: str, nats_config: NatsConfig) -> AsyncIterator[RegistrationStore]:
+    log = await AssignmentLog.connect(nats_url, nats_config, ["local"])
+    try:
+        yield await RegistrationStore.open(log, Sealer(b"k" * 32))
+    finally:
+        await log.close()
+
+
+def registrations(gitea: GiteaDouble, store: RegistrationStore, client: GiteaClient | None = None) -> Registrations:
+    return Registrations(
+        client or GiteaClient(gitea.url),
+        store,
+        pool="local",
+        labels=LABELS,
+        registration_token=gitea.registration_token,
+    )
+
+
+async def test_arms_one_ephemeral_runner_and_reuses_it_after_a_restart(
+    gitea: GiteaDouble, store: RegistrationStore
+) -> None:
+    first = await registrations(gitea, store).armed()
+    [runner] = live_runners(gitea)
+    assert runner.ephemeral and runner.labels == LABELS and runner.id == first.id
+    assert first.name.startswith("dynrunner-local-")
+    # A restarted controller (new objects, same store) claims with the same runner.
+    again = await registrations(gitea, store).armed()
+    assert again == first
+    assert len(live_runners(gitea)) == 1
+    assert await store.get("local") == first
+
+
+async def test_a_spent_runner_is_forgotten_and_the_next_one_armed(gitea: GiteaDouble, store: RegistrationStore) -> None:
+    regs = registrations(gitea, store)
+    first = await regs.armed()
+    await regs.spent()
+    assert await store.get("local") is None
+    second = await regs.armed()
+    assert second.id != first.id
+    assert await store.get("local") == second
+
+
+async def test_a_runner_gitea_forgot_is_replaced(gitea: GiteaDouble, store: RegistrationStore) -> None:
+    """An armed runner deleted in Gitea (by an admin) fails Declare: arm a new one."""
+    first = await registrations(gitea, store).armed()
+    with gitea.engine.store.write() as conn:
+        conn.execute("UPDATE runner SET deleted = 1 WHERE id = ?", (first.id,))
+    second = await registrations(gitea, store).armed()
+    assert second.id != first.id
+    assert [r.id for r in live_runners(gitea)] == [second.id]
+
+
+class _OldGitea(GiteaClient):
+    """Gitea < 1.24 has no `ephemeral` field: Register answers with an ordinary runner."""
+
+    async def register(self, **kwargs: object) -> RunnerInfo:  # type: ignore[override]
+        info = await super().register(**kwargs)  # type: ignore[arg-type]
+        return RunnerInfo(id=info.id, uuid=info.uuid, token=info.token, name=info.name, ephemeral=False)
+
+
+async def test_refuses_gitea_without_ephemeral_runners(gitea: GiteaDouble, store: RegistrationStore) -> None:
+    regs = registrations(gitea, store, _OldGitea(gitea.url))
+    with pytest.raises(GiteaTooOld) as err:
+        await regs.armed()
+    message = str(err.value)
+    [runner] = live_runners(gitea)
+    assert "1.24" in message and runner.name in message and f"id {runner.id}" in message
+    assert "credentialMode: shared" in message
+    assert await store.get("local") is None
+
+
+async def test_shared_mode_keeps_one_ordinary_runner(gitea: GiteaDouble, store: RegistrationStore) -> None:
+    regs = Registrations(
+        GiteaClient(gitea.url),
+        store,
+        pool="local",
+        labels=LABELS,
+        registration_token=gitea.registration_token,
+        mode="shared",
+    )
+    first = await regs.armed()
+    await regs.spent()
+    assert await regs.armed() == first
+    [runner] = live_runners(gitea)
+    assert not runner.ephemeral
