@@ -181,6 +181,10 @@ class Reporter:
                 if self._state_wanted():
                     await self._send_state()
             except Exception as err:
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    # the HTTP client turned our cancellation into a "Canceled" error: stop
+                    raise asyncio.CancelledError from err
                 if not _transient(err):
                     self._fail(err)
                     return
