@@ -2,6 +2,7 @@
 
 pytest_plugins = [
     "tests.fixtures.gitea",
+    "tests.fixtures.executor",
     "tests.fixtures.nats",
     "tests.fixtures.s3",
 ]

@@ -1,0 +1,281 @@
+"""The job loop: one Gitea task's job, step by step, with GitHub's rules.
+
+Order of a job: refuse what this runner cannot run (a bad job key, `container:`,
+`services:`, a reusable-workflow call); evaluate the job's `if:` against `needs` (Gitea
+hands over a job whose needs failed when it has an `if:`); lay out the workspace; evaluate
+the workflow and job `env:`; run the steps (`stepper.StepExecutor`); evaluate the job's
+`outputs:` and queue them with the artifact refs; return the result for the reporter.
+
+Job status while steps run (what `success()`, `failure()`, `cancelled()` see): `failure`
+after a step whose conclusion is failure, `cancelled` once Gitea cancelled the task. The job
+timeout (`timeout-minutes`, 360 by default) fails the job like act_runner does; steps whose
+`if:` still holds (`always()`, `failure()`) run afterwards within a 5-minute cleanup budget.
+The assignment's deadline is hard: the running step is stopped and nothing else runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from dynrunner.executor import scopes
+from dynrunner.executor.contexts import (
+    Environment,
+    JobContexts,
+    debug_flags,
+    github_context,
+    inputs_context,
+    needs_context,
+    process_base_env,
+    runner_context,
+    runner_env,
+    strategy_context,
+    write_event_file,
+)
+from dynrunner.executor.masking import Masker
+from dynrunner.executor.reporter import OutputLimitError, Reporter
+from dynrunner.executor.runtime import JobRuntime, RepositoryError
+from dynrunner.executor.runtime.artifacts.errors import ArtifactError
+from dynrunner.executor.runtime.outputs import OutputLimits
+from dynrunner.executor.scopes import Evaluator, ExpressionError
+from dynrunner.executor.stepper import Deadlines, StepExecutor
+from dynrunner.executor.steps.process import StopTimings
+from dynrunner.executor.workflow import Workflow
+from dynrunner.proto.assignment import JOB_KEY_RE, Assignment
+from dynrunner.proto.gitea import Need, Result
+
+DEFAULT_TIMEOUT_MINUTES = 360.0
+
+
+@dataclass(frozen=True, slots=True)
+class JobSettings:
+    version: str = "dev"
+    timings: StopTimings = field(default_factory=StopTimings)
+    cleanup_s: float = 300.0
+    """How long steps may run, in total, after the job timed out."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobResult:
+    result: Result
+    skipped: bool = False
+
+
+def _when(deadline: datetime | None) -> float | None:
+    """A wall-clock deadline as a time on the event loop's clock."""
+    if deadline is None:
+        return None
+    loop = asyncio.get_running_loop()
+    return loop.time() + (deadline - datetime.now(UTC)).total_seconds()
+
+
+class JobRunner:
+    def __init__(
+        self,
+        assignment: Assignment,
+        workflow: Workflow,
+        reporter: Reporter,
+        masker: Masker,
+        settings: JobSettings = JobSettings(),
+        *,
+        shutdown: asyncio.Event | None = None,
+    ) -> None:
+        self.shutdown = shutdown or asyncio.Event()
+        self.assignment = assignment
+        self.workflow = workflow
+        self.reporter = reporter
+        self.masker = masker
+        self.settings = settings
+
+    def log(self, text: str) -> None:
+        self.reporter.log(text)
+
+    def error(self, text: str) -> None:
+        for line in text.splitlines() or [""]:
+            self.reporter.log(f"##[error]{line}")
+
+    # -- the job -------------------------------------------------------------------------
+
+    async def run(self) -> JobResult:
+        job = self.workflow.job
+        a = self.assignment
+        problem = self._refusal()
+        if problem:
+            self.error(problem)
+            return JobResult(Result.FAILURE)
+        root = Path(a.executor.workspace or Path.cwd())
+        try:
+            runtime = JobRuntime.create(
+                root,
+                repository=str((a.task.context or {}).get("repository", "")),
+                run_id=str((a.task.context or {}).get("run_id", "")),
+                job_key=job.key,
+                artifacts=a.executor.artifacts,
+                needs=a.task.needs,
+                limits=OutputLimits(total_bytes=a.executor.outputs_total_limit_bytes or OutputLimits().total_bytes),
+            )
+        except (RepositoryError, ArtifactError, ValueError, OSError) as err:
+            self.error(f"The job's workspace could not be prepared: {err}")
+            return JobResult(Result.FAILURE)
+        ws = runtime.workspace
+        where = Environment(
+            gitea_url=a.gitea_url,
+            runner_name=a.runner.name or f"dynrunner-{a.pool or a.backend}",
+            workspace=ws.path,
+            temp_dir=ws.temp_dir,
+            tool_cache=ws.tool_cache,
+            event_path=ws.runtime_dir / "event.json",
+            version=self.settings.version,
+        )
+        secrets = dict(a.task.secrets)
+        variables = dict(a.task.vars)
+        step_debug, runner_debug = debug_flags(secrets, variables)
+        github = github_context(a.task.context, where, job.key)
+        write_event_file(github, where.event_path)
+        strategy = job.strategy
+        contexts = JobContexts(
+            github=github,
+            needs=needs_context(a.task.needs),
+            vars=variables,
+            secrets=secrets,
+            matrix=dict(strategy.matrix) if strategy else {},
+            strategy=strategy_context(strategy),
+            inputs=inputs_context(self.workflow.on, github),
+            runner=runner_context(where, runner_debug),
+            status=_needs_status(a.task.needs),
+        )
+        evaluator = Evaluator(contexts, ws.path)
+        self._header(where, contexts)
+
+        if job.if_:
+            try:
+                run_job = evaluator.condition(scopes.JOB_IF, job.if_)
+            except ExpressionError as err:
+                self.error(f"The job's `if:` could not be evaluated: {err}")
+                return JobResult(Result.FAILURE)
+            if not run_job:
+                self.log(f"Skipping job '{job.name or job.key}': `if: {job.if_}` is false")
+                return JobResult(Result.SKIPPED, skipped=True)
+        contexts.status = "success"
+
+        try:
+            contexts.env = evaluator.strings(scopes.WORKFLOW_ENV, self.workflow.env, env={})
+            contexts.env.update(evaluator.strings(scopes.JOB_ENV, job.env, env=contexts.env))
+            timeout = evaluator.minutes(scopes.JOB_TIMEOUT, job.timeout_minutes) or DEFAULT_TIMEOUT_MINUTES
+        except ExpressionError as err:
+            self.error(str(err))
+            return JobResult(Result.FAILURE)
+
+        loop = asyncio.get_running_loop()
+        deadlines = Deadlines(job=loop.time() + timeout * 60, job_minutes=timeout, hard=_when(a.deadline))
+        base_env = process_base_env()
+        base_env_runner = runner_env(github, where, _runtime_token(a), runner_debug)
+        executor = StepExecutor(
+            job=job,
+            workflow=self.workflow,
+            contexts=contexts,
+            evaluator=evaluator,
+            reporter=self.reporter,
+            masker=self.masker,
+            runtime=runtime,
+            base_env=base_env,
+            runner_env=base_env_runner,
+            step_debug=step_debug,
+            deadlines=deadlines,
+            settings_timings=self.settings.timings,
+            cleanup_s=self.settings.cleanup_s,
+            shutdown=self.shutdown,
+        )
+        try:
+            await executor.run_all()
+        finally:
+            executor.close()
+        if executor.aborted:
+            return JobResult(Result.CANCELLED if self.reporter.server_result == Result.CANCELLED else Result.FAILURE)
+        outputs_ok = self._outputs(evaluator, contexts, runtime)
+        if contexts.status == "cancelled":
+            return JobResult(Result.CANCELLED)
+        if contexts.status == "failure" or not outputs_ok:
+            return JobResult(Result.FAILURE)
+        return JobResult(Result.SUCCESS)
+
+    def _refusal(self) -> str | None:
+        job = self.workflow.job
+        key = self.assignment.job_key or job.key
+        if not JOB_KEY_RE.match(job.key):
+            return (
+                f"The job id {job.key!r} cannot be used with this runner: a job id must match "
+                "[A-Za-z_][A-Za-z0-9_-]* (it names the job's workload identity). Rename the job."
+            )
+        if key != job.key:
+            return f"The assignment is for job {key!r}, but the workflow Gitea sent holds job {job.key!r}."
+        if job.uses:
+            return f"The job calls the reusable workflow {job.uses!r}; this runner does not run reusable workflows yet."
+        if job.container:
+            return (
+                "The job sets `container:`. This runner runs every job directly in its own environment "
+                "(a Pod or a VM built from the pool's image), so it cannot start a job container; "
+                "choose an image for the pool instead, or remove `container:`."
+            )
+        if job.services:
+            names = ", ".join(sorted(job.services))
+            return (
+                f"The job declares `services:` ({names}). This runner cannot start service containers; "
+                "start the service in a step, or use a pool whose environment provides it."
+            )
+        return None
+
+    def _header(self, where: Environment, contexts: JobContexts) -> None:
+        a = self.assignment
+        job = self.workflow.job
+        self.log(f"dynrunner executor {self.settings.version}")
+        self.log(f"Runner: {where.runner_name} (pool {a.pool or '-'}, backend {a.backend or '-'})")
+        self.log(f"Task {a.task.id}, job {job.key}: {job.name or job.key}")
+        self.log(f"Workspace: {where.workspace}")
+        if contexts.matrix:
+            self.log(f"Matrix: {json.dumps(contexts.matrix, sort_keys=True)}")
+
+    def _outputs(self, evaluator: Evaluator, contexts: JobContexts, runtime: JobRuntime) -> bool:
+        """Evaluate `outputs:` (values showing a secret are left out, as on GitHub) and queue them."""
+        ok = True
+        outputs: dict[str, str] = {}
+        for key, value in self.workflow.job.outputs.items():
+            try:
+                text = evaluator.text(scopes.JOB_OUTPUTS, value)
+            except ExpressionError as err:
+                self.error(f"Job output '{key}' could not be evaluated: {err}")
+                ok = False
+                continue
+            if text and self.masker.contains_secret(text):
+                self.log(f"##[warning]Skip output '{key}' since it may contain secret.")
+                continue
+            outputs[key] = text
+        outputs.update(runtime.job_outputs())
+        if not outputs:
+            return ok
+        try:
+            self.reporter.set_outputs(outputs)
+        except OutputLimitError as err:
+            self.error(f"Job outputs not sent: {err}")
+            ok = False
+        return ok
+
+
+def _needs_status(needs: Mapping[str, Need]) -> str:
+    """The job status a job-level `if:` sees: failure if a need failed, cancelled if one was
+    cancelled, else success (a skipped need counts as success, as on GitHub)."""
+    results = [need.result for need in needs.values()]
+    if Result.FAILURE in results:
+        return "failure"
+    if Result.CANCELLED in results:
+        return "cancelled"
+    return "success"
+
+
+def _runtime_token(a: Assignment) -> str:
+    context = a.task.context or {}
+    return str(context.get("gitea_runtime_token") or context.get("token") or "")

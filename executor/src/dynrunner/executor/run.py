@@ -1,0 +1,198 @@
+"""`dynrunner-executor run --assignment FILE`: run one assigned Gitea task and report it.
+
+Exit status (the launcher and the controller's reaper read it):
+
+  0  the task is finalized in Gitea, whatever the job's result (success, failure,
+     cancelled, skipped); nothing is left to do
+  1  the task could NOT be finalized (Gitea unreachable, credentials refused, ...):
+     the controller must finalize it
+  2  command-line usage error (nothing was read or reported)
+  3  the assignment file is unreadable or unusable even for reporting (no task id, runner
+     or Gitea URL; still sealed): nothing was reported, the controller must finalize it
+
+An assignment of an unknown major version, or one that does not decode, is still
+reported when its version-independent envelope (task id, runner, Gitea URL) can be read:
+a clear line in the job log, then the final UpdateTask with FAILURE.
+
+SIGTERM or SIGINT stops the running step (its process group), reports the job failed and
+exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+import threading
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dynrunner.executor.job import JobResult, JobRunner, JobSettings
+from dynrunner.executor.masking import Masker
+from dynrunner.executor.reporter import Reporter, ReporterConfig
+from dynrunner.executor.workflow import WorkflowError, parse_workflow
+from dynrunner.proto.assignment import Assignment, AssignmentError, decode, decode_envelope
+from dynrunner.proto.gitea import GiteaClient, GiteaError, Result, RunnerCredentials
+
+EXIT_FINALIZED = 0
+EXIT_NOT_FINALIZED = 1
+EXIT_UNREADABLE = 3
+
+log = logging.getLogger("dynrunner.executor")
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("dynrunner-executor")
+    except PackageNotFoundError:
+        return "dev"
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    job: JobSettings = field(default_factory=lambda: JobSettings(version=_version()))
+    reporter: ReporterConfig = field(default_factory=ReporterConfig)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--assignment", required=True, type=Path, metavar="FILE", help="the assignment (protobuf)")
+    parser.epilog = (
+        "exit status: 0 finalized in Gitea (any job result); 1 not finalized; 2 usage error; "
+        "3 assignment unreadable, nothing reported"
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        data = Path(args.assignment).read_bytes()
+    except OSError as err:
+        print(f"dynrunner-executor: cannot read the assignment {args.assignment}: {err}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    return asyncio.run(run_assignment(data))
+
+
+def _masker(a: Assignment) -> Masker:
+    masker = Masker()
+    context = a.task.context or {}
+    for value in (*a.task.secrets.values(), a.runner.token, context.get("token"), context.get("gitea_runtime_token")):
+        if isinstance(value, str) and value:
+            masker.add(value)
+    return masker
+
+
+async def run_assignment(data: bytes, options: RunOptions | None = None) -> int:
+    """Run (or refuse) one encoded assignment; returns the exit status."""
+    options = options or RunOptions()
+    try:
+        assignment = decode(data)
+    except AssignmentError as err:
+        return await _refuse(data, str(err), options)
+    if assignment.sealed is not None or not assignment.runner.token:
+        print("dynrunner-executor: the assignment's secrets are still sealed; nothing can be reported", file=sys.stderr)
+        return EXIT_UNREADABLE
+    if assignment.executor.log_level:
+        logging.getLogger("dynrunner").setLevel(assignment.executor.log_level.upper())
+    masker = _masker(assignment)
+    client = GiteaClient(assignment.gitea_url, RunnerCredentials(assignment.runner.uuid, assignment.runner.token))
+    reporter = Reporter(client, assignment.task.id, masker, options.reporter)
+    workflow = None
+    problem = ""
+    try:
+        workflow = parse_workflow(assignment.task.workflow_payload or b"")
+    except WorkflowError as err:
+        problem = f"The workflow Gitea sent for this job cannot be run: {err}"
+    try:
+        await reporter.start(len(workflow.job.steps) if workflow else 0)
+    except GiteaError as err:
+        log.error("task %d: cannot reach Gitea to report: %s", assignment.task.id, err)
+    shutdown = asyncio.Event()
+    with _signals(shutdown):
+        result = await _run(assignment, workflow, problem, reporter, masker, options, shutdown)
+    finalized = await reporter.close(result.result, skipped=result.skipped)
+    log.info("task %d: %s, %s", assignment.task.id, result.result.name, "finalized" if finalized else "NOT finalized")
+    return EXIT_FINALIZED if finalized else EXIT_NOT_FINALIZED
+
+
+async def _run(
+    assignment: Assignment,
+    workflow: object,
+    problem: str,
+    reporter: Reporter,
+    masker: Masker,
+    options: RunOptions,
+    shutdown: asyncio.Event,
+) -> JobResult:
+    from dynrunner.executor.workflow import Workflow
+
+    if problem or not isinstance(workflow, Workflow):
+        reporter.log(f"##[error]{problem}")
+        return JobResult(Result.FAILURE)
+    try:
+        identity = assignment.executor.identity
+        if identity.enabled:
+            from dynrunner.executor.identity import IdentityError, wait_for_svid
+
+            try:
+                await wait_for_svid(
+                    assignment.spiffe_id,
+                    identity.workload_api_socket,
+                    float(identity.timeout_seconds or 60),
+                    reporter.log,
+                )
+            except IdentityError as err:
+                reporter.log(f"##[error]{err}")
+                return JobResult(Result.FAILURE)
+        runner = JobRunner(assignment, workflow, reporter, masker, options.job, shutdown=shutdown)
+        return await runner.run()
+    except Exception as err:  # an engine bug: report it in the job log rather than lose the task
+        log.error("task %d: internal error\n%s", assignment.task.id, traceback.format_exc())
+        reporter.log(f"##[error]The executor failed unexpectedly: {type(err).__name__}: {err}")
+        return JobResult(Result.FAILURE)
+
+
+async def _refuse(data: bytes, reason: str, options: RunOptions) -> int:
+    """Report an assignment this executor will not run, if it can be reported at all."""
+    try:
+        envelope = decode_envelope(data)
+    except AssignmentError as err:
+        print(f"dynrunner-executor: {reason}; it cannot be reported either: {err}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    if not envelope.runner.token:
+        print(f"dynrunner-executor: {reason}; its runner token is sealed, so it cannot be reported", file=sys.stderr)
+        return EXIT_UNREADABLE
+    client = GiteaClient(envelope.gitea_url, RunnerCredentials(envelope.runner.uuid, envelope.runner.token))
+    reporter = Reporter(client, envelope.task_id, Masker([envelope.runner.token]), options.reporter)
+    try:
+        await reporter.start(0)
+    except GiteaError as err:
+        log.error("task %d: cannot reach Gitea to report: %s", envelope.task_id, err)
+    reporter.log(f"##[error]This executor cannot run the assignment: {reason}")
+    finalized = await reporter.close(Result.FAILURE)
+    return EXIT_FINALIZED if finalized else EXIT_NOT_FINALIZED
+
+
+class _signals:
+    """SIGTERM/SIGINT set `shutdown` while the job runs (main thread only)."""
+
+    def __init__(self, shutdown: asyncio.Event) -> None:
+        self.shutdown = shutdown
+        self.installed: list[signal.Signals] = []
+
+    def __enter__(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.shutdown.set)
+            self.installed.append(sig)
+
+    def __exit__(self, *exc: object) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in self.installed:
+            loop.remove_signal_handler(sig)

@@ -1,0 +1,55 @@
+"""Steps the executor implements itself, and the answer for actions it cannot run yet.
+
+`uses: dynrunner://artifact-import` with `with: {from: jobs.<job>.artifacts.<name>, path: <rel>}`
+stages an artifact published by a direct need into the workspace (the runtime library does
+the work and the safety checks). Any other `uses:` fails its step with a message naming the
+action, until actions are supported.
+"""
+
+from __future__ import annotations
+
+from dynrunner.executor.runtime import ArtifactError
+from dynrunner.executor.steps.base import StepRun
+
+ARTIFACT_IMPORT = "dynrunner://artifact-import"
+
+
+def _with_block(run: StepRun, title: str) -> None:
+    run.log(f"##[group]Run {title}")
+    if run.with_:
+        run.log("with:")
+        for key, value in run.with_.items():
+            run.log(f"  {key}: {value}")
+    run.log("##[endgroup]")
+
+
+async def artifact_import(run: StepRun) -> bool:
+    _with_block(run, ARTIFACT_IMPORT)
+    source = str(run.with_.get("from", "")).strip()
+    path = str(run.with_.get("path", "")).strip()
+    missing = [name for name, value in (("from", source), ("path", path)) if not value]
+    if missing:
+        run.log(
+            f"##[error]`uses: {ARTIFACT_IMPORT}` needs `with: {' and '.join(missing)}` "
+            "(from: jobs.<job-id>.artifacts.<name>, path: a path relative to the workspace)"
+        )
+        return False
+    unknown = sorted(set(run.with_) - {"from", "path"})
+    if unknown:
+        run.log(f"##[error]`uses: {ARTIFACT_IMPORT}` has unknown inputs: {', '.join(unknown)} (it takes from and path)")
+        return False
+    try:
+        await run.runtime.import_artifact(source, path, run.log)
+    except (ArtifactError, ValueError) as err:
+        run.log(f"##[error]{err}")
+        return False
+    return True
+
+
+async def unsupported_action(run: StepRun) -> bool:
+    _with_block(run, str(run.step.uses))
+    run.log(
+        f"##[error]This runner cannot run the action `{run.step.uses}` yet: it supports `run:` steps and "
+        f"`uses: {ARTIFACT_IMPORT}` only. Replace the step with a `run:` script."
+    )
+    return False

@@ -1,0 +1,23 @@
+"""The workflow model: Gitea's single-job payload as typed values."""
+
+from dynrunner.executor.workflow.model import (
+    AUTO_ID_PREFIX,
+    Job,
+    RunDefaults,
+    Step,
+    Strategy,
+    Workflow,
+    WorkflowError,
+    parse_workflow,
+)
+
+__all__ = [
+    "AUTO_ID_PREFIX",
+    "Job",
+    "RunDefaults",
+    "Step",
+    "Strategy",
+    "Workflow",
+    "WorkflowError",
+    "parse_workflow",
+]
