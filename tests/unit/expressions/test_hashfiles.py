@@ -104,6 +104,8 @@ def test_errors(workspace: Path) -> None:
         evaluate("hashFiles()", EvalEnv(workspace=workspace))
     with pytest.raises(ExpressionError, match="the job workspace is not known"):
         evaluate("hashFiles('x')", EvalEnv())
+    with pytest.raises(ExpressionError, match="does not exist"):
+        evaluate("hashFiles('x')", EvalEnv(workspace=workspace / "missing"))
 
 
 def test_in_a_step_value(workspace: Path) -> None:

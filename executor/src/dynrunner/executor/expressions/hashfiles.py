@@ -268,6 +268,8 @@ def hash_files(workspace: Path | str | None, args: list[str]) -> str:
     if workspace is None:
         raise ExpressionError(f"hashFiles('{joined}') failed: the job workspace is not known here")
     root = os.path.realpath(workspace)
+    if not os.path.isdir(root):
+        raise ExpressionError(f"hashFiles('{joined}') failed. The workspace directory '{root}' does not exist")
     total = hashlib.sha256()
     count = 0
     try:
