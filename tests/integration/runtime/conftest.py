@@ -3,6 +3,7 @@ Filesystem on a temporary directory, S3 against moto_server on loopback."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -26,9 +27,7 @@ class Backend:
         return self.options.driver
 
     def store(self, repository: str = "owner/repo", run_id: str = "1", max_size: int = 0) -> ArtifactStore:
-        options = self.options
-        if max_size:
-            options = ArtifactStoreOptions(**{**_fields(options), "max_size_bytes": max_size})
+        options = dataclasses.replace(self.options, max_size_bytes=max_size) if max_size else self.options
         return open_store(options, Scope(Repository.parse(repository), run_id))
 
     def stored(self) -> list[str]:
@@ -52,10 +51,6 @@ class Backend:
             path.write_bytes(data)
         else:
             self._s3.client().put_object(Bucket=self.options.bucket, Key=self.blob_path(location), Body=data)
-
-
-def _fields(options: ArtifactStoreOptions) -> dict[str, object]:
-    return {f: getattr(options, f) for f in options.__dataclass_fields__}
 
 
 @pytest.fixture(params=["Filesystem", "S3"])

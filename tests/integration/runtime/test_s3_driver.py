@@ -18,9 +18,8 @@ from tests.fixtures.s3 import REGION, S3Server
 SCOPE = Scope(Repository.parse("owner/repo"), "9")
 
 
-def options(server: S3Server, bucket: str, **changes: str) -> ArtifactStoreOptions:
-    values = {"driver": "S3", "bucket": bucket, "prefix": "p", "endpoint": server.endpoint, "region": REGION}
-    return ArtifactStoreOptions(**{**values, **changes})
+def options(server: S3Server, bucket: str, prefix: str = "p") -> ArtifactStoreOptions:
+    return ArtifactStoreOptions(driver="S3", bucket=bucket, prefix=prefix, endpoint=server.endpoint, region=REGION)
 
 
 @pytest.mark.parametrize("size", [1000, PART_SIZE * 2 + 1], ids=["single-put", "multipart"])

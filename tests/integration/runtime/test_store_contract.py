@@ -10,13 +10,13 @@ import threading
 import pytest
 
 from dynrunner.executor.runtime.artifacts.errors import ArtifactError, ScopeError
-from dynrunner.executor.runtime.artifacts.store import Cancelled, Writable
+from dynrunner.executor.runtime.artifacts.store import ArtifactStore, Cancelled, Producer, Writable
 from tests.integration.runtime.conftest import Backend
 
 MIB = 1024 * 1024
 
 
-def producer_of(data: bytes, chunk: int = 64 * 1024):
+def producer_of(data: bytes, chunk: int = 64 * 1024) -> Producer:
     def produce(out: Writable) -> None:
         view = memoryview(data)
         for start in range(0, len(data), chunk):
@@ -25,7 +25,7 @@ def producer_of(data: bytes, chunk: int = 64 * 1024):
     return produce
 
 
-def read_all(store, location: str) -> bytes:
+def read_all(store: ArtifactStore, location: str) -> bytes:
     buf = io.BytesIO()
     with store.open(location) as src:
         while chunk := src.read(MIB):

@@ -195,10 +195,15 @@ class JobRuntime:
         return ArtifactRef(entry.name, store.driver, entry.type, blob.location, blob.digest, blob.size)
 
     def list_artifacts(self) -> list[ArtifactRef]:
-        """What this job's direct needs published, by job and name."""
+        """What this job's direct needs published, by job and name. A ref outside this repository is
+        refused (ScopeError), so a job never even lists another repository's artifacts."""
+        scope = Scope(self.repository, self.run_id)
         refs: list[ArtifactRef] = []
         for job in sorted(self.needs):
-            refs.extend(sorted(self._refs_of(job).values(), key=lambda r: r.name))
+            found = sorted(self._refs_of(job).values(), key=lambda r: r.name)
+            for ref in found:
+                scope.check(ref)
+            refs.extend(found)
         return refs
 
     def job_outputs(self) -> dict[str, str]:

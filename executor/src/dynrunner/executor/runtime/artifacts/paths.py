@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import stat
 from collections.abc import Iterator, Sequence
 
 from dynrunner.executor.runtime.artifacts.errors import StagingError
@@ -41,9 +42,12 @@ def relative_parts(path: str, *, what: str) -> list[str]:
     return parts
 
 
-def open_dir(base_fd: int, parts: Sequence[str], *, create: bool, shown: str = "") -> int:
-    """An fd for the directory `parts` below `base_fd`, creating missing directories when asked.
-    A component that is a symlink or not a directory is refused with a message naming it."""
+def open_dir(
+    base_fd: int, parts: Sequence[str], *, create: bool, shown: str = "", created: list[str] | None = None
+) -> int:
+    """An fd for the directory `parts` below `base_fd`, creating missing directories when asked (and
+    noting them in `created`). A component that is a symlink or not a directory is refused with a
+    message naming it."""
     fd = os.dup(base_fd)
     walked: list[str] = []
     try:
@@ -52,10 +56,12 @@ def open_dir(base_fd: int, parts: Sequence[str], *, create: bool, shown: str = "
             if create:
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(part, 0o755, dir_fd=fd)
+                    if created is not None:
+                        created.append("/".join(walked))
             try:
                 nfd = os.open(part, DIR_FLAGS, dir_fd=fd)
             except OSError as err:
-                raise _refusal(err, os.path.join(shown, *walked)) from None
+                raise _refusal(err, fd, part, os.path.join(shown, *walked)) from None
             os.close(fd)
             fd = nfd
     except BaseException:
@@ -65,15 +71,21 @@ def open_dir(base_fd: int, parts: Sequence[str], *, create: bool, shown: str = "
 
 
 @contextlib.contextmanager
-def opened_dir(base_fd: int, parts: Sequence[str], *, create: bool, shown: str = "") -> Iterator[int]:
-    fd = open_dir(base_fd, parts, create=create, shown=shown)
+def opened_dir(
+    base_fd: int, parts: Sequence[str], *, create: bool, shown: str = "", created: list[str] | None = None
+) -> Iterator[int]:
+    fd = open_dir(base_fd, parts, create=create, shown=shown, created=created)
     try:
         yield fd
     finally:
         os.close(fd)
 
 
-def _refusal(err: OSError, shown: str) -> StagingError:
+def _refusal(err: OSError, dir_fd: int, part: str, shown: str) -> StagingError:
+    if err.errno == errno.ENOTDIR:
+        with contextlib.suppress(OSError):
+            if stat.S_ISLNK(os.stat(part, dir_fd=dir_fd, follow_symlinks=False).st_mode):
+                return StagingError(f"'{shown}' is a symbolic link; refusing to follow it")
     if err.errno == errno.ELOOP:
         return StagingError(f"'{shown}' is a symbolic link; refusing to follow it")
     if err.errno == errno.ENOTDIR:

@@ -3,7 +3,7 @@
 A ref is immutable and content-addressed: `{name, driver, type, location, digest, size}`. The
 reserved job output `dynrunner_artifacts` carries a job's refs as compact JSON,
 `{"v":1,"refs":[{...}, ...]}`, so dependent jobs receive them through Gitea's
-`needs.<job>.outputs` (Gitea stores a value of at most 1 MiB; a ref takes about 200 bytes).
+`needs.<job>.outputs` (Gitea stores a value of at most 1 MiB; a ref takes about 250 bytes).
 """
 
 from __future__ import annotations
@@ -76,7 +76,10 @@ class ArtifactRef:
             raise ArtifactError(f"{where} has an unknown type {kind!r} (File or Directory)") from None
         if not DIGEST_RE.match(digest):
             raise ArtifactError(f"{where} has an invalid digest {digest!r:.100} (expected sha256:<64 hex digits>)")
-        check_name(name)
+        try:
+            check_name(name)
+        except ArtifactError as err:
+            raise ArtifactError(f"{where}: {err}") from None
         return cls(name, driver, artifact_type, location, digest, size, job)
 
 

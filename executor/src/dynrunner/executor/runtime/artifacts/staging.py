@@ -77,27 +77,30 @@ def stage(
         raise StagingError(f"artifact '{ref.name}' is {ref.size} bytes; the limit for one artifact is {max_size} bytes")
     *parents, name = destination
     reader = VerifyingReader(source, ref, stop)
-    with opened_dir(base_fd, parents, create=True, shown=_shown_parent(shown, parents)) as parent:
-        _check_destination(parent, name, ref, shown)
-        tmp = f".dynrunner-import-{uuid.uuid4().hex}"
-        try:
-            if ref.type is ArtifactType.FILE:
-                _stage_file(reader, parent, tmp)
-            else:
-                os.mkdir(tmp, 0o700, dir_fd=parent)
-                _extract(reader, parent, tmp, ref, max_size)
-            reader.finish()
+    created: list[str] = []
+    try:
+        with opened_dir(base_fd, parents, create=True, created=created) as parent:
             _check_destination(parent, name, ref, shown)
-            if ref.type is ArtifactType.DIRECTORY:
-                os.chmod(tmp, 0o755, dir_fd=parent, follow_symlinks=False)
-            os.rename(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
-        except BaseException:
-            _remove(parent, tmp)
-            raise
-
-
-def _shown_parent(shown: str, parents: Sequence[str]) -> str:
-    return shown.rsplit("/", len(parents))[0] if parents else shown
+            tmp = f".dynrunner-import-{uuid.uuid4().hex}"
+            try:
+                if ref.type is ArtifactType.FILE:
+                    _stage_file(reader, parent, tmp)
+                else:
+                    os.mkdir(tmp, 0o700, dir_fd=parent)
+                    _extract(reader, parent, tmp, ref)
+                reader.finish()
+                _check_destination(parent, name, ref, shown)
+                if ref.type is ArtifactType.DIRECTORY:
+                    os.chmod(tmp, 0o755, dir_fd=parent, follow_symlinks=False)
+                os.rename(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
+            except BaseException:
+                _remove(parent, tmp)
+                raise
+    except BaseException:
+        for path in reversed(created):
+            with contextlib.suppress(OSError):
+                os.rmdir(path, dir_fd=base_fd)
+        raise
 
 
 def _check_destination(parent: int, name: str, ref: ArtifactRef, shown: str) -> None:
@@ -128,12 +131,10 @@ def _stage_file(reader: VerifyingReader, parent: int, tmp: str) -> None:
 class _Tree:
     """What an archive has put in the temporary directory so far, to refuse duplicates and collisions."""
 
-    def __init__(self, max_size: int, ref: ArtifactRef) -> None:
+    def __init__(self, ref: ArtifactRef) -> None:
         self.kinds: dict[str, bytes] = {}
         self.explicit: set[str] = set()
         self.folded: dict[str, str] = {}
-        self.total = 0
-        self.max_size = max_size
         self.ref = ref
 
     def admit(self, member: tarfile.TarInfo) -> list[str]:
@@ -159,12 +160,6 @@ class _Tree:
             if i == len(parts) and known != kind:
                 raise StagingError(f"{what} is a file, but the archive also has entries inside '{name}'")
         self.explicit.add(name)
-        if kind == tarfile.REGTYPE:
-            self.total += member.size
-            if self.total > self.max_size:
-                raise StagingError(
-                    f"artifact '{self.ref.name}' unpacks to more than {self.max_size} bytes, the limit for one artifact"
-                )
         return parts
 
 
@@ -180,8 +175,8 @@ def _member_kind(member: tarfile.TarInfo) -> str:
     return f"an entry of unsupported type {member.type!r}"
 
 
-def _extract(reader: VerifyingReader, parent: int, tmp: str, ref: ArtifactRef, max_size: int) -> None:
-    tree = _Tree(max_size, ref)
+def _extract(reader: VerifyingReader, parent: int, tmp: str, ref: ArtifactRef) -> None:
+    tree = _Tree(ref)
     with opened_dir(parent, [tmp], create=False) as root:
         try:
             with tarfile.open(fileobj=reader, mode="r|", bufsize=CHUNK, encoding="utf-8", errors="strict") as tar:  # type: ignore[call-overload]

@@ -45,7 +45,7 @@ class Readable(Protocol):
     def read(self, size: int = -1, /) -> bytes: ...
 
 
-Producer = Callable[[Writable], None]
+Producer = Callable[[Writable], object]
 """Writes an artifact's bytes into a writer. Calling it again writes the same bytes (archives are
 deterministic), which lets a driver hash first and upload second."""
 
@@ -69,10 +69,11 @@ class Scope:
         match = _LOCATION_RE.match(location)
         return match is not None and f"{match.group(1)}/{match.group(2)}" == self.prefix
 
-    def check(self, ref: ArtifactRef, driver: str) -> str:
-        """The ref's location once it is known to be this repository's content address for its digest."""
+    def check(self, ref: ArtifactRef, driver: str | None = None) -> str:
+        """The ref's location once it is known to be this repository's content address for its digest
+        (and, given `driver`, stored by that driver)."""
         source = f"artifact '{ref.name}'" + (f" of job '{ref.job}'" if ref.job else "")
-        if ref.driver != driver:
+        if driver is not None and ref.driver != driver:
             raise ScopeError(f"{source} is stored with driver {ref.driver!r}, but this runner's store is {driver!r}")
         match = _LOCATION_RE.match(ref.location)
         if not match:
