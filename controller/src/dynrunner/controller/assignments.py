@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import re
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,8 +49,10 @@ log = logging.getLogger(__name__)
 
 MSG_ID_HEADER = "Nats-Msg-Id"
 _ATTEMPT_TIMEOUT_S = 5.0
-_FETCH_WAIT_S = 5.0
+_PUBLISH_ATTEMPT_TIMEOUT_S = 2.0  # a PubAck takes milliseconds; a lost one is retried (deduplicated)
+_FETCH_WAIT_S = 2.0  # an idle pull's expiry; also bounds the wait after a NATS restart
 _UNKNOWN_VERSION_DELAY_S = 30.0
+_RECONNECT_WAIT_S = 1
 
 
 class AssignmentLogError(RuntimeError):
@@ -63,13 +67,17 @@ def consumer_name(pool: str) -> str:
     return f"launcher-{pool}"
 
 
-async def connect_nats(url: str, *, name: str = "dynrunner-controller", connect_timeout_s: float = 5.0) -> Client:
-    """A connection that reconnects forever (the controller outlives NATS restarts) and logs one
-    line per connection event instead of nats-py's tracebacks."""
-
+async def connect_nats(
+    url: str, *, name: str = "dynrunner-controller", connect_wait_s: float = 5.0, connect_timeout_s: float = 2.0
+) -> Client:
+    """Connect, trying for about `connect_wait_s`; once connected, reconnect forever (the
+    controller outlives NATS restarts). Connection events are logged as one line each instead
+    of nats-py's tracebacks."""
     client: list[Client] = []
+    last_error: list[BaseException] = []
 
     async def on_error(err: Exception) -> None:
+        last_error[:] = [err]
         log.warning("nats: %s", err or type(err).__name__)
 
     async def on_disconnect() -> None:
@@ -85,16 +93,25 @@ async def connect_nats(url: str, *, name: str = "dynrunner-controller", connect_
             name=name,
             connect_timeout=connect_timeout_s,
             allow_reconnect=True,
-            max_reconnect_attempts=-1,
-            reconnect_time_wait=1,
+            max_reconnect_attempts=max(1, int(connect_wait_s / _RECONNECT_WAIT_S)),
+            reconnect_time_wait=_RECONNECT_WAIT_S,
             error_cb=on_error,
             disconnected_cb=on_disconnect,
             reconnected_cb=on_reconnect,
         )
     except (OSError, nats.errors.Error, TimeoutError) as err:
-        raise AssignmentLogError(f"cannot connect to NATS: {err or type(err).__name__}") from err
+        cause = last_error[0] if last_error else err
+        raise AssignmentLogError(
+            f"cannot connect to NATS at {_redacted(url)}: {cause or type(cause).__name__}"
+        ) from err
+    # The attempt limit was for the first connect only; nats-py reads it at every reconnect.
+    nc.options["max_reconnect_attempts"] = -1
     client.append(nc)
     return nc
+
+
+def _redacted(url: str) -> str:
+    return ",".join(re.sub(r"//[^@/]*@", "//***@", one.strip()) for one in url.split(","))
 
 
 @dataclass(slots=True)
@@ -106,6 +123,7 @@ class Delivery:
     max_deliver: int
     stream_seq: int
     _msg: Msg = field(repr=False)
+    _nc: Client = field(repr=False)
     _ack_wait_s: float = field(repr=False)
 
     @property
@@ -149,16 +167,25 @@ class Delivery:
                 await task
 
     async def ack(self) -> None:
-        """Done: the message leaves the stream. Waits for the server to confirm."""
-        await self._msg.ack_sync(timeout=_ATTEMPT_TIMEOUT_S)
+        """Done: the message leaves the stream."""
+        await self._confirm(Msg.Ack.Ack)
 
     async def nak(self, delay_s: float | None = None) -> None:
         """Failed this time: deliver again (after `delay_s`)."""
-        await self._msg.nak(delay=delay_s)
+        payload = Msg.Ack.Nak
+        if delay_s:
+            payload += b" " + json.dumps({"delay": int(delay_s * 1e9)}).encode()
+        await self._confirm(payload)
 
     async def term(self) -> None:
-        """Never deliver again (the task was finalized, or the message can never be used)."""
-        await self._msg.term()
+        """Never deliver again (the task was finalized, or the message can never be used); the
+        message leaves the stream."""
+        await self._confirm(Msg.Ack.Term)
+
+    async def _confirm(self, payload: bytes) -> None:
+        """Send an acknowledgement and wait until the server has applied it, so what the caller
+        does next (count capacity, finalize, report) sees the stream in its new state."""
+        await self._nc.request(self._msg.reply, payload, timeout=_ATTEMPT_TIMEOUT_S)
 
 
 def _transient(err: BaseException) -> bool:
@@ -208,9 +235,11 @@ class AssignmentLog:
         pools: Sequence[str],
         *,
         metrics: Metrics | None = None,
+        connect_wait_s: float = 5.0,
     ) -> AssignmentLog:
-        """Connect and make sure the stream and one durable consumer per pool exist as configured."""
-        nc = await connect_nats(nats_url)
+        """Connect (trying for about `connect_wait_s`) and make sure the stream and one durable
+        consumer per pool exist as configured."""
+        nc = await connect_nats(nats_url, connect_wait_s=connect_wait_s)
         self = cls(nc, cfg, pools, metrics=metrics)
         try:
             await self.ensure()
@@ -314,7 +343,11 @@ class AssignmentLog:
                 reraise=True,
             ):
                 with attempt:
-                    timeout = max(0.05, min(_ATTEMPT_TIMEOUT_S, deadline - loop.time()))
+                    if not self.nc.is_connected:
+                        # nats-py would buffer the publish until it reconnects, and a buffered publish
+                        # could still be stored after we gave up and finalized the task.
+                        raise nats.errors.ConnectionReconnectingError
+                    timeout = max(0.05, min(_PUBLISH_ATTEMPT_TIMEOUT_S, deadline - loop.time()))
                     ack = await self.js.publish(subject, data, timeout=timeout, headers=headers)
         except Exception as err:
             raise PublishError(
@@ -340,6 +373,9 @@ class AssignmentLog:
         self._subscriptions.add(sub)
         try:
             while True:
+                if not self.nc.is_connected:
+                    await asyncio.sleep(0.05)  # a pull sent now would wait out its expiry after the reconnect
+                    continue
                 try:
                     msgs = await sub.fetch(batch, timeout=_FETCH_WAIT_S)
                 except nats.errors.TimeoutError:
@@ -368,6 +404,7 @@ class AssignmentLog:
             max_deliver=self.cfg.max_deliver,
             stream_seq=meta.sequence.stream,
             _msg=msg,
+            _nc=self.nc,
             _ack_wait_s=self.cfg.ack_wait_s,
         )
 

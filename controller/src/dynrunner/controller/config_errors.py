@@ -63,7 +63,7 @@ def _message(err: ErrorDetails, known: set[str]) -> str:
     if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
         symbol = {"greater_than_equal": "≥", "greater_than": ">", "less_than_equal": "≤", "less_than": "<"}[kind]
         bound = next(iter(ctx.values()))
-        return f"must be {symbol} {bound}"
+        return f"must be {symbol} {bound:g}" if isinstance(bound, float) else f"must be {symbol} {bound}"
     if kind == "too_short":
         return f"must have at least {ctx.get('min_length')} item(s)"
     if kind == "literal_error":

@@ -13,8 +13,9 @@ from collections.abc import Callable
 from types import TracebackType
 
 from aiohttp import web
+from prometheus_client.exposition import choose_encoder
 
-from dynrunner.controller.metrics import CONTENT_TYPE_LATEST, Metrics
+from dynrunner.controller.metrics import Metrics
 
 __all__ = ["HealthServer", "Readiness", "parse_address"]
 
@@ -73,8 +74,8 @@ class HealthServer:
         await self.stop()
 
     async def _serve_metrics(self, request: web.Request) -> web.Response:
-        body = self._metrics.exposition()
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+        encode, content_type = choose_encoder(request.headers.get("Accept", ""))  # text, or OpenMetrics if asked
+        return web.Response(body=encode(self._metrics.registry), headers={"Content-Type": content_type})
 
     async def _serve_health(self, request: web.Request) -> web.Response:
         return web.Response(text="ok\n")

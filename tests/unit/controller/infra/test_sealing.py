@@ -1,0 +1,198 @@
+"""Sealing: round trip, no plaintext secret in a sealed assignment's bytes, tamper, wrong key,
+wrong record (AAD), key rotation, and key files in every accepted form."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import os
+import stat
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dynrunner.controller.sealing import Sealer, SealingError, ensure_key_file, key_id, read_key_file
+from dynrunner.proto.assignment import Assignment, ClaimingRunner, Sealed, encode
+from dynrunner.proto.gitea import Task
+
+KEY = bytes(range(32))
+OTHER_KEY = bytes(range(1, 33))
+SECRETS = {
+    "DEPLOY_KEY": "s3cr3t-deploy-Q9",
+    "GITHUB_TOKEN": "task-token-XA7",
+    "MULTI": "line-one-7\nline-two-8",
+}
+TASK_TOKEN, RUNTIME_TOKEN, RUNNER_TOKEN = "task-token-XA7", "eyJ.runtime.jwt-K2", "runner-token-P5"
+
+
+def assignment(assignment_id: str = "a-1") -> Assignment:
+    return Assignment(
+        assignment_id=assignment_id,
+        pool="pod",
+        backend="local",
+        claimed_at=datetime(2026, 11, 29, 10, 0, tzinfo=UTC),
+        task=Task(
+            id=42,
+            workflow_payload=b"jobs: {build: {runs-on: [self-hosted, pod]}}",
+            context={"token": TASK_TOKEN, "gitea_runtime_token": RUNTIME_TOKEN, "repository": "o/r"},
+            secrets=SECRETS,
+            vars={"REGION": "eu"},
+        ),
+        runner=ClaimingRunner(id=3, uuid="uuid-3", token=RUNNER_TOKEN, name="dynrunner-pod-x"),
+        gitea_url="http://gitea:3000",
+        job_key="build",
+    )
+
+
+def test_seal_and_unseal_round_trip() -> None:
+    sealer = Sealer(KEY)
+    sealed = sealer.seal("aad-1", b"payload")
+    assert sealed.key_id == key_id(KEY) == sealer.key_id
+    assert len(sealed.nonce) == 12
+    assert b"payload" not in sealed.ciphertext
+    assert sealer.unseal("aad-1", sealed) == b"payload"
+
+
+def test_every_seal_uses_a_fresh_nonce() -> None:
+    sealer = Sealer(KEY)
+    nonces = {sealer.seal("a", b"same").nonce for _ in range(100)}
+    assert len(nonces) == 100
+
+
+@given(aad=st.text(max_size=50), data=st.binary(max_size=2048))
+def test_round_trip_any_data(aad: str, data: bytes) -> None:
+    sealer = Sealer(KEY)
+    assert sealer.unseal(aad, sealer.seal(aad, data)) == data
+
+
+def test_sealed_assignment_keeps_no_plaintext_secret() -> None:
+    original = assignment()
+    sealed = Sealer(KEY).seal_assignment(original)
+    wire = encode(sealed)
+    for secret in [*SECRETS.values(), TASK_TOKEN, RUNTIME_TOKEN, RUNNER_TOKEN, "line-one-7", "line-two-8"]:
+        assert secret.encode() not in wire, secret
+    assert sealed.sealed is not None and sealed.sealed.key_id == key_id(KEY)
+    assert sealed.task.secrets == {} and sealed.runner.token == ""
+    assert sealed.task.context is not None and "token" not in sealed.task.context
+    assert sealed.task.context["repository"] == "o/r"  # the non-secret context stays readable
+
+
+def test_unseal_assignment_restores_it_exactly() -> None:
+    sealer = Sealer(KEY)
+    original = assignment()
+    assert sealer.unseal_assignment(sealer.seal_assignment(original)) == original
+
+
+def test_tampered_ciphertext_is_refused() -> None:
+    sealer = Sealer(KEY)
+    sealed = sealer.seal_assignment(assignment())
+    assert sealed.sealed is not None
+    flipped = bytearray(sealed.sealed.ciphertext)
+    flipped[0] ^= 1
+    bad = sealed.replace(sealed=dataclasses.replace(sealed.sealed, ciphertext=bytes(flipped)))
+    with pytest.raises(SealingError, match="was altered, or it belongs to another record"):
+        sealer.unseal_assignment(bad)
+
+
+def test_tampered_nonce_is_refused() -> None:
+    sealer = Sealer(KEY)
+    sealed = sealer.seal("x", b"data")
+    with pytest.raises(SealingError):
+        sealer.unseal("x", dataclasses.replace(sealed, nonce=bytes(12)))
+    with pytest.raises(SealingError, match="5-byte nonce"):
+        sealer.unseal("x", dataclasses.replace(sealed, nonce=b"short"))
+
+
+def test_wrong_key_is_refused_naming_the_key_id() -> None:
+    sealed = Sealer(KEY).seal_assignment(assignment())
+    with pytest.raises(SealingError, match=f"sealed with key '{key_id(KEY)}'.*retiredKeyFiles"):
+        Sealer(OTHER_KEY).unseal_assignment(sealed)
+
+
+def test_same_key_id_but_other_key_is_refused() -> None:
+    sealed = Sealer(KEY).seal("x", b"data")
+    forged = Sealed(key_id=key_id(OTHER_KEY), nonce=sealed.nonce, ciphertext=sealed.ciphertext)
+    with pytest.raises(SealingError, match="does not open"):
+        Sealer(OTHER_KEY).unseal("x", forged)
+
+
+def test_secrets_moved_onto_another_assignment_do_not_open() -> None:
+    sealer = Sealer(KEY)
+    first = sealer.seal_assignment(assignment("a-1"))
+    other = sealer.seal_assignment(assignment("a-2")).replace(sealed=first.sealed)
+    with pytest.raises(SealingError, match="'a-2' does not open"):
+        sealer.unseal_assignment(other)
+
+
+def test_retired_key_still_opens_and_new_key_seals() -> None:
+    old = Sealer(KEY).seal_assignment(assignment())
+    rotated = Sealer(OTHER_KEY, retired=[KEY])
+    assert rotated.unseal_assignment(old) == assignment()
+    fresh = rotated.seal_assignment(assignment())
+    assert fresh.sealed is not None and fresh.sealed.key_id == key_id(OTHER_KEY)
+    with pytest.raises(SealingError):
+        Sealer(KEY).unseal_assignment(fresh)
+
+
+def test_sealing_twice_and_unsealing_plain_are_refused() -> None:
+    sealer = Sealer(KEY)
+    with pytest.raises(SealingError, match="already sealed"):
+        sealer.seal_assignment(sealer.seal_assignment(assignment()))
+    with pytest.raises(SealingError, match="carries no sealed secrets"):
+        sealer.unseal_assignment(assignment())
+
+
+def test_key_must_be_32_bytes() -> None:
+    with pytest.raises(SealingError, match="must be 32 bytes, not 16"):
+        Sealer(bytes(16))
+
+
+@pytest.mark.parametrize(
+    "content",
+    [KEY, KEY.hex().encode(), KEY.hex().upper().encode() + b"\n", base64.b64encode(KEY) + b"\n"],
+    ids=["raw", "hex", "HEX-newline", "base64"],
+)
+def test_key_file_forms(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "key"
+    path.write_bytes(content)
+    assert read_key_file(path) == KEY
+    assert Sealer.from_key_file(path).key_id == key_id(KEY)
+
+
+@pytest.mark.parametrize(
+    "content", [b"", b"short", bytes(31), bytes(33), base64.b64encode(bytes(16)), b"zz" * 32], ids=str
+)
+def test_key_file_of_wrong_size_is_refused_clearly(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "key"
+    path.write_bytes(content)
+    with pytest.raises(SealingError, match=r"must hold a 256-bit key: 32 raw bytes, 64 hex digits or base64"):
+        read_key_file(path)
+
+
+def test_missing_key_file(tmp_path: Path) -> None:
+    with pytest.raises(SealingError, match="cannot be read: No such file"):
+        Sealer.from_key_file(tmp_path / "absent")
+
+
+def test_from_key_file_with_retired_keys(tmp_path: Path) -> None:
+    (tmp_path / "new").write_bytes(OTHER_KEY)
+    (tmp_path / "old").write_text(KEY.hex())
+    old_sealed = Sealer(KEY).seal("r", b"v")
+    assert Sealer.from_key_file(tmp_path / "new", [tmp_path / "old"]).unseal("r", old_sealed) == b"v"
+
+
+def test_ensure_key_file_creates_a_private_random_key_once(tmp_path: Path) -> None:
+    path = tmp_path / "state" / "sealing.key"
+    assert ensure_key_file(path) == path
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(path.parent).st_mode) == 0o700
+    key = read_key_file(path)
+    assert len(key) == 32 and key != bytes(32)
+    ensure_key_file(path)
+    assert read_key_file(path) == key  # never overwritten
+    other = tmp_path / "other.key"
+    ensure_key_file(other)
+    assert read_key_file(other) != key
