@@ -31,7 +31,7 @@ from dynrunner.controller import contract
 from dynrunner.controller.capacity import Capacity, Reservation
 from dynrunner.controller.finalize import finalize_failed
 from dynrunner.controller.logs import log_context
-from dynrunner.controller.loops import Backoff
+from dynrunner.controller.loops import Backoff, Fatal
 from dynrunner.controller.metrics import Metrics
 from dynrunner.controller.registrations import Registrations
 from dynrunner.controller.registrations_store import ArmedRegistration
@@ -186,7 +186,9 @@ class Claimer:
         while not self._stopping.is_set():
             try:
                 reg = await self._registrations.armed()
-            except GiteaError as err:
+            except Fatal:
+                raise
+            except Exception as err:  # Gitea or the registration store (NATS) failing
                 self._error("register", err)
                 await self._sleep(self._backoff.next())
                 continue
@@ -229,8 +231,9 @@ class Claimer:
         with log_context(assignment_id=assignment_id, task_id=task.id, pool=self.pool):
             log.info("claimed task %s as runner %s (id %s)", task.id, reg.name, reg.id)
             client = self._registrations.client(reg)
+            # Forgetting the spent runner runs alongside: it must not delay the launch.
+            retiring = asyncio.create_task(self._retire(reg), name=f"retire-{reg.name}")
             try:
-                await self._retire(reg)
                 try:
                     assignment = build_assignment(
                         task, assignment_id=assignment_id, claimed_at=claimed_at, runner=reg, settings=self.settings
@@ -255,10 +258,12 @@ class Claimer:
                 if not reservation.done:
                     reservation.cancel()
                 raise
+            finally:
+                await retiring
 
     async def _retire(self, reg: ArmedRegistration) -> None:
-        """The armed runner is spent; forget it before anything else can fail, so a restarted
-        controller never polls with a runner that already holds a task."""
+        """The armed runner is spent: remove it from the store, so a restarted controller never
+        polls with a runner that already holds a task (the next `armed()` comes after this)."""
         for attempt in range(3):
             try:
                 await self._registrations.spent()

@@ -3,7 +3,7 @@
 It reads the assignment the local backend wrote, and behaves as the job's `env.FAKE_EXECUTOR`
 says: `succeed` (default: log a line and finalize the task as success with the claiming
 runner's credentials), `crash` (exit 3 without finalizing), `hang` (sleep until killed), or
-`sleep:<seconds>` (then succeed). Each start appends the assignment id to `starts.log`
+`sleep:<seconds>` (then succeed). Each start appends `<assignment id> <task id>` to `starts.log`
 next to the environments' root, so tests can count executions.
 
     python fake_executor.py run --assignment FILE
@@ -48,7 +48,7 @@ def main() -> int:
     a = decode(args.assignment.read_bytes())
     root = args.assignment.parent.parent
     with (root.parent / "starts.log").open("a") as f:
-        f.write(a.assignment_id + "\n")
+        f.write(f"{a.assignment_id} {a.task.id}\n")
     what = behaviour(a.task.workflow_payload)
     if what == "crash":
         print("fake executor: crashing on purpose", file=sys.stderr)

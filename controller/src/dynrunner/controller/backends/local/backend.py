@@ -186,9 +186,10 @@ class LocalBackend:
         self._children[assignment_id] = pid
         log.info("started executor pid %s in %s", pid, layout.dir)
 
-    def _reap(self, assignment_id: str) -> None:
-        """Collect the exit of our own child, so it does not linger as a zombie."""
-        pid = self._children.get(assignment_id)
+    def _reap(self, assignment_id: str, pid: int | None = None) -> None:
+        """Collect the exit of our own child, so it does not linger as a zombie. `pid` (from
+        the pid file) covers a child started by an earlier backend object of this process."""
+        pid = self._children.get(assignment_id, pid)
         if pid is None:
             return
         try:
@@ -239,9 +240,9 @@ class LocalBackend:
 
     def _observe(self, env: Environment) -> Observation:
         layout = self._layout(env.assignment_id)
-        self._reap(env.assignment_id)
         exists = layout.metadata_file.exists()
         pid = layout.read_int(layout.pid_file)
+        self._reap(env.assignment_id, pid)
         # Liveness before the exit status: the wrapper records the status before it exits.
         alive = pid is not None and owned_by(pid, layout)
         exit_code = layout.read_int(layout.exit_file)
