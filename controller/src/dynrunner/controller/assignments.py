@@ -18,7 +18,7 @@ import contextlib
 import json
 import logging
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -364,7 +364,7 @@ class AssignmentLog:
 
     # --- consuming --------------------------------------------------------------------------
 
-    async def deliveries(self, pool: str, batch: int = 1) -> AsyncIterator[Delivery]:
+    async def deliveries(self, pool: str, batch: int = 1) -> AsyncGenerator[Delivery, None]:
         """Deliveries for `pool`, pulled only when the caller asks for the next one, so a launcher
         without free capacity holds none. Close with `contextlib.aclosing` (or `close()`)."""
         if pool not in self.pools:

@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 from dynrunner.controller.assignments import AssignmentLog
+from dynrunner.controller.registrations_store import ArmedRegistration
 from dynrunner.proto.assignment import Assignment, ClaimingRunner
 from dynrunner.proto.gitea import Task
 
@@ -26,4 +27,18 @@ def make_assignment(pool: str = "pod", task_id: int = 1, assignment_id: str | No
         runner=ClaimingRunner(id=task_id, uuid=f"uuid-{task_id}", token=RUNNER_TOKEN, name=f"r-{task_id}"),
         gitea_url="http://gitea:3000",
         job_key="build",
+    )
+
+
+ARMED_TOKEN = "armed-runner-token-Yx4"
+
+
+def registration(n: int = 1) -> ArmedRegistration:
+    return ArmedRegistration(
+        id=n,
+        uuid=f"0b6c5f0e-0000-4000-8000-00000000000{n}",
+        token=ARMED_TOKEN,
+        name=f"dynrunner-pod-{n}",
+        labels=("self-hosted", "pod"),
+        created_at=datetime(2026, 11, 29, 10, n, tzinfo=UTC),
     )

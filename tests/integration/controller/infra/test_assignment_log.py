@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 import nats
 import pytest
@@ -23,7 +23,7 @@ from tests.fixtures.nats import NatsServer
 from tests.integration.controller.infra.samples import LogFactory, make_assignment
 
 
-async def next_delivery(it: AsyncIterator[Delivery], within: float = 10.0) -> Delivery:
+async def next_delivery(it: AsyncGenerator[Delivery, None], within: float = 10.0) -> Delivery:
     return await asyncio.wait_for(anext(it), within)
 
 

