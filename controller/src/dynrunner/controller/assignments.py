@@ -303,6 +303,13 @@ class AssignmentLog:
                 except nats.js.errors.APIError as err:
                     raise AssignmentLogError(f"stream {want.name} cannot be updated ({changed}): {err}") from err
                 log.info("updated stream %s: %s", want.name, changed)
+        if self.nc.max_payload < self.cfg.max_message_bytes:
+            log.warning(
+                "the NATS server accepts messages up to %d bytes (its max_payload), less than nats.maxMessageBytes "
+                "(%d): larger assignments will fail to publish and their tasks will be finalized failed",
+                self.nc.max_payload,
+                self.cfg.max_message_bytes,
+            )
         for pool in self.pools:
             try:
                 await self.js.add_consumer(self.cfg.stream, self.consumer_config(pool))
@@ -371,6 +378,7 @@ class AssignmentLog:
             raise ValueError(f"pool {pool!r} is not configured")
         sub = await self.js.pull_subscribe_bind(consumer_name(pool), stream=self.cfg.stream)
         self._subscriptions.add(sub)
+        failures = 0
         try:
             while True:
                 if not self.nc.is_connected:
@@ -378,7 +386,14 @@ class AssignmentLog:
                     continue
                 try:
                     msgs = await sub.fetch(batch, timeout=_FETCH_WAIT_S)
+                    failures = 0
                 except nats.errors.TimeoutError:
+                    continue
+                except nats.errors.ConnectionClosedError:
+                    raise
+                except nats.errors.Error as err:
+                    failures += 1
+                    await self._recover(pool, err, failures)
                     continue
                 for msg in msgs:
                     delivery = await self._delivery(pool, msg)
@@ -388,6 +403,19 @@ class AssignmentLog:
             self._subscriptions.discard(sub)
             with contextlib.suppress(nats.errors.Error):
                 await sub.unsubscribe()
+
+    async def _recover(self, pool: str, err: nats.errors.Error, failures: int) -> None:
+        """A pull failed other than by timing out: the consumer or stream may be gone (deleted by
+        hand, or lost with a NATS store) or leaderless for a moment. Re-create what is missing,
+        with backoff, instead of ending the launcher."""
+        log.warning("pulling assignments of pool %s failed (%d in a row): %r", pool, failures, err)
+        if self._metrics is not None:
+            self._metrics.errors.labels(pool=pool, kind="nats").inc()
+        await asyncio.sleep(min(0.25 * 2 ** min(failures, 5), 5.0))
+        try:
+            await self.ensure()
+        except (AssignmentLogError, nats.errors.Error) as again:
+            log.warning("re-creating the assignment stream and consumers failed: %r", again)
 
     async def _delivery(self, pool: str, msg: Msg) -> Delivery | None:
         meta = msg.metadata

@@ -228,6 +228,22 @@ async def test_setup_is_idempotent_and_applies_changes(
     assert consumers["launcher-pod"].config.filter_subject == f"{nats_config.subject_prefix}.pod"
 
 
+async def test_a_deleted_consumer_is_recreated_while_launchers_pull(
+    nats_server_module: NatsServer, nats_config: NatsConfig, open_log: LogFactory, sealer: Sealer, metrics: Metrics
+) -> None:
+    log = await open_log(nats_server_module.url, nats_config)
+    async with contextlib.aclosing(log.deliveries("pod")) as it:
+        waiting = asyncio.create_task(next_delivery(it, within=20))
+        await asyncio.sleep(0.2)
+        await log.js.delete_consumer(nats_config.stream, "launcher-pod")
+        a = make_assignment()
+        await log.publish(sealer.seal_assignment(a))
+        d = await waiting
+        assert d.assignment.assignment_id == a.assignment_id
+        await d.ack()
+    assert (metrics.sample("dynrunner_errors_total", pool="pod", kind="nats") or 0) >= 1
+
+
 async def test_a_stream_with_other_retention_is_refused_with_advice(
     nats_server_module: NatsServer, nats_config: NatsConfig, open_log: LogFactory
 ) -> None:
@@ -240,6 +256,20 @@ async def test_a_stream_with_other_retention_is_refused_with_advice(
         await nc.close()
     with pytest.raises(AssignmentLogError, match=r"retention=limits .* cannot be changed in place: drain it"):
         await open_log(nats_server_module.url, nats_config)
+
+
+async def test_a_server_smaller_than_max_message_bytes_is_reported(
+    nats_server_module: NatsServer,
+    nats_config: NatsConfig,
+    open_log: LogFactory,
+    sealer: Sealer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    log = await open_log(nats_server_module.url, nats_config)  # the test server keeps NATS' 1 MiB default
+    assert "accepts messages up to 1048576 bytes (its max_payload), less than nats.maxMessageBytes" in caplog.text
+    big = make_assignment().replace(task=Task(id=1, workflow_payload=b"x" * (1024 * 1024 + 1)))
+    with pytest.raises(PublishError, match="MaxPayloadError"):
+        await log.publish(sealer.seal_assignment(big))
 
 
 async def test_connect_to_nothing_is_a_clear_error(nats_config: NatsConfig) -> None:
