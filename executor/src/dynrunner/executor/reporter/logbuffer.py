@@ -51,10 +51,12 @@ class LogBuffer:
     def row(self, index: int) -> LogRow:
         return self._rows[self._head + index - self.base]
 
-    def batch(self, max_rows: int, max_bytes: int) -> tuple[int, list[LogRow]]:
-        """Unacknowledged rows from `acked`, as many as fit (always at least one)."""
+    def batch(self, max_rows: int, max_bytes: int, until: int | None = None) -> tuple[int, list[LogRow]]:
+        """Unacknowledged rows from `acked` (and before `until`), as many as fit, at least one."""
         start = self._head + self.acked - self.base
         stop = min(len(self._rows), start + max_rows)
+        if until is not None:
+            stop = min(stop, self._head + until - self.base)
         total = 0
         for pos in range(start, stop):
             total += self._sizes[pos]

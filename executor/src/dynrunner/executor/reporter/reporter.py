@@ -144,12 +144,9 @@ class Reporter:
         await self._stop_pump()
         now = self._clock()
         self._steps.close(now, skipped=skipped)
-        if self._cfg.closing_line:
-            text = _CLOSING_WORDS[result]
-            self._buffer.append(LogRow(time=now, content=text), len(text) + ROW_OVERHEAD)
         state = TaskState(id=self.task_id, result=result, started_at=self._started_at or now, stopped_at=now)
         self._deadline = started + self._cfg.close_timeout_s / 2
-        await self._final_logs()
+        await self._final_logs(_CLOSING_WORDS[result] if self._cfg.closing_line else "")
         self._deadline = started + self._cfg.close_timeout_s
         self._finalized = await self._final_state(state)
         return self._finalized
@@ -212,9 +209,16 @@ class Reporter:
         return heartbeat or (self._state_due and not logs_first)
 
     async def _send_logs(self, *, no_more: bool = False) -> bool:
-        """Send one batch from the ack; true when it carried `no_more` and all rows are acked."""
-        index, rows = self._buffer.batch(self._cfg.batch_rows, self._cfg.batch_bytes)
-        final = no_more and index + len(rows) == self._buffer.end
+        """Send one batch from the ack; true when it carried `no_more` and all rows are acked.
+
+        With `no_more`, the last row travels alone in the final request, after every other
+        row was acknowledged: Gitea archives the log on that request whatever it stored, so
+        rows lost on the way could never be added afterwards."""
+        buffer = self._buffer
+        last = buffer.end - 1
+        until = last if no_more and buffer.acked < last else None
+        index, rows = buffer.batch(self._cfg.batch_rows, self._cfg.batch_bytes, until)
+        final = no_more and until is None
         sent_at = time.monotonic()
         ack = await self._call(
             lambda: self._client.update_log(self.task_id, index, rows, no_more=final, retry=NO_RETRY)
@@ -319,19 +323,23 @@ class Reporter:
             self._steps.shift(position, shift)
         self._handshaken = True
 
-    async def _final_logs(self) -> bool:
-        """Send every remaining row; the request carrying the last one says ``no_more``.
-        It always carries a row: Gitea before #37631 ignores ``no_more`` without rows."""
+    async def _final_logs(self, closing: str) -> bool:
+        """Send every row, then `closing` as a new last row alone with ``no_more``.
+
+        The final request must carry a row Gitea does not have yet: before #37631 it honours
+        ``no_more`` only when it appends something, and a row it already holds (its answer
+        to an earlier request may have been lost) would be skipped and the log never archived."""
         assert self._deadline is not None
         deadline = self._deadline
         try:
             if not self._handshaken:
                 await self._handshake(deadline)
+            while self._buffer.pending:
+                await self._retrying("sending the log", self._send_logs, deadline)
+            self._buffer.append(LogRow(time=self._clock(), content=closing), utf8_size(closing) + ROW_OVERHEAD)
             done = False
             while not done:
-                if self._buffer.pending == 0:
-                    self._buffer.append(LogRow(time=self._clock(), content=""), ROW_OVERHEAD)
-                done = await self._retrying("sending the log", lambda: self._send_logs(no_more=True), deadline)
+                done = await self._retrying("completing the log", lambda: self._send_logs(no_more=True), deadline)
             return True
         except Exception as err:
             log.error("task %d: could not complete the log: %s", self.task_id, err)
