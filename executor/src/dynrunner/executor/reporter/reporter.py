@@ -159,7 +159,11 @@ class Reporter:
         self._wake.set()
 
     async def _run(self) -> None:
+        me = asyncio.current_task()
         while True:
+            if me is not None and me.cancelling():
+                # the HTTP client sometimes completes a request and swallows our cancellation
+                raise asyncio.CancelledError
             self._wake.clear()
             now = time.monotonic()
             log_at = self._log_due_at(now)
