@@ -121,9 +121,13 @@ class GiteaDouble:
     async def serving(self, host: str = "127.0.0.1", port: int = 0) -> AsyncIterator[None]:
         """Serve the app in this event loop; `url` is set once the socket is bound."""
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # accepted sockets inherit it
-        sock.bind((host, port))
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # accepted sockets inherit it
+            sock.bind((host, port))
+        except OSError:
+            sock.close()
+            raise
         bound_port = sock.getsockname()[1]
         self.url = f"http://{f'[{host}]' if ':' in host else host}:{bound_port}"
         self.engine.set_root_url(self.url)

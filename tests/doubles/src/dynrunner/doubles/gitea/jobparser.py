@@ -98,6 +98,11 @@ def parse_workflow(source: str | Mapping[str, Any], *, context: Mapping[str, Any
         if not isinstance(job, dict):
             raise WorkflowError(f"job {job_id!r} must be a mapping")
         job_id = str(job_id)
+        if job.get("uses"):
+            raise WorkflowError(
+                f"job {job_id!r} calls a reusable workflow ({go_string(job['uses'])}); the Gitea double does not "
+                "expand reusable workflows"
+            )
         needs = _needs(job.get("needs"))
         for need in needs:
             if need not in jobs:

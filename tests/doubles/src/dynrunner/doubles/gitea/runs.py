@@ -107,8 +107,8 @@ def get_job(conn: sqlite3.Connection, job_id: int) -> Row | None:
     return row
 
 
-def run_jobs(conn: sqlite3.Connection, run_id: int) -> list[Row]:
-    return list(conn.execute("SELECT * FROM run_job WHERE run_id = ? ORDER BY id", (run_id,)))
+def run_jobs(conn: sqlite3.Connection, run_id: int, columns: str = "*") -> list[Row]:
+    return list(conn.execute(f"SELECT {columns} FROM run_job WHERE run_id = ? ORDER BY id", (run_id,)))
 
 
 def update_run_job(
@@ -147,8 +147,11 @@ def _has_waiting_jobs(conn: sqlite3.Connection, repo_id: int) -> bool:
 
 
 def refresh_run_status(conn: sqlite3.Connection, run_id: int, now: int) -> Status:
-    jobs = run_jobs(conn, run_id)
-    status = aggregate_job_status(JobState(Status(j["status"]), bool(j["continue_on_error"])) for j in jobs)
+    # aggregation only asks "all ..." and "any ...", so distinct (status, flag) pairs suffice
+    kinds = conn.execute(
+        "SELECT DISTINCT status, continue_on_error FROM run_job WHERE run_id = ?", (run_id,)
+    ).fetchall()
+    status = aggregate_job_status(JobState(Status(k["status"]), bool(k["continue_on_error"])) for k in kinds)
     run = conn.execute("SELECT started, stopped FROM run WHERE id = ?", (run_id,)).fetchone()
     started = run["started"] or (now if status is Status.RUNNING else 0)
     stopped = run["stopped"] or (now if status.is_done() else 0)
@@ -193,9 +196,14 @@ def resolve_blocked(jobs: Sequence[Mapping[str, Any]]) -> dict[int, Status]:
 
 def emit_jobs(conn: sqlite3.Connection, run_id: int, now: int) -> list[int]:
     """`checkJobsByRunID`: apply `resolve_blocked` to the run's jobs; returns updated job ids."""
+    blocked = conn.execute(
+        "SELECT 1 FROM run_job WHERE run_id = ? AND status = ? LIMIT 1", (run_id, int(Status.BLOCKED))
+    ).fetchone()
+    if blocked is None:
+        return []
     jobs = [
         {"id": j["id"], "job_id": j["job_id"], "status": j["status"], "needs": loads(j["needs"]), "has_if": j["has_if"]}
-        for j in run_jobs(conn, run_id)
+        for j in run_jobs(conn, run_id, "id, job_id, status, needs, has_if")
     ]
     updated = []
     for job_id, status in resolve_blocked(jobs).items():
@@ -221,7 +229,7 @@ def find_task_needs(conn: sqlite3.Connection, job: Row) -> dict[str, TaskNeed]:
     if not wanted:
         return {}
     grouped: dict[str, list[Row]] = {}
-    for candidate in run_jobs(conn, job["run_id"]):
+    for candidate in run_jobs(conn, job["run_id"], "job_id, status, task_id, continue_on_error"):
         if candidate["job_id"] in wanted:
             grouped.setdefault(candidate["job_id"], []).append(candidate)
     needs = {}

@@ -18,7 +18,7 @@ from dynrunner.doubles.gitea import runs
 from dynrunner.doubles.gitea.errors import NOT_EXIST, PlainError
 from dynrunner.doubles.gitea.status import Status
 from dynrunner.doubles.gitea.store import Row, Store, loads
-from dynrunner.doubles.gitea.tokens import new_salted_token
+from dynrunner.doubles.gitea.tokens import SaltedToken, new_salted_token
 
 PICK_BATCH_SIZE = 100
 MAX_OUTPUT_KEY_BYTES = 255
@@ -96,9 +96,8 @@ def create_task_for_runner(store: Store, runner: Row, now: Callable[[], int], it
         cursor = (jobs[-1]["updated"], jobs[-1]["id"])
 
 
-def _claim(store: Store, runner: Row, job_id: int, now: int, iterations: int) -> Row | None:
+def _claim(store: Store, runner: Row, job_id: int, now: int, token: SaltedToken) -> Row | None:
     """`claimJobForRunner`: one transaction; the guarded job update decides the race."""
-    token = new_salted_token(iterations)
     with store.write() as conn:
         job = runs.get_job(conn, job_id)
         if job is None:
@@ -140,7 +139,7 @@ def _claim(store: Store, runner: Row, job_id: int, now: int, iterations: int) ->
             {"task_id": 0, "status": int(Status.WAITING)},
         )
         if claimed != 1:
-            raise _LostRace
+            raise _LostRace  # rolls the task and its steps back
         return get_task(conn, task_id)
 
 
@@ -149,8 +148,15 @@ class _LostRace(Exception):
 
 
 def claim(store: Store, runner: Row, job_id: int, now: int, iterations: int) -> Row | None:
+    """Claim one candidate, or None when another runner took it first. The task token's
+    PBKDF2 is computed outside the write lock, and skipped for a job already seen taken."""
+    with store.read() as conn:
+        job = runs.get_job(conn, job_id)
+    if job is None or job["task_id"] != 0 or job["status"] != Status.WAITING:
+        return None
+    token = new_salted_token(iterations)
     try:
-        return _claim(store, runner, job_id, now, iterations)
+        return _claim(store, runner, job_id, now, token)
     except _LostRace:
         return None
 

@@ -7,7 +7,7 @@ words ("waiting", "blocked", "running", "success", ...).
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from dynrunner.doubles.gitea import runners as runner_db
@@ -97,7 +97,6 @@ class RunnerView:
     last_active: int
     status: str
     deleted: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def to_dict(view: Any) -> dict[str, Any]:

@@ -1,0 +1,220 @@
+"""The double's jobparser against Gitea's jobparser testdata and act's matrix rules."""
+
+from __future__ import annotations
+
+import pytest
+
+from dynrunner.doubles.gitea.jobparser import WorkflowError, parse_workflow, runs_on_labels, step_display_name
+from dynrunner.doubles.gitea.yamlio import load
+
+# modules/actions/jobparser/testdata/multiple_matrix.in.yaml
+MULTIPLE_MATRIX = """\
+name: test
+jobs:
+  job1:
+    strategy:
+      matrix:
+        os: [ubuntu-22.04, ubuntu-20.04]
+        version: [1.17, 1.18, 1.19]
+    runs-on: ${{ matrix.os }}
+    steps:
+      - uses: actions/setup-go@v3
+        with:
+          go-version: ${{ matrix.version }}
+      - run: uname -a && go version
+"""
+
+# the first document of multiple_matrix.out.yaml, minus the later-upstream job-index/job-total keys
+FIRST_OUT = """\
+name: test
+jobs:
+  job1:
+    name: job1 (ubuntu-20.04, 1.17)
+    runs-on: ubuntu-20.04
+    steps:
+      - uses: actions/setup-go@v3
+        with:
+          go-version: ${{ matrix.version }}
+      - run: uname -a && go version
+    strategy:
+      matrix:
+        os:
+          - ubuntu-20.04
+        version:
+          - 1.17
+"""
+
+
+def names(text: str) -> list[str]:
+    return [j.name for j in parse_workflow(text).jobs]
+
+
+def test_matrix_combinations_are_sorted_by_name_and_narrowed() -> None:
+    parsed = parse_workflow(MULTIPLE_MATRIX)
+    assert [j.name for j in parsed.jobs] == [
+        "job1 (ubuntu-20.04, 1.17)",
+        "job1 (ubuntu-20.04, 1.18)",
+        "job1 (ubuntu-20.04, 1.19)",
+        "job1 (ubuntu-22.04, 1.17)",
+        "job1 (ubuntu-22.04, 1.18)",
+        "job1 (ubuntu-22.04, 1.19)",
+    ]
+    assert parsed.jobs[0].payload.decode() == FIRST_OUT
+    assert [j.runs_on for j in parsed.jobs[:1]] == [("ubuntu-20.04",)]
+
+
+def test_a_name_with_an_expression_is_interpolated_instead_of_suffixed() -> None:
+    text = MULTIPLE_MATRIX.replace(
+        "    runs-on:", "    name: test_version_${{ matrix.version }}_on_${{ matrix.os }}\n    runs-on:"
+    )
+    assert names(text)[0] == "test_version_1.17_on_ubuntu-20.04"
+
+
+def test_matrix_values_are_formatted_like_go() -> None:
+    text = "jobs:\n  j:\n    strategy:\n      matrix:\n        v: [1.0, 2.50, true, 3, 'x y']\n    steps: [{run: a}]\n"
+    assert names(text) == ["j (1)", "j (2.5)", "j (3)", "j (true)", "j (x y)"]
+
+
+def test_include_extends_matching_combinations_and_adds_the_rest() -> None:
+    text = """
+jobs:
+  j:
+    strategy:
+      matrix:
+        os: [linux, mac]
+        py: ['3.11']
+        include:
+          - os: linux
+            extra: yes
+          - os: windows
+            py: '3.12'
+    steps: [{run: a}]
+"""
+    parsed = parse_workflow(text)
+    # sorted by name: "(mac, 3.11)" < "(windows, 3.12)" < "(yes, linux, 3.11)"
+    assert [dict(j.matrix) for j in parsed.jobs] == [
+        {"os": "mac", "py": "3.11"},
+        {"os": "windows", "py": "3.12"},
+        {"os": "linux", "py": "3.11", "extra": "yes"},
+    ]
+
+
+def test_exclude_removes_combinations_and_rejects_unknown_keys() -> None:
+    base = (
+        "jobs:\n  j:\n    strategy:\n      matrix:\n        a: [1, 2]\n        b: [x, y]\n"
+        "        exclude:\n{}    steps: [{{run: a}}]\n"
+    )
+    assert names(base.format("          - a: 1\n            b: y\n")) == ["j (1, x)", "j (2, x)", "j (2, y)"]
+    with pytest.raises(WorkflowError, match="Matrix exclude key 'c'"):
+        parse_workflow(base.format("          - c: 1\n"))
+
+
+def test_only_include_makes_one_job_per_entry_and_empty_matrix_one_job() -> None:
+    only = "jobs:\n  j:\n    strategy:\n      matrix:\n        include: [{k: a}, {k: b}]\n    steps: [{run: a}]\n"
+    assert names(only) == ["j (a)", "j (b)"]
+    empty = "jobs:\n  j:\n    strategy:\n      fail-fast: false\n    steps: [{run: a}]\n"
+    [job] = parse_workflow(empty).jobs
+    assert job.name == "j"
+    assert "fail-fast: 'false'" in job.payload.decode()
+
+
+@pytest.mark.parametrize(
+    ("node", "labels"),
+    [
+        ("ubuntu-latest", ("ubuntu-latest",)),
+        (["self-hosted", "pod"], ("self-hosted", "pod")),
+        ({"group": "g", "labels": ["a"]}, ("a", "g")),
+        ({"group": "g"}, ("g",)),
+        ({"labels": "solo"}, ("solo",)),
+        (None, ()),
+        ([], ()),
+    ],
+)
+def test_runs_on_flattening(node: object, labels: tuple[str, ...]) -> None:
+    assert runs_on_labels(node) == labels
+
+
+def test_needs_as_scalar_or_list_and_unknown_needs_rejected() -> None:
+    parsed = parse_workflow(
+        "jobs:\n  a: {steps: [{run: a}]}\n  b: {needs: a, steps: [{run: b}]}\n  c: {needs: [a, b]}\n"
+    )
+    assert [j.needs for j in parsed.jobs] == [(), ("a",), ("a", "b")]
+    with pytest.raises(WorkflowError, match="'ghost'"):
+        parse_workflow("jobs:\n  a: {needs: ghost}\n")
+
+
+def test_the_payload_keeps_giteas_job_fields_in_order_and_drops_others() -> None:
+    text = """
+on: [push]
+defaults: {run: {shell: bash}}
+permissions: read-all
+jobs:
+  j:
+    runs-on: x
+    permissions: {contents: read}
+    concurrency: {group: g, cancel-in-progress: true}
+    container: {image: alpine}
+    services:
+      db: {image: postgres, env: {PORT: 5432}, unknown: 1}
+    continue-on-error: true
+    timeout-minutes: 5
+    if: github.ref == 'refs/heads/main'
+    env: {A: 1.10}
+    steps:
+      - {timeout-minutes: 2, shell: bash, run: echo, continue-on-error: true, entrypoint: nope}
+    outputs: {o: x}
+    custom-key: dropped
+"""
+    [job] = parse_workflow(text).jobs
+    doc = load(job.payload.decode())
+    assert list(doc) == ["on", "jobs", "defaults", "permissions"]
+    assert list(doc["jobs"]["j"]) == [
+        "name",
+        "runs-on",
+        "env",
+        "if",
+        "steps",
+        "timeout-minutes",
+        "continue-on-error",
+        "services",
+        "container",
+        "outputs",
+        "concurrency",
+        "permissions",
+    ]
+    assert doc["jobs"]["j"]["services"] == {"db": {"image": "postgres", "env": {"PORT": "5432"}}}
+    assert doc["jobs"]["j"]["steps"] == [
+        {"run": "echo", "shell": "bash", "continue-on-error": True, "timeout-minutes": "2"}
+    ]
+    assert "A: 1.10" in job.payload.decode()  # raw nodes keep their text
+    assert job.has_if and job.continue_on_error
+
+
+def test_step_display_names() -> None:
+    assert step_display_name({"name": "Build"}) == "Build"
+    assert step_display_name({"run": "\n  make all  \nmake test"}) == "Run make all"
+    assert step_display_name({"uses": "actions/checkout@v4"}) == "Run actions/checkout@v4"
+    assert step_display_name({"id": "s1"}) == "Run s1"
+    assert len(step_display_name({"name": "n" * 300})) == 255
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "jobs: []",
+        "on: push",
+        "- a",
+        "jobs:\n  a: 3\n",
+        "jobs: {a: {steps: [}",
+        "jobs: {a: {uses: o/r/.gitea/w.yml@v1}}",
+    ],
+)
+def test_bad_workflows_are_explained(text: str) -> None:
+    with pytest.raises(WorkflowError):
+        parse_workflow(text)
+
+
+def test_yaml_on_stays_a_key_and_dicts_are_accepted() -> None:
+    parsed = parse_workflow({"on": "push", "jobs": {"a": {"runs-on": "x", "steps": [{"run": "true"}]}}})
+    assert parsed.jobs[0].payload.decode().startswith("on: push\n")
