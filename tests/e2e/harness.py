@@ -138,10 +138,11 @@ class Subprocess:
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(10)
 
-    def terminate(self, timeout: float = 60) -> int:
+    async def terminate(self, within: float = 60) -> int:
+        """SIGTERM and wait without blocking the event loop (the Gitea double may run in it)."""
         assert self.proc is not None
         self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout)
+        return await asyncio.to_thread(self.proc.wait, within)
 
     def log(self) -> str:
         return self.log_file.read_text(errors="replace")

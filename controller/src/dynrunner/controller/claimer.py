@@ -46,6 +46,7 @@ DEFAULT_TIMEOUT_MINUTES = 360
 DEADLINE_GRACE = timedelta(minutes=5)
 """Added to the job's timeout: launching (image pulls, VM boots) happens before the job starts."""
 DEFAULT_TRUST_DOMAIN = "dynrunner.local"
+RETIRE_TIMEOUT_S = 2.0
 
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -231,8 +232,7 @@ class Claimer:
         with log_context(assignment_id=assignment_id, task_id=task.id, pool=self.pool):
             log.info("claimed task %s as runner %s (id %s)", task.id, reg.name, reg.id)
             client = self._registrations.client(reg)
-            # Forgetting the spent runner runs alongside: it must not delay the launch.
-            retiring = asyncio.create_task(self._retire(reg), name=f"retire-{reg.name}")
+            retiring = await self._retire_now(reg)
             try:
                 try:
                     assignment = build_assignment(
@@ -259,11 +259,22 @@ class Claimer:
                     reservation.cancel()
                 raise
             finally:
-                await retiring
+                if retiring is not None:
+                    await retiring
+
+    async def _retire_now(self, reg: ArmedRegistration) -> asyncio.Task[None] | None:
+        """The armed runner is spent: remove it from the store first, so a controller restarted
+        a moment later does not poll with a runner that holds a task (Gitea would give it no
+        task until its zombie reaper ends that one). A slow store is retried alongside the
+        launch instead of delaying it; the next `armed()` comes after the claim is handled."""
+        try:
+            await asyncio.wait_for(self._registrations.spent(), RETIRE_TIMEOUT_S)
+        except Exception as err:
+            self._error("registration-store", err)
+            return asyncio.create_task(self._retire(reg), name=f"retire-{reg.name}")
+        return None
 
     async def _retire(self, reg: ArmedRegistration) -> None:
-        """The armed runner is spent: remove it from the store, so a restarted controller never
-        polls with a runner that already holds a task (the next `armed()` comes after this)."""
         for attempt in range(3):
             try:
                 await self._registrations.spent()
