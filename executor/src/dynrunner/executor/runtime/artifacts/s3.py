@@ -10,7 +10,7 @@ the digest is known only after the last byte, the artifact is produced twice (ar
 deterministic): once into a hash, then into the upload. Small blobs go in one PutObject that
 carries the SHA-256 for the server to check; larger ones as a multipart upload that is completed
 only if the second pass hashes the same, and aborted otherwise, so no partial or wrong object
-ever appears under a content address. Memory stays at one part (8 MiB or more for huge blobs).
+ever appears under a content address. Memory stays at a few parts (8 MiB each, more for huge blobs).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import base64
 import contextlib
 import threading
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import boto3
@@ -31,6 +32,8 @@ from dynrunner.proto.assignment import ArtifactStoreOptions
 
 PART_SIZE = 8 * 1024 * 1024
 MAX_PARTS = 10_000
+PARALLEL_PARTS = 2
+"""Two parts in flight gave +45% throughput over one; four gave +8% more for +22 MiB (bench_artifacts)."""
 
 
 class S3Store:
@@ -120,6 +123,8 @@ class S3Store:
         except BaseException:
             self._abort(key, upload_id)
             raise
+        finally:
+            parts.close()
 
     def _abort(self, key: str, upload_id: str) -> None:
         with contextlib.suppress(BotoCoreError, ClientError):
@@ -157,7 +162,8 @@ class _Buffer:
 
 
 class _Parts:
-    """Collects written bytes into parts of `part_size` and uploads each as it fills."""
+    """Collects written chunks and uploads them as a part once `part_size` bytes have gathered; up to
+    `PARALLEL_PARTS` parts are in flight at once, so memory stays at a few parts."""
 
     def __init__(self, client: Any, bucket: str, key: str, upload_id: str, part_size: int) -> None:
         self._client = client
@@ -165,27 +171,43 @@ class _Parts:
         self._key = key
         self._upload_id = upload_id
         self._part_size = part_size
-        self._buffer = bytearray()
+        self._chunks: list[bytes] = []
+        self._gathered = 0
+        self._pool = ThreadPoolExecutor(PARALLEL_PARTS, thread_name_prefix="s3-part")
+        self._pending: list[Future[dict[str, Any]]] = []
         self.done: list[dict[str, Any]] = []
 
     def write(self, data: bytes, /) -> int:
-        self._buffer += data
-        while len(self._buffer) >= self._part_size:
-            self._send(bytes(self._buffer[: self._part_size]))
-            del self._buffer[: self._part_size]
+        self._chunks.append(bytes(data))
+        self._gathered += len(data)
+        if self._gathered >= self._part_size:
+            self._send()
         return len(data)
 
     def flush(self) -> None:
-        if self._buffer or not self.done:
-            self._send(bytes(self._buffer))
-            self._buffer.clear()
+        """Send what is left and wait for every part."""
+        if self._chunks or not (self.done or self._pending):
+            self._send()
+        while self._pending:
+            self.done.append(self._pending.pop(0).result())
 
-    def _send(self, chunk: bytes) -> None:
-        number = len(self.done) + 1
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def _send(self) -> None:
+        body = b"".join(self._chunks)
+        self._chunks.clear()
+        self._gathered = 0
+        while len(self._pending) >= PARALLEL_PARTS:
+            self.done.append(self._pending.pop(0).result())
+        number = len(self.done) + len(self._pending) + 1
+        self._pending.append(self._pool.submit(self._upload, number, body))
+
+    def _upload(self, number: int, body: bytes) -> dict[str, Any]:
         response = self._client.upload_part(
-            Bucket=self._bucket, Key=self._key, UploadId=self._upload_id, PartNumber=number, Body=chunk
+            Bucket=self._bucket, Key=self._key, UploadId=self._upload_id, PartNumber=number, Body=body
         )
-        self.done.append({"PartNumber": number, "ETag": response["ETag"]})
+        return {"PartNumber": number, "ETag": response["ETag"]}
 
 
 class _Body:
