@@ -22,12 +22,12 @@ Only the expression subset that matters at parse time is evaluated here (`matrix
 from __future__ import annotations
 
 import itertools
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dynrunner.doubles.gitea.yamlio import dump, go_sprint, go_string, load
+from dynrunner.doubles.gitea.interpolation import evaluate_node, interpolate
+from dynrunner.doubles.gitea.yamlio import dump, go_sprint, go_string, go_value, load
 
 _JOB_FIELDS = (
     "name",
@@ -51,7 +51,6 @@ _JOB_FIELDS = (
 )
 _STEP_FIELDS = ("id", "if", "name", "uses", "run", "working-directory", "shell", "env", "with")
 _CONTAINER_FIELDS = ("image", "env", "ports", "volumes", "options", "credentials", "cmd")
-_EXPR = re.compile(r"\$\{\{(.*?)\}\}", re.S)
 _MAX_NAME_BYTES = 255
 
 
@@ -128,7 +127,7 @@ def _workflow_header(doc: Mapping[str, Any], ctx: Mapping[str, Any]) -> dict[str
     if doc.get("permissions") is not None:
         header["permissions"] = doc["permissions"]
     if doc.get("run-name"):
-        header["run-name"] = _interpolate_str(go_string(doc["run-name"]), ctx)
+        header["run-name"] = interpolate(go_string(doc["run-name"]), ctx)
     return header
 
 
@@ -227,10 +226,10 @@ def _single(
     scope = {**ctx, "matrix": matrix}
     name = go_string(job.get("name")) or job_id
     if matrix:
-        name = _interpolate_str(name, scope) if ("${{" in name and "}}" in name) else f"{name} {_matrix_name(matrix)}"
+        name = interpolate(name, scope) if ("${{" in name and "}}" in name) else f"{name} {_matrix_name(matrix)}"
     name = _truncate_bytes(name, _MAX_NAME_BYTES)
-    runs_on = _evaluate_node(job.get("runs-on"), scope)
-    continue_on_error = _evaluate_node(job.get("continue-on-error"), scope)
+    runs_on = evaluate_node(job.get("runs-on"), scope)
+    continue_on_error = evaluate_node(job.get("continue-on-error"), scope)
     steps = [s for s in job.get("steps") or [] if isinstance(s, dict)]
     out: dict[str, Any] = {}
     for key in _JOB_FIELDS:
@@ -341,23 +340,8 @@ def _strategy(value: Any, matrix: Mapping[str, Any]) -> dict[str, Any] | None:
             if value.get(key) is not None and go_string(value[key]):
                 out[key] = go_string(value[key])
     if matrix:
-        out["matrix"] = {k: [_plain(matrix[k])] for k in sorted(matrix)}
+        out["matrix"] = {k: [go_value(matrix[k])] for k in sorted(matrix)}
     return out or None
-
-
-def _plain(value: Any) -> Any:
-    """Matrix values are re-encoded from Go values: numbers lose their source text."""
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return float(value)
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
 
 
 def step_display_name(step: Mapping[str, Any]) -> str:
@@ -375,77 +359,3 @@ def _truncate_bytes(text: str, limit: int) -> str:
     if len(raw) <= limit:
         return text
     return raw[:limit].decode(errors="ignore")
-
-
-# -- the parse-time expression subset ------------------------------------------------
-
-
-class _Unsupported(Exception):
-    pass
-
-
-_PATH = re.compile(r"^([A-Za-z_][A-Za-z0-9_-]*)((?:\.[A-Za-z_][A-Za-z0-9_-]*|\[\s*'[^']*'\s*\])*)$")
-_SEGMENT = re.compile(r"\.([A-Za-z_][A-Za-z0-9_-]*)|\[\s*'([^']*)'\s*\]")
-
-
-def _evaluate_expr(expr: str, scope: Mapping[str, Any]) -> Any:
-    expr = expr.strip()
-    if re.fullmatch(r"'(?:[^']|'')*'", expr):
-        return expr[1:-1].replace("''", "'")
-    if expr in ("true", "false"):
-        return expr == "true"
-    if expr == "null":
-        return None
-    if re.fullmatch(r"-?\d+(?:\.\d+)?", expr):
-        return float(expr) if "." in expr else int(expr)
-    match = _PATH.match(expr)
-    if not match or match.group(1).lower() not in scope:
-        raise _Unsupported(expr)
-    value: Any = scope[match.group(1).lower()]
-    for attr, key in _SEGMENT.findall(match.group(2)):
-        name = attr or key
-        if not isinstance(value, dict):
-            return ""
-        lowered = {str(k).lower(): v for k, v in value.items()}
-        value = lowered.get(name.lower(), "")
-    return value
-
-
-def _to_str(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return ""
-    if isinstance(value, int | float):
-        return go_sprint(value)
-    if isinstance(value, dict | list):
-        return "Object" if isinstance(value, dict) else "Array"
-    return str(value)
-
-
-def _interpolate_str(text: str, scope: Mapping[str, Any]) -> str:
-    def replace(match: re.Match[str]) -> str:
-        try:
-            return _to_str(_evaluate_expr(match.group(1), scope))
-        except _Unsupported:
-            return match.group(0)
-
-    return _EXPR.sub(replace, text)
-
-
-def _evaluate_node(value: Any, scope: Mapping[str, Any]) -> Any:
-    """Evaluate expressions inside a raw node; a scalar that is one whole expression keeps
-    the expression's type (so `runs-on: ${{ matrix.os }}` may yield a list)."""
-    if isinstance(value, str):
-        whole = _EXPR.fullmatch(value.strip())
-        if whole:
-            try:
-                return _plain(_evaluate_expr(whole.group(1), scope))
-            except _Unsupported:
-                return value
-        return _interpolate_str(value, scope) if "${{" in value else value
-    if isinstance(value, list):
-        return [_evaluate_node(v, scope) for v in value]
-    if isinstance(value, dict):
-        return {k: _evaluate_node(v, scope) for k, v in value.items()}
-    return value

@@ -95,6 +95,21 @@ def go_sprint(value: Any) -> str:
     return str(value)
 
 
+def go_value(value: Any) -> Any:
+    """Matrix values are re-encoded from Go values: numbers lose their source text."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, dict):
+        return {k: go_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [go_value(v) for v in value]
+    return value
+
+
 class _Dumper(yaml.SafeDumper):
     yaml_implicit_resolvers = _Loader.yaml_implicit_resolvers
 
