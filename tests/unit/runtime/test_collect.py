@@ -161,3 +161,15 @@ def test_names_that_cannot_travel_are_refused(tmp_path: Path) -> None:
         pass
     with pytest.raises(ArtifactError, match="the name is not valid UTF-8"):
         collect(artifacts)
+
+
+def test_a_removed_artifacts_directory_publishes_nothing(tmp_path: Path) -> None:
+    assert collect(tmp_path / "gone") == []
+
+
+def test_an_artifacts_directory_replaced_by_a_link_is_not_followed(tmp_path: Path) -> None:
+    (tmp_path / "dist").mkdir()
+    (tmp_path / "dist" / "app.tgz").write_bytes(b"x")
+    (tmp_path / "artifacts").symlink_to(tmp_path / "dist", target_is_directory=True)
+    with pytest.raises(ArtifactError, match=r"^\$KRUNTIME_ARTIFACTS_DIR itself was replaced by a symbolic link"):
+        collect(tmp_path / "artifacts")

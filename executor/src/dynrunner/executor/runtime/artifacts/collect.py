@@ -41,9 +41,12 @@ class Entry:
 def collect(artifacts_dir: Path) -> list[Entry]:
     """The artifacts a step published, by name; raises ArtifactError for anything unsafe inside."""
     try:
-        names = sorted(os.listdir(artifacts_dir))
+        st = os.lstat(artifacts_dir)
     except FileNotFoundError:
-        raise ArtifactError(f"{SHOWN_ROOT} ({artifacts_dir}) was removed by the step") from None
+        return []  # the step removed the directory: it left nothing to publish
+    if not stat.S_ISDIR(st.st_mode):
+        raise ArtifactError(f"{SHOWN_ROOT} itself was replaced by {_kind(st.st_mode)}; publish files inside it instead")
+    names = sorted(os.listdir(artifacts_dir))
     entries = []
     for name in names:
         shown = f"{SHOWN_ROOT}/{name}"
