@@ -227,3 +227,25 @@ def test_unknown_program_fails_at_configuration(tmp_path: Path) -> None:
 
     with pytest.raises(ValueError, match="not found"):
         resolve_program("surely-not-a-dynrunner-program", os.defpath)
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except FileNotFoundError:
+        return False
+
+
+async def test_delete_stops_what_a_job_left_running_in_other_sessions(tmp_path: Path) -> None:
+    """Steps run in sessions of their own and may leave daemons behind: the tracking id finds them."""
+    cmd = script(tmp_path, """setsid sh -c 'echo $$ > "$HOME/orphan"; exec sleep 300' > /dev/null 2>&1 &\nexit 0\n""")
+    b = backend(tmp_path, cmd)
+    env = await b.create(assignment(), nothing)
+    await observe_until(b, env, Phase.SUCCEEDED)
+    layout = Layout(b.root / env.assignment_id)
+    await wait_for((layout.home / "orphan").exists, what="orphan pid")
+    orphan = int((layout.home / "orphan").read_text())
+    assert alive(orphan)
+    await b.delete(env)
+    await wait_for(lambda: not alive(orphan), what="the orphan stopped")

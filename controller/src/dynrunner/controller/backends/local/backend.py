@@ -8,6 +8,7 @@ its own — enough for development and the demo, not for hostile code.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import os
@@ -23,6 +24,7 @@ from dynrunner.controller import contract
 from dynrunner.controller.backends.base import BackendError, BeforeStart, Environment, Observation
 from dynrunner.controller.backends.local.diagnosis import Facts, classify
 from dynrunner.controller.backends.local.layout import WRAPPER, Layout, owned_by, parse_time
+from dynrunner.controller.backends.local.processes import TRACKING_VAR, ProcessTable, tracking_id
 from dynrunner.controller.config import ControllerConfig, PoolConfig
 from dynrunner.proto.assignment import Assignment, decode, encode
 
@@ -70,6 +72,7 @@ class LocalBackend:
         self._deadline_grace = deadline_grace
         self._start_grace = start_grace
         self._children: dict[str, int] = {}
+        self._processes = ProcessTable()
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
 
     @classmethod
@@ -110,9 +113,8 @@ class LocalBackend:
     async def delete(self, env: Environment) -> None:
         layout = self._layout(env.assignment_id)
         pid = layout.read_int(layout.pid_file)
-        if pid is not None and layout.read_int(layout.exit_file) is None:
-            await self._kill_group(pid, layout)
-        self._reap(env.assignment_id)
+        await self._stop_processes(env.assignment_id, pid, layout)
+        self._reap(env.assignment_id, pid)
         await asyncio.to_thread(shutil.rmtree, layout.dir, True)
 
     async def collect_orphans(self, launching: Collection[str]) -> list[str]:
@@ -220,6 +222,7 @@ class LocalBackend:
         program_dir = str(Path(self.command[0]).parent)
         path = self._base_env.get("PATH", os.defpath)
         env["PATH"] = path if program_dir in path.split(os.pathsep) else f"{program_dir}{os.pathsep}{path}"
+        env[TRACKING_VAR] = tracking_id(layout.dir.name)
         env["HOME"] = str(layout.home)
         env["TMPDIR"] = str(layout.tmp)
         return env
@@ -266,21 +269,30 @@ class LocalBackend:
                 observation = dataclasses.replace(observation, diagnosis=diagnosis)
         return observation
 
-    async def _kill_group(self, pid: int, layout: Layout) -> None:
-        if not owned_by(pid, layout):
-            return
-        for sig, wait in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, KILL_GRACE_S)):
-            try:
-                os.killpg(pid, sig)
-            except ProcessLookupError:
+    async def _stop_processes(self, assignment_id: str, pid: int | None, layout: Layout) -> None:
+        """SIGTERM, then SIGKILL, every process of the environment: the wrapper's group,
+        and whatever carries its tracking id (steps run in sessions of their own)."""
+        tracking = tracking_id(assignment_id)
+        root = pid if pid is not None and owned_by(pid, layout) else None
+        fresh = 1.0  # one snapshot of /proc serves every deletion of a sweep
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            pids = (await asyncio.to_thread(self._processes.snapshot, fresh)).belonging(tracking, root)
+            if not pids:
                 return
-            stop = time.monotonic() + wait
+            if root is not None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(root, sig)
+            for one in pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(one, sig)
+            fresh = 0.0
+            stop = time.monotonic() + KILL_GRACE_S
             while time.monotonic() < stop:
-                self._reap(layout.dir.name)
-                if not owned_by(pid, layout):
-                    return
+                self._reap(assignment_id, pid)
                 await asyncio.sleep(0.05)
-        log.error("executor process group %s in %s survived SIGKILL", pid, layout.dir)
+                if not (await asyncio.to_thread(self._processes.snapshot, 0.0)).belonging(tracking, root):
+                    return
+        log.error("processes of %s survived SIGKILL", layout.dir)
 
     def _collect_orphans(self, launching: set[str]) -> list[str]:
         removed = []
