@@ -96,6 +96,34 @@ async def _wait_group(proc: asyncio.subprocess.Process, pgid: int, within: float
     return proc.returncode is not None and not _group_alive(pgid)
 
 
+async def _wait_exit(proc: asyncio.subprocess.Process) -> int:
+    """The main process's exit code, as soon as it exits. (`Process.wait()` of Python 3.11 also
+    waits until every holder of its output pipe has closed it, i.e. for background children.)"""
+    loop = asyncio.get_running_loop()
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        fd = -1
+    if fd >= 0:
+        exited: asyncio.Future[None] = loop.create_future()
+
+        def ready() -> None:
+            if not exited.done():
+                exited.set_result(None)
+
+        loop.add_reader(fd, ready)
+        try:
+            await exited
+        finally:
+            loop.remove_reader(fd)
+            os.close(fd)
+    delay = 0.001
+    while proc.returncode is None:  # the child watcher reaps it right after it exits
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.05)
+    return proc.returncode
+
+
 async def stop_group(proc: asyncio.subprocess.Process, timings: StopTimings) -> None:
     """SIGINT, SIGTERM, then SIGKILL to the step's process group, each after its grace."""
     pgid = proc.pid
@@ -142,7 +170,7 @@ async def run_process(
             on_lines(tail)
 
     reader = asyncio.create_task(read(), name=f"step-output-{proc.pid}")
-    exited = asyncio.create_task(proc.wait(), name=f"step-wait-{proc.pid}")
+    exited = asyncio.create_task(_wait_exit(proc), name=f"step-wait-{proc.pid}")
     stopping = asyncio.create_task(stop.wait(), name=f"step-stop-{proc.pid}")
     stopped = False
     stopper: asyncio.Task[None] | None = None
@@ -165,15 +193,15 @@ async def run_process(
     finally:
         for task in (stopping, exited, reader):
             task.cancel()
-        if proc.returncode is None:
-            _signal_group(proc.pid, signal.SIGKILL)
-            with contextlib.suppress(Exception):
-                await proc.wait()
         if stopper is not None and not stopper.done():
             stopper.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await asyncio.gather(stopping, exited, reader, return_exceptions=True)
-        if proc.stdout is not None:
-            transport = getattr(proc, "_transport", None)
-            if transport is not None:
-                transport.close()
+        if proc.returncode is None:
+            _signal_group(proc.pid, signal.SIGKILL)
+        transport = getattr(proc, "_transport", None)
+        if transport is not None:
+            transport.close()  # our end of the pipe, which a background process may still hold
+        pending = [t for t in (stopping, exited, reader, stopper) if t is not None]
+        await asyncio.gather(*pending, return_exceptions=True)
+        if proc.returncode is None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(_wait_exit(proc), 5)

@@ -1,0 +1,194 @@
+"""Bad input: a clear line in the job log, the task finalized in Gitea, nothing else affected."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from dynrunner.proto.assignment import encode
+from dynrunner.proto.gitea import Result
+from tests.fixtures.executor import ExecutorHarness
+
+SIMPLE = """
+on: push
+jobs:
+  build:
+    runs-on: self-hosted
+    steps:
+      - run: echo hi
+"""
+
+
+def errors(rows: list[str]) -> list[str]:
+    return [row for row in rows if row.startswith("##[error]")]
+
+
+async def test_job_if_false_reports_the_job_skipped(executor_harness: ExecutorHarness) -> None:
+    workflow = """
+on: push
+jobs:
+  only-on-tags:
+    runs-on: self-hosted
+    if: startsWith(github.ref, 'refs/tags/')
+    steps:
+      - run: echo never
+      - run: echo never
+"""
+    claimed = await executor_harness.claim(workflow)
+    assert await executor_harness.run(claimed) == 0
+    task = executor_harness.gitea.task(claimed.task_id)
+    assert task.result == Result.SKIPPED
+    assert [s.status for s in task.steps] == ["skipped", "skipped"]
+    assert any("Skipping job" in row for row in task.log_rows)
+    assert "never" not in "\n".join(row for row in task.log_rows if not row.startswith("Skipping"))
+
+
+async def test_job_if_sees_failed_needs(executor_harness: ExecutorHarness) -> None:
+    """Gitea hands over a job whose need failed when it has an `if:`; the runner decides."""
+    workflow = """
+on: push
+jobs:
+  build:
+    runs-on: self-hosted
+    steps:
+      - run: exit 1
+  report:
+    needs: build
+    if: failure()
+    runs-on: self-hosted
+    steps:
+      - run: echo "build was ${{ needs.build.result }}"
+  deploy:
+    needs: build
+    if: success() || github.event_name == 'nope'
+    runs-on: self-hosted
+    steps:
+      - run: echo never
+"""
+    build = await executor_harness.claim(workflow)
+    assert await executor_harness.run(build) == 0
+    first = await executor_harness.claim_waiting(build.run)
+    second = await executor_harness.claim_waiting(build.run)
+    for claimed in (first, second):
+        assert await executor_harness.run(claimed) == 0
+    by_job = {c.assignment.job_key: executor_harness.gitea.task(c.task_id) for c in (first, second)}
+    assert by_job["report"].result == Result.SUCCESS
+    assert "build was failure" in by_job["report"].log_rows
+    assert by_job["deploy"].result == Result.SKIPPED
+
+
+async def test_malformed_payload_fails_with_the_parse_error(executor_harness: ExecutorHarness) -> None:
+    claimed = await executor_harness.claim(SIMPLE)
+    task = dataclasses.replace(claimed.task, workflow_payload=b"jobs:\n  build:\n    steps: [run: x\n")
+    assert await executor_harness.run(claimed.assignment.replace(task=task)) == 0
+    view = executor_harness.gitea.task(claimed.task_id)
+    assert view.result == Result.FAILURE
+    (error,) = errors(view.log_rows)
+    assert error.startswith(
+        "##[error]The workflow Gitea sent for this job cannot be run: the workflow is not valid YAML"
+    )
+
+
+async def test_bad_job_key_is_refused(executor_harness: ExecutorHarness) -> None:
+    claimed = await executor_harness.claim(SIMPLE)
+    payload = (claimed.task.workflow_payload or b"").replace(b"build:", b"build.v2:")
+    task = dataclasses.replace(claimed.task, workflow_payload=payload)
+    assert await executor_harness.run(claimed.assignment.replace(task=task, job_key="build.v2")) == 0
+    view = executor_harness.gitea.task(claimed.task_id)
+    assert view.result == Result.FAILURE
+    assert errors(view.log_rows) == [
+        "##[error]The job id 'build.v2' cannot be used with this runner: a job id must match "
+        "[A-Za-z_][A-Za-z0-9_-]* (it names the job's workload identity). Rename the job."
+    ]
+    assert [s.status for s in view.steps] == ["cancelled"]
+
+
+async def test_unknown_assignment_version_is_reported(executor_harness: ExecutorHarness) -> None:
+    claimed = await executor_harness.claim(SIMPLE)
+    assert await executor_harness.run(encode(claimed.assignment.replace(version=2))) == 0
+    view = executor_harness.gitea.task(claimed.task_id)
+    assert view.result == Result.FAILURE
+    (error,) = errors(view.log_rows)
+    assert "assignment version 2 is not supported by this executor" in error
+    assert "echo hi" not in "\n".join(view.log_rows)
+
+
+async def test_unreadable_and_sealed_assignments_exit_3(executor_harness: ExecutorHarness) -> None:
+    assert await executor_harness.run(b"\xff\x00 not a protobuf") == 3
+    claimed = await executor_harness.claim(SIMPLE)
+    sealed = claimed.assignment.replace(runner=dataclasses.replace(claimed.assignment.runner, token=""))
+    assert await executor_harness.run(sealed) == 3
+    assert executor_harness.gitea.task(claimed.task_id).status == "running"  # the controller finalizes it
+
+
+async def test_unsupported_action_fails_its_step_by_name(executor_harness: ExecutorHarness) -> None:
+    workflow = """
+on: push
+jobs:
+  build:
+    runs-on: self-hosted
+    steps:
+      - uses: actions/checkout@v4
+        with:
+          fetch-depth: 0
+      - if: always()
+        run: echo "run steps still work"
+"""
+    claimed = await executor_harness.claim(workflow)
+    assert await executor_harness.run(claimed) == 0
+    view = executor_harness.gitea.task(claimed.task_id)
+    assert view.result == Result.FAILURE
+    assert [s.status for s in view.steps] == ["failure", "success"]
+    first = view.log_rows[view.steps[0].log_index : view.steps[0].log_index + view.steps[0].log_length]
+    assert first[:4] == ["##[group]Run actions/checkout@v4", "with:", "  fetch-depth: 0", "##[endgroup]"]
+    assert first[4].startswith("##[error]This runner cannot run the action `actions/checkout@v4` yet")
+
+
+async def test_container_and_services_are_refused_clearly(executor_harness: ExecutorHarness) -> None:
+    workflow = """
+on: push
+jobs:
+  build:
+    runs-on: self-hosted
+    container: node:20
+    services:
+      db:
+        image: postgres:16
+    steps:
+      - run: echo hi
+"""
+    claimed = await executor_harness.claim(workflow)
+    assert await executor_harness.run(claimed) == 0
+    view = executor_harness.gitea.task(claimed.task_id)
+    assert view.result == Result.FAILURE
+    (error,) = errors(view.log_rows)
+    assert "The job sets `container:`" in error
+
+
+async def test_disabled_commands_and_bad_env_files_fail_the_step(executor_harness: ExecutorHarness) -> None:
+    workflow = """
+on: push
+jobs:
+  build:
+    runs-on: self-hosted
+    steps:
+      - run: echo "::set-env name=X::1"
+      - if: always()
+        run: echo "nameless value" >> "$GITHUB_OUTPUT"
+      - if: always()
+        env:
+          ACTIONS_ALLOW_UNSECURE_COMMANDS: "true"
+        run: |
+          echo "::set-env name=X::allowed"
+          echo "NODE_OPTIONS=--require /tmp/evil.js" >> "$GITHUB_ENV"
+      - if: always()
+        run: echo "X=$X NODE_OPTIONS=${NODE_OPTIONS:-unset}"
+"""
+    claimed = await executor_harness.claim(workflow)
+    assert await executor_harness.run(claimed) == 0
+    view = executor_harness.gitea.task(claimed.task_id)
+    assert [s.status for s in view.steps] == ["failure", "failure", "success", "success"]
+    log = view.log_rows
+    assert any("The `set-env` command is disabled" in row for row in log)
+    assert any("Invalid format 'nameless value'" in row and "GITHUB_OUTPUT" in row for row in log)
+    assert "##[error]Can't store NODE_OPTIONS output parameter using '$GITHUB_ENV' command." in log
+    assert "X=allowed NODE_OPTIONS=unset" in log

@@ -1,0 +1,108 @@
+"""A step's process: output split into lines, its own process group, stopped as a group."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+
+from dynrunner.executor.steps.process import LineSplitter, StopTimings, run_process
+
+FAST = StopTimings(sigint_grace=0.5, sigterm_grace=0.5, drain_after_exit=0.5, poll=0.02)
+
+
+def test_splitter_handles_every_line_ending_and_chunk_boundaries() -> None:
+    s = LineSplitter()
+    assert s.feed(b"a\nb\r\nc\rd") == ["a", "b", "c"]
+    assert s.feed(b"e\r") == ["de"]
+    assert s.feed(b"\nf\n") == ["f"]  # the \n after a chunk-final \r ends nothing new
+    assert s.feed(b"\n\n") == ["", ""]
+    assert s.feed(b"\xc3") == []  # half of "é" waits for the rest
+    assert s.feed(b"\xa9\xff\n") == ["é\ufffd"]
+    assert s.feed(b"tail") == []
+    assert s.close() == ["tail"]
+    assert s.close() == []
+
+
+def test_splitter_bounds_a_line_without_newline() -> None:
+    s = LineSplitter()
+    assert s.feed(b"x" * (1 << 20)) == ["x" * (1 << 20)]
+    assert s.feed(b"y\n") == ["y"]
+
+
+async def _run(script: str, tmp_path: Path, stop: asyncio.Event | None = None) -> tuple[int, bool, list[str]]:
+    lines: list[str] = []
+    code, stopped = await run_process(
+        ["bash", "-c", script],
+        env={"PATH": os.environ["PATH"]},
+        cwd=str(tmp_path),
+        on_lines=lines.extend,
+        stop=stop or asyncio.Event(),
+        timings=FAST,
+    )
+    return code, stopped, lines
+
+
+async def test_output_order_exit_code_and_cwd(tmp_path: Path) -> None:
+    code, stopped, lines = await _run("echo out; echo err >&2; pwd; printf 'no newline'; exit 7", tmp_path)
+    assert (code, stopped) == (7, False)
+    assert lines == ["out", "err", str(tmp_path), "no newline"]
+
+
+async def test_many_lines_arrive_complete(tmp_path: Path) -> None:
+    code, _, lines = await _run("seq 1 200000", tmp_path)
+    assert code == 0
+    assert len(lines) == 200000 and lines[0] == "1" and lines[-1] == "200000"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+async def test_stop_signals_the_whole_group(tmp_path: Path) -> None:
+    stop = asyncio.Event()
+    pidfile = tmp_path / "child.pid"
+    task = asyncio.create_task(_run(f"sleep 300 & echo $! > {pidfile}; echo started; wait", tmp_path, stop))
+    for _ in range(500):
+        if pidfile.exists() and pidfile.read_text().strip():
+            break
+        await asyncio.sleep(0.02)
+    child = int(pidfile.read_text())
+    started = time.monotonic()
+    stop.set()
+    code, stopped, lines = await task
+    assert stopped and code != 0
+    assert "started" in lines
+    assert time.monotonic() - started < 0.5 + 1  # SIGINT was enough
+    assert not _alive(child)
+
+
+async def test_stop_escalates_to_sigkill_when_signals_are_ignored(tmp_path: Path) -> None:
+    stop = asyncio.Event()
+    script = "trap '' INT TERM; echo ready; while true; do sleep 0.05; done"
+    task = asyncio.create_task(_run(script, tmp_path, stop))
+    await asyncio.sleep(0.3)
+    started = time.monotonic()
+    stop.set()
+    code, stopped, _ = await task
+    elapsed = time.monotonic() - started
+    assert stopped and code == -9
+    assert elapsed >= FAST.sigint_grace + FAST.sigterm_grace - 0.1
+
+
+async def test_background_process_holding_the_pipe_does_not_block_the_step(tmp_path: Path) -> None:
+    """It is left running, as on GitHub; reading stops `drain_after_exit` after the step's exit."""
+    started = time.monotonic()
+    code, stopped, lines = await _run(f"echo $$ > {tmp_path}/pgid; (sleep 30; echo late) & echo done", tmp_path)
+    try:
+        assert (code, stopped) == (0, False)
+        assert lines == ["done"]
+        assert time.monotonic() - started < FAST.drain_after_exit + 2
+    finally:
+        os.killpg(int((tmp_path / "pgid").read_text()), signal.SIGKILL)  # the test's own leftover group

@@ -1,0 +1,153 @@
+"""The single-job workflow payload Gitea sends, parsed into the workflow model."""
+
+from __future__ import annotations
+
+import pytest
+
+from dynrunner.executor.workflow import WorkflowError, parse_workflow
+from dynrunner.executor.workflow.yaml12 import Scalar, load
+
+# A payload as Gitea's jobparser writes it (modules/actions/jobparser testdata, one matrix combination).
+GITEA_PAYLOAD = b"""name: test
+on: push
+env:
+  VERSION: 1.10
+  FLAG: yes
+defaults:
+  run:
+    shell: bash
+jobs:
+  job1:
+    name: job1 (ubuntu-20.04, 1.17)
+    runs-on: ubuntu-20.04
+    needs: [build, lint]
+    if: ${{ always() }}
+    env:
+      TIME: 1:20
+    defaults:
+      run:
+        working-directory: src
+    outputs:
+      answer: ${{ steps.calc.outputs.answer }}
+    timeout-minutes: 30
+    continue-on-error: true
+    steps:
+      - uses: actions/setup-go@v3
+        with:
+          go-version: ${{ matrix.version }}
+          check-latest: true
+      - id: calc
+        name: Calculate
+        run: uname -a && go version
+        env:
+          ON: on
+        timeout-minutes: 5
+        continue-on-error: ${{ matrix.os == 'x' }}
+        if: false
+    strategy:
+      matrix:
+        os:
+          - ubuntu-20.04
+        version:
+          - 1.17
+      job-index: 3
+      job-total: 6
+"""
+
+
+def test_gitea_payload_parses_to_one_job() -> None:
+    wf = parse_workflow(GITEA_PAYLOAD)
+    job = wf.job
+    assert wf.name == "test"
+    assert wf.on == "push"
+    assert job.key == "job1"
+    assert job.name == "job1 (ubuntu-20.04, 1.17)"
+    assert job.needs == ("build", "lint")
+    assert job.if_ == "${{ always() }}"
+    assert job.timeout_minutes == 30
+    assert job.continue_on_error is True
+    assert job.outputs == {"answer": "${{ steps.calc.outputs.answer }}"}
+    assert wf.defaults.shell == "bash"
+    assert job.defaults.working_directory == "src"
+    assert job.strategy is not None
+    assert job.strategy.matrix == {"os": "ubuntu-20.04", "version": 1.17}
+    assert (job.strategy.job_index, job.strategy.job_total) == (3, 6)
+
+
+def test_env_and_with_values_are_strings_as_written() -> None:
+    """YAML 1.2 as Gitea reads it: `yes`/`on` stay strings, `1:20` is not 80, `1.10` keeps its zero."""
+    wf = parse_workflow(GITEA_PAYLOAD)
+    assert wf.env == {"VERSION": "1.10", "FLAG": "yes"}
+    assert wf.job.env == {"TIME": "1:20"}
+    uses, calc = wf.job.steps
+    assert uses.with_ == {"go-version": "${{ matrix.version }}", "check-latest": "true"}
+    assert calc.env == {"ON": "on"}
+
+
+def test_steps_keep_their_fields_and_get_ids() -> None:
+    uses, calc = parse_workflow(GITEA_PAYLOAD).job.steps
+    assert (uses.index, uses.id, uses.user_id, uses.kind, uses.uses) == (0, "__0", False, "uses", "actions/setup-go@v3")
+    assert (calc.id, calc.user_id, calc.kind, calc.name) == ("calc", True, "run", "Calculate")
+    assert calc.run == "uname -a && go version"
+    assert calc.timeout_minutes == 5
+    assert calc.continue_on_error == "${{ matrix.os == 'x' }}"
+    assert calc.if_ == "false"
+    assert uses.display_name() == "Run actions/setup-go@v3"
+
+
+def test_yaml_12_scalars() -> None:
+    doc = load("a: on\nb: yes\nc: true\nd: 0o17\ne: 0x1F\nf: .inf\ng: ~\nh: '1'\ni: 1e3\nj: 2024-01-01\n")
+    assert doc["a"] == "on" and doc["b"] == "yes" and doc["c"] is True
+    assert doc["d"] == 15 and doc["e"] == 31 and doc["f"] == float("inf") and doc["g"] is None
+    assert doc["h"] == "1" and doc["i"] == 1000.0 and doc["j"] == "2024-01-01"
+    kept = load("v: 1.10\n", keep_text=True)
+    assert kept == {"v": Scalar(1.1, "1.10")}
+
+
+def test_merge_keys_and_anchors() -> None:
+    doc = load("base: &b {x: 1, y: 2}\nuse:\n  <<: *b\n  y: 3\n")
+    assert doc["use"] == {"x": 1, "y": 3}
+
+
+def _payload(steps: str, job: str = "build", extra: str = "") -> bytes:
+    return f"on: push\njobs:\n  {job}:\n    runs-on: self-hosted\n{extra}    steps:\n{steps}".encode()
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        (b"jobs: [1, 2", "not valid YAML"),
+        (b"- a\n- b\n", "must be a YAML mapping"),
+        (b"on: push\n", "exactly one job"),
+        (b"jobs:\n  a: {steps: [{run: x}]}\n  b: {steps: [{run: y}]}\n", "exactly one job"),
+        (_payload("      - name: nothing\n"), "exactly one of `run` or `uses`"),
+        (_payload("      - run: a\n        uses: b\n"), "exactly one of `run` or `uses`"),
+        (_payload("      - id: x\n        run: a\n      - id: x\n        run: b\n"), "repeats the step id 'x'"),
+        (_payload("      - id: 1x\n        run: a\n"), "invalid id '1x'"),
+        (_payload("      - id: __0\n        run: a\n"), "reserved"),
+        (_payload("      - run: a\n        colour: red\n"), "unknown keys: colour"),
+        (_payload("      - run: [a]\n"), "step 1.run must be a string"),
+        (_payload("      - run: a\n        env: [x]\n"), "step 1.env must be a mapping"),
+        (_payload("      - run: a\n", extra="    strategy:\n      matrix:\n        os: [a, b]\n"), "exactly one value"),
+        (b"jobs:\n  a:\n    runs-on: x\n    steps: []\n", "has no steps"),
+        (b"jobs:\n  a:\n    steps: [{run: x}]\n    x: 1\n    x: 2\n", "defined twice"),
+    ],
+)
+def test_invalid_payloads_say_why(payload: bytes, message: str) -> None:
+    with pytest.raises(WorkflowError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+        parse_workflow(payload)
+
+
+def test_job_key_is_kept_for_the_engine_to_check() -> None:
+    """A key outside JOB_KEY_RE parses; the engine refuses it with a message in the job log."""
+    assert parse_workflow(_payload("      - run: a\n", job="1bad")).job.key == "1bad"
+
+
+def test_services_container_and_reusable_calls_are_recognised() -> None:
+    wf = parse_workflow(
+        b"jobs:\n  a:\n    container: node:20\n    services:\n      db: {image: postgres}\n    steps: [{run: x}]\n"
+    )
+    assert wf.job.container == "node:20"
+    assert wf.job.services == {"db": {"image": "postgres"}}
+    call = parse_workflow(b"jobs:\n  a:\n    uses: ./.gitea/workflows/x.yml\n")
+    assert call.job.uses == "./.gitea/workflows/x.yml" and call.job.steps == ()
