@@ -116,7 +116,7 @@ def _check_destination(parent: int, name: str, ref: ArtifactRef, shown: str) -> 
         return
     if not stat.S_ISDIR(st.st_mode):
         raise StagingError(f"destination '{shown}' exists and is not a directory")
-    with opened_dir(parent, [name], create=False, shown=shown) as fd:
+    with opened_dir(parent, [name], create=False, shown=shown.rpartition("/")[0]) as fd:
         if os.listdir(fd):
             raise StagingError(f"destination '{shown}' is a directory that is not empty")
 
