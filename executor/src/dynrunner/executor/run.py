@@ -28,6 +28,7 @@ import sys
 import threading
 import traceback
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 from dynrunner.executor.job import JobResult, JobRunner, JobSettings
@@ -40,6 +41,7 @@ from dynrunner.proto.gitea import GiteaClient, GiteaError, Result, RunnerCredent
 EXIT_FINALIZED = 0
 EXIT_NOT_FINALIZED = 1
 EXIT_UNREADABLE = 3
+DEFAULT_IDENTITY_TIMEOUT_S = 60
 
 log = logging.getLogger("dynrunner.executor")
 
@@ -138,13 +140,11 @@ async def _run(
         if identity.enabled:
             from dynrunner.executor.identity import IdentityError, wait_for_svid
 
+            timeout = float(identity.timeout_seconds or DEFAULT_IDENTITY_TIMEOUT_S)
+            if assignment.deadline is not None:
+                timeout = max(0.0, min(timeout, (assignment.deadline - datetime.now(UTC)).total_seconds()))
             try:
-                await wait_for_svid(
-                    assignment.spiffe_id,
-                    identity.workload_api_socket,
-                    float(identity.timeout_seconds or 60),
-                    reporter.log,
-                )
+                await wait_for_svid(assignment.spiffe_id, identity.workload_api_socket, timeout, reporter.log)
             except IdentityError as err:
                 reporter.log(f"##[error]{err}")
                 return JobResult(Result.FAILURE)

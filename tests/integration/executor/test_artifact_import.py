@@ -1,0 +1,56 @@
+"""`uses: dynrunner://artifact-import`, the native step, between two jobs of one run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dynrunner.proto.assignment import ArtifactStoreOptions
+from dynrunner.proto.gitea import Result
+from tests.fixtures.executor import ExecutorHarness
+
+WORKFLOW = """
+on: push
+jobs:
+  build:
+    runs-on: self-hosted
+    steps:
+      - run: echo "built at $GITHUB_SHA" > "$KRUNTIME_ARTIFACTS_DIR/dist.txt"
+  deploy:
+    needs: build
+    runs-on: self-hosted
+    steps:
+      - uses: dynrunner://artifact-import
+        with:
+          from: jobs.build.artifacts.dist.txt
+          path: out/dist.txt
+      - run: cat out/dist.txt
+      - uses: dynrunner://artifact-import
+        with:
+          from: jobs.build.artifacts.missing.tgz
+          path: missing.tgz
+      - if: always()
+        uses: dynrunner://artifact-import
+        with:
+          path: only-a-path
+"""
+
+
+async def test_import_between_jobs_and_clear_failures(executor_harness: ExecutorHarness, tmp_path: Path) -> None:
+    store = ArtifactStoreOptions(driver="Filesystem", path=str(tmp_path / "store"))
+    (tmp_path / "store").mkdir()
+    build = await executor_harness.claim(WORKFLOW, artifacts=store)
+    assert await executor_harness.run(build) == 0
+    assert executor_harness.gitea.task(build.task_id).result == Result.SUCCESS
+    deploy = await executor_harness.claim_waiting(build.run, artifacts=store)
+    assert deploy.assignment.job_key == "deploy"
+    assert await executor_harness.run(deploy) == 0
+    task = executor_harness.gitea.task(deploy.task_id)
+    assert [s.status for s in task.steps] == ["success", "success", "failure", "failure"]
+    sha = (build.task.context or {})["sha"]
+    assert f"built at {sha}" in task.log_rows
+    assert any(row.startswith("Imported artifact 'dist.txt' of job 'build'") for row in task.log_rows)
+    assert any(
+        row.startswith("##[error]job 'build' did not publish an artifact named 'missing.tgz'; it published dist.txt")
+        for row in task.log_rows
+    )
+    assert any("needs `with: from`" in row for row in task.log_rows)
