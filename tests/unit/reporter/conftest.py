@@ -9,6 +9,7 @@ on a final result. The integration tests run the same flows against the real dou
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -50,12 +51,15 @@ class FakeGitea:
         self.calls: list[Call] = []
         self.failures: list[GiteaError] = []  # raised by the next calls, in order
         self.lose_rows_after: int | None = None  # drop stored rows beyond this once
+        self.delay_s = 0.0  # how long each UpdateLog takes
 
     async def update_log(
         self, task_id: int, index: int, rows: Sequence[LogRow], *, no_more: bool = False, retry: object = None
     ) -> int:
         call = Call("log", index=index, rows=list(rows), no_more=no_more)
         self.calls.append(call)
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
         self._gate()
         assert task_id == self.task_id
         if self.lose_rows_after is not None:

@@ -337,3 +337,28 @@ async def test_rows_are_masked_repaired_split_and_capped(fake, make) -> None:
     assert contents[4] == "now *** is hidden"
     times = [r.time for r in fake.rows]
     assert times[0] == times[1] < times[2] < times[3]  # one timestamp per log() call, from the clock
+
+
+async def test_throttle_bounds_the_backlog_of_a_fast_step(fake, make) -> None:
+    fake.delay_s = 0.01  # Gitea takes rows slower than the step prints them
+    rep = make(replace(FAST, max_backlog_bytes=4000, batch_rows=10))
+    await rep.start(0)
+    worst = 0
+    for i in range(300):
+        rep.log(f"line {i:04d} " + "x" * 80)
+        await rep.throttle()
+        worst = max(worst, rep.backlog_bytes)
+    assert worst <= 4000
+    assert await rep.close(Result.SUCCESS)
+    assert fake.contents[:300] == [f"line {i:04d} " + "x" * 80 for i in range(300)]
+
+
+async def test_throttle_never_blocks_when_reporting_cannot_progress(fake, make) -> None:
+    rep = make(replace(FAST, max_backlog_bytes=100))
+    rep.log("x" * 500)
+    await asyncio.wait_for(rep.throttle(), 1)  # not started
+    await rep.start(0)
+    fake.runner_deleted = True
+    rep.log("y" * 500)
+    await asyncio.wait_for(rep.throttle(), 5)  # fails permanently instead of draining
+    assert isinstance(rep.error, Unauthenticated)

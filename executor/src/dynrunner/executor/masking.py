@@ -158,6 +158,7 @@ class Masker:
         self._recent: set[str] = set()
         self._main_rx: tuple[re.Pattern[str], re.Pattern[str]] | None = None
         self._recent_rx: tuple[re.Pattern[str], re.Pattern[str]] | None = None
+        self._active: list[tuple[re.Pattern[str], re.Pattern[str]]] = []
         self._values: set[str] = set()
         for value in values:
             self.add(value)
@@ -186,25 +187,22 @@ class Masker:
             self._recent_rx = None
         else:
             self._recent_rx = _compile(self._recent)
+        self._active = [rx for rx in (self._main_rx, self._recent_rx) if rx is not None]
 
     def contains_secret(self, text: str) -> bool:
         """Whether `text` shows any registered value in any masked form."""
-        return any(rx is not None and rx[0].search(text) for rx in (self._main_rx, self._recent_rx))
+        return any(finder.search(text) for finder, _ in self._active)
 
     def mask(self, text: str) -> str:
         """`text` with every occurrence of every registered form replaced by ``***``."""
-        first: int | None = None
-        for rx in (self._main_rx, self._recent_rx):
-            if rx is not None:
-                found = rx[0].search(text)
-                if found is not None and (first is None or found.start() < first):
-                    first = found.start()
-        if first is None:
+        first = -1
+        for finder, _ in self._active:
+            found = finder.search(text)
+            if found is not None and (first < 0 or found.start() < first):
+                first = found.start()
+        if first < 0:
             return text
-        spans: list[tuple[int, int]] = []
-        for rx in (self._main_rx, self._recent_rx):
-            if rx is not None:
-                spans.extend((m.start(), m.start() + len(m.group(1))) for m in rx[1].finditer(text, first))
+        spans = [(m.start(), m.end(1)) for _, overlap in self._active for m in overlap.finditer(text, first)]
         spans.sort()
         out: list[str] = []
         pos = 0

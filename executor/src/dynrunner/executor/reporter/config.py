@@ -25,6 +25,10 @@ class ReporterConfig:
     Gitea never takes a quiet job for a zombie and a cancellation is seen within it.
     `batch_bytes` stays well below the 1 MiB request limit of common reverse proxies; a
     single row (at most 64 KiB) always fits.
+
+    `max_backlog_bytes` bounds what `Reporter.throttle` lets pile up unacknowledged before
+    it makes the engine wait (rows take about three times their size in memory: 4 MiB of
+    backlog is about 12 MB).
     """
 
     log_interval_s: float = 1.0
@@ -38,5 +42,6 @@ class ReporterConfig:
     start_timeout_s: float = 120.0
     close_timeout_s: float = 60.0
     retain_acked_rows: int = 10_000
+    max_backlog_bytes: int = 4 * 1024 * 1024
     closing_line: bool = True
     clock: Callable[[], datetime] = field(default=utc_now)

@@ -29,13 +29,9 @@ class LogBuffer:
         self._head = 0  # list position of absolute row `base`
         self.base = 0
         self.acked = 0
+        self.end = 0  # the absolute index the next appended row gets
         self.pending_bytes = 0
         self._retain = retain_acked
-
-    @property
-    def end(self) -> int:
-        """The absolute index the next appended row gets."""
-        return self.base + len(self._rows) - self._head
 
     @property
     def pending(self) -> int:
@@ -46,6 +42,7 @@ class LogBuffer:
         self._rows.append(row)
         self._sizes.append(size)
         self.pending_bytes += size
+        self.end += 1
         return self.end - 1
 
     def row(self, index: int) -> LogRow:
@@ -94,6 +91,7 @@ class LogBuffer:
             del self._sizes[self._head : self._head + held]
         self.base = ack
         self.acked = ack
+        self.end += shift
         return position, shift
 
     def _size_between(self, lo: int, hi: int) -> int:

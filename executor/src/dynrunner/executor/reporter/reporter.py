@@ -79,6 +79,7 @@ class Reporter:
         self._last_log_send = float("-inf")
         self._last_state_send = float("-inf")
         self._failures = 0
+        self._drained = asyncio.Event()
         self._closing = False
         self._deadline: float | None = None  # while closing: when to give up
         self._finalized: bool | None = None
@@ -102,7 +103,11 @@ class Reporter:
             raise ReporterClosedError(f"task {self.task_id}: log after close")
         now = self._clock()
         buffer, mask, on_row = self._buffer, self._masker.mask, self._steps.on_row
-        for line in split_rows(valid_utf8(text)):
+        if type(text) is str and "\n" not in text and text.isascii():  # the usual case: one plain line
+            lines: list[str] | tuple[str] = (text[:-1] if text.endswith("\r") else text,)
+        else:
+            lines = split_rows(valid_utf8(text))
+        for line in lines:
             content = cap(mask(line))
             on_row(buffer.append(LogRow(time=now, content=content), utf8_size(content) + ROW_OVERHEAD), step)
         if self._unsent_since is None:
@@ -111,6 +116,28 @@ class Reporter:
         if buffer.pending >= self._cfg.batch_rows or buffer.pending_bytes >= self._cfg.batch_bytes:
             self._flush_to = buffer.end
             self._wake.set()
+
+    @property
+    def backlog_bytes(self) -> int:
+        """Bytes of log rows Gitea has not acknowledged yet."""
+        return self._buffer.pending_bytes
+
+    async def throttle(self) -> None:
+        """Wait while more than `max_backlog_bytes` of rows await Gitea (until half of it is
+        left), so a step that prints faster than Gitea takes it is slowed down through its
+        own output pipe instead of growing the executor's memory. Returns at once when
+        reporting cannot make progress any more (not started, failed, closing)."""
+        limit = self._cfg.max_backlog_bytes
+        if self._buffer.pending_bytes <= limit:
+            return
+        while self._buffer.pending_bytes > limit // 2 and self._pump_alive():
+            self._drained.clear()
+            self._flush_to = self._buffer.end
+            self._wake.set()
+            await self._drained.wait()
+
+    def _pump_alive(self) -> bool:
+        return self._pump is not None and not self._pump.done() and not self._closing
 
     def step_started(self, index: int) -> None:
         self._steps.start(index, self._clock(), self._buffer.end)
@@ -230,6 +257,7 @@ class Reporter:
         self._apply_ack(ack, index + len(rows))
         self._last_log_send = sent_at
         self._unsent_since = sent_at if self._buffer.pending else None
+        self._drained.set()
         if self._flush_to is not None and self._buffer.acked >= self._flush_to:
             self._flush_to = None
         if self._state_after is not None and self._buffer.acked >= self._state_after:
@@ -284,12 +312,14 @@ class Reporter:
             raise Unavailable(f"no answer within {timeout:g}s") from err
 
     def _fail(self, err: BaseException) -> None:
+        self._drained.set()
         log.error("task %d: reporting stopped: %s", self.task_id, err)
         if self.error is None:
             self.error = err
         self.cancelled.set()
 
     async def _stop_pump(self) -> None:
+        self._drained.set()
         pump, self._pump = self._pump, None
         if pump is not None and not pump.done():
             pump.cancel()
