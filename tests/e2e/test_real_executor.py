@@ -1,0 +1,133 @@
+"""End to end with the real `dynrunner-executor`: Gitea double, real nats-server, the local
+backend, the controller in this process."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+from dynrunner.controller.backends.local.layout import Layout
+from dynrunner.doubles.gitea import GiteaDouble
+from tests.e2e.harness import REAL_EXECUTOR, build_config, in_process, live_runners, wait_for, wait_run_done
+
+MULTI_JOB = """
+on: push
+jobs:
+  build:
+    runs-on: [self-hosted, local]
+    outputs:
+      artifact: ${{ steps.pack.outputs.name }}
+    steps:
+      - id: pack
+        run: |
+          echo "packing"
+          echo "name=app-${{ github.sha }}.tar" >> "$GITHUB_OUTPUT"
+  test:
+    needs: build
+    runs-on: [self-hosted, local]
+    strategy:
+      matrix:
+        shard: [1, 2]
+    steps:
+      - run: echo "shard ${{ matrix.shard }} tests ${{ needs.build.outputs.artifact }}"
+  publish:
+    needs: [build, test]
+    runs-on: [self-hosted, local]
+    steps:
+      - run: echo "publishing ${{ needs.build.outputs.artifact }} after ${{ needs.test.result }} tests"
+"""
+
+LONG = """
+on: push
+jobs:
+  long:
+    runs-on: [self-hosted, local]
+    steps:
+      - run: |
+          echo "working"
+          sleep 120
+"""
+
+
+def config(gitea: GiteaDouble, nats_url: str, state: Path, max_concurrency: int = 4):  # type: ignore[no-untyped-def]
+    return build_config(
+        gitea_url=gitea.url,
+        registration_token=gitea.registration_token,
+        state_dir=state,
+        nats_url=nats_url,
+        executor_command=[REAL_EXECUTOR],
+        max_concurrency=max_concurrency,
+    )
+
+
+async def test_a_multi_job_run_with_needs_outputs_and_a_matrix(
+    gitea: GiteaDouble, nats_url: str, tmp_path: Path
+) -> None:
+    cfg = config(gitea, nats_url, tmp_path / "state")
+    async with in_process(cfg) as running:
+        run = gitea.submit("acme/app", MULTI_JOB, sha="c0ffee" + "0" * 34)
+        done = await wait_run_done(gitea, run.id)
+        logs = {job.name: "\n".join(gitea.task(job.task_id).log_rows) for job in done.jobs}
+        assert done.status == "success", logs
+        assert sorted(logs) == ["build", "publish", "test (1)", "test (2)"]
+        artifact = "app-c0ffee" + "0" * 34 + ".tar"
+        assert f"shard 1 tests {artifact}" in logs["test (1)"]
+        assert f"shard 2 tests {artifact}" in logs["test (2)"]
+        assert f"publishing {artifact} after success tests" in logs["publish"]
+        for text in logs.values():
+            # The controller's stage lines come first, then the executor's own rows.
+            lines = text.splitlines()
+            assert lines[0].startswith("[dynrunner] claimed by pool local as runner dynrunner-local-")
+            assert lines[1].startswith("[dynrunner] environment dr-")
+            assert "dynrunner executor" in lines[2]
+        root = cfg.pools[0].backend.root_dir
+        assert root is not None
+        await wait_for(lambda: not any(root.iterdir()), what="every environment reaped")
+        assert running.controller.pools["local"].capacity.in_use == 0
+        assert running.controller.metrics.sample("dynrunner_job_results_total", pool="local", result="reported") == 4
+    assert len(live_runners(gitea)) == 1
+
+
+async def test_an_executor_killed_mid_job_is_reported_with_the_reason(
+    gitea: GiteaDouble, nats_url: str, tmp_path: Path
+) -> None:
+    cfg = config(gitea, nats_url, tmp_path / "state")
+    root = cfg.pools[0].backend.root_dir
+    assert root is not None
+    async with in_process(cfg):
+        run = gitea.submit("acme/app", LONG)
+        job = await wait_for(lambda: (j := gitea.jobs(run.id)[0]).task_id and j, what="claim")
+        await wait_for(lambda: any(r == "working" for r in gitea.task(job.task_id).log_rows), what="the step ran")
+        [env_dir] = list(root.iterdir())
+        layout = Layout(env_dir)
+        wrapper = layout.read_int(layout.pid_file)
+        assert wrapper is not None
+        executor = executor_pid(wrapper)
+        os.kill(executor, signal.SIGKILL)  # as the OOM killer would
+        done = await wait_run_done(gitea, run.id)
+        assert done.status == "failure"
+        text = "\n".join(gitea.task(job.task_id).log_rows)
+        assert "the job failed: the executor was killed by SIGKILL (out of memory, or stopped by an operator)" in text
+        assert "[killed]" in text
+        # The step's own processes (another session) were stopped with the environment.
+        await wait_for(lambda: not any(root.iterdir()), what="environment deleted")
+        await wait_for(lambda: not sleeping(env_dir), what="the step's sleep stopped")
+
+
+def executor_pid(wrapper: int) -> int:
+    children = Path(f"/proc/{wrapper}/task/{wrapper}/children").read_text().split()
+    assert len(children) == 1, children
+    return int(children[0])
+
+
+def sleeping(env_dir: Path) -> bool:
+    marker = f"RUNNER_TRACKING_ID=dynrunner_{env_dir.name}".encode()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker in (entry / "environ").read_bytes():
+                    return True
+            except OSError:
+                continue
+    return False
