@@ -148,8 +148,8 @@ def test_many_add_mask_values_all_stay_masked() -> None:
 
 def test_deeply_nested_prefixes_still_compile() -> None:
     """Each value a prefix of the next: the trie nests deeply; masking must still work."""
-    m = Masker("x" + "y" * n for n in range(1, 300))
-    assert m.mask("<x" + "y" * 299 + ">") == "<***>"
+    m = Masker("x" + "y" * n for n in range(1, 200))
+    assert m.mask("<x" + "y" * 199 + ">") == "<***>"
     assert m.mask("<xy>") == "<***>"
 
 
@@ -186,3 +186,12 @@ def test_masking_only_removes_matched_text(secret: str, text: str) -> None:
         assert masked == text
     else:
         assert MASK in masked
+
+
+def test_a_long_line_of_near_misses() -> None:
+    """Every position starts a prefix of the secret and none completes it: still one linear
+    scan (no timing asserted), and the one real occurrence at the end is found."""
+    secret = "a" * 30 + "b"
+    m = Masker([secret])
+    line = "a" * 65_000 + "b"
+    assert m.mask(line) == "a" * (65_000 - 30) + MASK

@@ -362,3 +362,19 @@ async def test_throttle_never_blocks_when_reporting_cannot_progress(fake, make) 
     rep.log("y" * 500)
     await asyncio.wait_for(rep.throttle(), 5)  # fails permanently instead of draining
     assert isinstance(rep.error, Unauthenticated)
+
+
+async def test_close_is_bounded_even_when_gitea_never_answers(fake, make) -> None:
+    rep = make(replace(FAST, close_timeout_s=0.4, request_timeout_s=30))
+    await rep.start(0)
+    rep.log("stuck")
+    never = asyncio.Event()
+
+    async def hang(*args, **kwargs):
+        await never.wait()
+
+    fake.update_log = hang
+    fake.update_task = hang
+    async with asyncio.timeout(5):
+        assert await rep.close(Result.SUCCESS) is False
+    assert isinstance(rep.error, Unavailable)

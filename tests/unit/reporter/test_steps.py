@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dynrunner.executor.reporter.steps import StepTracker
 from dynrunner.proto.gitea import Result, StepState
@@ -206,3 +208,43 @@ def test_starting_a_step_twice_keeps_the_first_start() -> None:
     tracker.start(0, datetime(2027, 1, 1, tzinfo=UTC), 9)
     step = tracker.snapshot()[0]
     assert (step.started_at, step.log_index) == (T0, 4)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["row", "row-step", "row-last", "start", "finish", "skip"]), max_size=60))
+def test_any_sequence_partitions_the_log_as_gitea_reads_it(ops: list[str]) -> None:
+    """Whatever the engine does, "Set up job", the step ranges in order and "Complete job"
+    cover every row exactly once (Gitea derives the last from the sum of step lengths)."""
+    n_steps = 4
+    log = Log(n_steps)
+    nxt = 0  # the next step to start or skip
+    for op in ops:
+        running = log.tracker.running
+        if op == "row":
+            log.row("r")
+        elif op == "row-step":
+            log.row("r", running if running is not None else min(nxt, n_steps - 1))
+        elif op == "row-last":
+            log.row("r", max(nxt - 1, 0))
+        elif op == "start" and running is None and nxt < n_steps:
+            log.start(nxt)
+            nxt += 1
+        elif op == "finish" and running is not None:
+            log.finish(running, Result.SUCCESS)
+        elif op == "skip" and running is None and nxt < n_steps:
+            log.finish(nxt, Result.SKIPPED)
+            nxt += 1
+    if log.tracker.running is not None:
+        log.finish(log.tracker.running, Result.FAILURE)
+    steps = log.tracker.snapshot()
+    ran = [s for s in steps if s.started_at is not None]
+    pre_end = ran[0].log_index if ran else log.next
+    covered = pre_end
+    for s in ran:
+        assert s.log_index == covered  # contiguous, in order
+        covered += s.log_length
+    assert covered <= log.next
+    shown = ui_ranges(steps, log.next)
+    assert shown["Complete job"].start == covered
+    every = [*shown["Set up job"], *(i for s in ran for i in shown[f"step {s.id}"]), *shown["Complete job"]]
+    assert every == list(range(log.next))
