@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import re
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 import nats
@@ -40,6 +38,7 @@ from nats.js.api import (
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_before_delay, wait_exponential_jitter
 
 from dynrunner.controller.config import NatsConfig
+from dynrunner.controller.delivery import Delivery
 from dynrunner.controller.metrics import Metrics
 from dynrunner.proto.assignment import VERSION, Assignment, AssignmentError, decode, encode, peek_version
 
@@ -112,80 +111,6 @@ async def connect_nats(
 
 def _redacted(url: str) -> str:
     return ",".join(re.sub(r"//[^@/]*@", "//***@", one.strip()) for one in url.split(","))
-
-
-@dataclass(slots=True)
-class Delivery:
-    """One delivery of an assignment to a launcher. `assignment` is still sealed."""
-
-    assignment: Assignment
-    num_delivered: int
-    max_deliver: int
-    stream_seq: int
-    _msg: Msg = field(repr=False)
-    _nc: Client = field(repr=False)
-    _ack_wait_s: float = field(repr=False)
-
-    @property
-    def is_redelivery(self) -> bool:
-        return self.num_delivered > 1
-
-    @property
-    def is_last_attempt(self) -> bool:
-        """This is attempt `max_deliver` (or later): if it fails, finalize the task failed."""
-        return self.num_delivered >= self.max_deliver
-
-    @property
-    def exhausted(self) -> bool:
-        """Every allowed attempt was made already (the last one's handler died): do not launch,
-        finalize the task failed and `term()`."""
-        return self.num_delivered > self.max_deliver
-
-    async def in_progress(self) -> None:
-        """Restart the ack-wait clock (during a slow launch)."""
-        await self._msg.in_progress()
-
-    @contextlib.asynccontextmanager
-    async def keep_alive(self, interval_s: float | None = None) -> AsyncIterator[None]:
-        """Send `in_progress()` every third of ack-wait while the block runs."""
-        period = interval_s if interval_s is not None else max(self._ack_wait_s / 3, 0.05)
-
-        async def beat() -> None:
-            while True:
-                await asyncio.sleep(period)
-                try:
-                    await self._msg.in_progress()
-                except nats.errors.Error as err:
-                    log.warning("in-progress ack failed: %s", err or type(err).__name__)
-
-        task = asyncio.create_task(beat(), name=f"keep-alive {self.assignment.assignment_id}")
-        try:
-            yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def ack(self) -> None:
-        """Done: the message leaves the stream."""
-        await self._confirm(Msg.Ack.Ack)
-
-    async def nak(self, delay_s: float | None = None) -> None:
-        """Failed this time: deliver again (after `delay_s`)."""
-        payload = Msg.Ack.Nak
-        if delay_s:
-            payload += b" " + json.dumps({"delay": int(delay_s * 1e9)}).encode()
-        await self._confirm(payload)
-
-    async def term(self) -> None:
-        """Never deliver again (the task was finalized, or the message can never be used); the
-        message leaves the stream."""
-        await self._confirm(Msg.Ack.Term)
-
-    async def _confirm(self, payload: bytes) -> None:
-        """Send an acknowledgement and wait until the server has applied it, so what the caller
-        does next (count capacity, finalize, report) sees the stream in its new state."""
-        await self._nc.request(self._msg.reply, payload, timeout=_ATTEMPT_TIMEOUT_S)
 
 
 def _transient(err: BaseException) -> bool:
@@ -344,7 +269,7 @@ class AssignmentLog:
         try:
             async for attempt in AsyncRetrying(
                 stop=stop_before_delay(self.cfg.publish_timeout_s),
-                wait=wait_exponential_jitter(multiplier=0.1, max=2.0),
+                wait=wait_exponential_jitter(multiplier=0.1, max=2.0, jitter=0.2),
                 retry=retry_if_exception(_transient),
                 before_sleep=before_sleep,
                 reraise=True,

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -33,6 +32,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from dynrunner.controller.config_errors import ConfigError, format_validation_error
+from dynrunner.controller.config_sources import apply_env, default_state_dir, env_keys, read_yaml
 from dynrunner.proto.assignment import ArtifactStoreOptions
 
 __all__ = [
@@ -51,7 +51,6 @@ __all__ = [
     "load_config",
 ]
 
-ENV_PREFIX = "DYNRUNNER_"
 POOL_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")
 LABEL_RE = re.compile(r"^[^\s,]{1,255}$")
 STREAM_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -312,7 +311,7 @@ class ControllerConfig(_Model):
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     executor: ExecutorDefaults = Field(default_factory=ExecutorDefaults)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
-    state_dir: ConfigPath = Field(default_factory=lambda: _default_state_dir(os.environ))
+    state_dir: ConfigPath = Field(default_factory=lambda: default_state_dir(os.environ))
 
     @field_validator("pools")
     @classmethod
@@ -349,64 +348,9 @@ class ControllerConfig(_Model):
         raise KeyError(name)
 
 
-def _default_state_dir(env: Mapping[str, str]) -> Path:
-    base = env.get("XDG_STATE_HOME") or str(Path(env.get("HOME") or Path.home()) / ".local" / "state")
-    return Path(base) / "dynrunner"
-
-
-# --- environment overrides -------------------------------------------------------------------
-
-
-def _scalar_keys(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> dict[str, tuple[str, ...]]:
-    """Map each overridable environment variable to its key path (by YAML alias).
-
-    Scalars of every section can be overridden; lists (pools, retired keys) only in YAML.
-    """
-    names: dict[str, tuple[str, ...]] = {}
-    for field_name, info in model.model_fields.items():
-        alias = info.alias or field_name
-        path = (*prefix, alias)
-        annotation = info.annotation
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            names.update(_scalar_keys(annotation, path))
-            continue
-        if getattr(annotation, "__origin__", None) is list or field_name == "pools":
-            continue
-        env_name = ENV_PREFIX + "_".join(_upper_snake(p) for p in path)
-        names[env_name] = path
-    return names
-
-
-def _upper_snake(camel: str) -> str:
-    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", camel).upper()
-
-
 def env_overrides() -> dict[str, str]:
     """Every supported environment variable and the YAML key it overrides (for docs and tests)."""
-    return {env: ".".join(path) for env, path in _scalar_keys(ControllerConfig).items()}
-
-
-_EXCLUSIVE: dict[tuple[str, ...], tuple[str, ...]] = {
-    ("gitea", "registrationToken"): ("gitea", "registrationTokenFile")
-}
-_EXCLUSIVE.update({v: k for k, v in _EXCLUSIVE.items()})
-
-
-def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> None:
-    for env_name, path in _scalar_keys(ControllerConfig).items():
-        if env_name not in env:
-            continue
-        node = data
-        for key in path[:-1]:
-            child = node.get(key)
-            if not isinstance(child, dict):
-                child = {}
-                node[key] = child
-            node = child
-        node[path[-1]] = env[env_name]
-        other = _EXCLUSIVE.get(path)
-        if other is not None:
-            node.pop(other[-1], None)
+    return {env: ".".join(path) for env, path in env_keys(ControllerConfig).items()}
 
 
 # --- loading ---------------------------------------------------------------------------------
@@ -420,33 +364,12 @@ def load_config(path: Path | None, env: Mapping[str, str] = os.environ) -> Contr
     data: dict[str, Any] = {}
     base_dir: Path | None = None
     if path is not None:
-        data = _read_yaml(path)
+        data = read_yaml(path)
         base_dir = path.resolve().parent
-    _apply_env(data, env)
-    data.setdefault("stateDir", str(_default_state_dir(env)))
+    apply_env(data, env, ControllerConfig)
+    data.setdefault("stateDir", str(default_state_dir(env)))
     try:
         return ControllerConfig.model_validate(data, context={"base_dir": base_dir})
     except ValidationError as err:
         source = str(path) if path is not None else "environment"
         raise ConfigError(source, format_validation_error(err, data)) from None
-
-
-def _read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise ConfigError(str(path), [f"cannot read the configuration file: {err.strerror or err}"]) from None
-    except UnicodeDecodeError:
-        raise ConfigError(str(path), ["the configuration file is not UTF-8 text"]) from None
-    try:
-        loaded = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        problem = getattr(err, "problem", None) or str(err)
-        raise ConfigError(str(path), [f"{where}invalid YAML: {problem}"]) from None
-    if loaded is None:
-        return {}
-    if not isinstance(loaded, dict):
-        raise ConfigError(str(path), [f"the top level must be a mapping of keys, not {type(loaded).__name__}"])
-    return loaded
