@@ -16,6 +16,7 @@ import base64
 import binascii
 import contextlib
 import hashlib
+import logging
 import os
 import secrets
 from collections.abc import Iterable
@@ -27,6 +28,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from dynrunner.proto.assignment import Assignment, Sealed, merge_secrets, split_secrets
 
 __all__ = ["KEY_BYTES", "NONCE_BYTES", "Sealer", "SealingError", "ensure_key_file", "key_id", "read_key_file"]
+
+log = logging.getLogger(__name__)
 
 KEY_BYTES = 32
 NONCE_BYTES = 12
@@ -46,8 +49,11 @@ def read_key_file(path: Path) -> bytes:
     """A 256-bit key from `path`: 32 raw bytes, or the key as base64 or hex text."""
     try:
         data = path.read_bytes()
+        mode = path.stat().st_mode
     except OSError as err:
         raise SealingError(f"sealing key file {path} cannot be read: {err.strerror or err}") from None
+    if mode & 0o077:
+        log.warning("sealing key file %s is readable by other users (mode %o); make it 0600", path, mode & 0o777)
     if len(data) == KEY_BYTES:
         return data
     text = data.strip()

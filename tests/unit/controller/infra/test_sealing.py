@@ -172,6 +172,18 @@ def test_key_file_of_wrong_size_is_refused_clearly(tmp_path: Path, content: byte
         read_key_file(path)
 
 
+def test_key_file_readable_by_others_is_warned_about(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "key"
+    path.write_bytes(KEY)
+    path.chmod(0o644)
+    assert read_key_file(path) == KEY
+    assert "is readable by other users (mode 644); make it 0600" in caplog.text
+    caplog.clear()
+    path.chmod(0o600)
+    read_key_file(path)
+    assert caplog.text == ""
+
+
 def test_missing_key_file(tmp_path: Path) -> None:
     with pytest.raises(SealingError, match="cannot be read: No such file"):
         Sealer.from_key_file(tmp_path / "absent")
