@@ -294,7 +294,7 @@ class MetricsConfig(_Model):
 class ExecutorDefaults(_Model):
     workspace: str = ""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
-    outputs_total_limit_bytes: int = Field(default=16 * 1024 * 1024, ge=1024, le=1024 * 1024 * 1024)
+    outputs_total_limit_bytes: int = Field(default=1024 * 1024, ge=1024, le=1024 * 1024 * 1024)
 
 
 class LoggingConfig(_Model):
