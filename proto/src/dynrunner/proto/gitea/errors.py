@@ -68,7 +68,7 @@ _CONNECT_TO_NAME = {
 
 _TRANSIENT_CODES = {"Unavailable", "DeadlineExceeded", "ResourceExhausted", "Aborted", "Canceled"}
 # Internal errors whose text shows they will never succeed on retry.
-_PERMANENT_INTERNAL = ("invalid runner for task", "runner has been removed", "task with id")
+_PERMANENT_INTERNAL = ("invalid runner for task", "runner has been removed", "task with id", "resource does not exist")
 
 
 class GiteaError(Exception):
