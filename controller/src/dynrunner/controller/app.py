@@ -37,6 +37,9 @@ from dynrunner.proto.gitea import GiteaClient
 log = logging.getLogger(__name__)
 
 READY_ERROR_LIMIT = 5
+CLAIM_LOOPS = 2
+"""Claim loops per pool in ephemeral mode, each with its own armed runner: while one waits
+for Gitea, the other claims. Fixed, so a restarted controller finds every armed runner."""
 
 
 class StartupError(RuntimeError):
@@ -48,7 +51,7 @@ class Pool:
     config: PoolConfig
     backend: Backend
     capacity: Capacity
-    claimer: Claimer
+    claimers: list[Claimer]
     launcher: Launcher
 
 
@@ -151,16 +154,6 @@ class Controller:
             log.info("pool %s: recovered %d environments and %d queued assignments", name, len(envs), pending)
         self.metrics.capacity.labels(pool=name).set(pool_cfg.max_concurrency)
         self.metrics.capacity_in_use.labels(pool=name).set_function(lambda: capacity.in_use)
-        registrations = Registrations(
-            gitea,
-            store,
-            pool=name,
-            labels=pool_cfg.labels,
-            registration_token=self.cfg.gitea.registration_token(),
-            mode=self.cfg.gitea.credential_mode,
-            name_prefix=self.cfg.gitea.runner_name_prefix,
-            metrics=self.metrics,
-        )
         settings = ClaimSettings(
             pool=name,
             backend=pool_cfg.backend.kind,
@@ -171,14 +164,28 @@ class Controller:
             default_timeout_minutes=pool_cfg.job_timeout_minutes,
             executor=executor_options(self.cfg),
         )
-        claimer = Claimer(
-            settings,
-            registrations=registrations,
-            capacity=capacity,
-            publisher=self._log,
-            sealer=sealer,
-            metrics=self.metrics,
-        )
+        loops = CLAIM_LOOPS if self.cfg.gitea.credential_mode == "ephemeral" else 1
+        claimers = [
+            Claimer(
+                settings,
+                registrations=Registrations(
+                    gitea,
+                    store,
+                    pool=name,
+                    labels=pool_cfg.labels,
+                    registration_token=self.cfg.gitea.registration_token(),
+                    mode=self.cfg.gitea.credential_mode,
+                    name_prefix=self.cfg.gitea.runner_name_prefix,
+                    metrics=self.metrics,
+                    slot=slot,
+                ),
+                capacity=capacity,
+                publisher=self._log,
+                sealer=sealer,
+                metrics=self.metrics,
+            )
+            for slot in range(loops)
+        ]
         launcher = Launcher(
             name,
             backend=backend,
@@ -188,7 +195,7 @@ class Controller:
             capacity=capacity,
             metrics=self.metrics,
         )
-        return Pool(pool_cfg, backend, capacity, claimer, launcher)
+        return Pool(pool_cfg, backend, capacity, claimers, launcher)
 
     async def _run_loops(self, stop: asyncio.Event, reaper: Reaper) -> None:
         def counted(pool: str, kind: str):  # type: ignore[no-untyped-def]
@@ -206,21 +213,23 @@ class Controller:
             claiming = [
                 tg.create_task(
                     supervise(
-                        f"claimer {name}",
-                        p.claimer.run,
+                        f"claimer {name}/{slot}",
+                        claimer.run,
                         backoff=Backoff(1.0, 60.0),
                         on_error=counted(name, "claimer"),
                     ),
-                    name=f"claimer-{name}",
+                    name=f"claimer-{name}-{slot}",
                 )
                 for name, p in self.pools.items()
+                for slot, claimer in enumerate(p.claimers)
             ]
             self.ready.set()
             log.info("controller running", extra={"pools": list(self.pools)})
             await stop.wait()
             log.info("stopping: no new claims; finishing claims and launches in hand")
             for p in self.pools.values():
-                p.claimer.stop()
+                for claimer in p.claimers:
+                    claimer.stop()
             await asyncio.gather(*claiming, return_exceptions=True)
             for task in launching:
                 task.cancel()
@@ -237,7 +246,9 @@ class Controller:
             return False, "starting"
         if self._log is None or not self._log.nc.is_connected:
             return False, "not connected to NATS"
-        failing = [name for name, p in self.pools.items() if p.claimer.consecutive_errors >= READY_ERROR_LIMIT]
+        failing = [
+            name for name, p in self.pools.items() if all(c.consecutive_errors >= READY_ERROR_LIMIT for c in p.claimers)
+        ]
         if failing:
             return False, f"claiming keeps failing in pools {', '.join(failing)} (see the log)"
         return True, ""

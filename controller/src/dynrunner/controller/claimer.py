@@ -47,6 +47,8 @@ DEADLINE_GRACE = timedelta(minutes=5)
 """Added to the job's timeout: launching (image pulls, VM boots) happens before the job starts."""
 DEFAULT_TRUST_DOMAIN = "dynrunner.local"
 RETIRE_TIMEOUT_S = 2.0
+PUBLISH_CONCURRENCY = 32
+"""Claims being published at once, per pool."""
 
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -153,32 +155,47 @@ class Claimer:
         self._stopping.set()
 
     async def run(self) -> None:
+        """Claim until `stop()`. Each claimed task is published by a task of its own while
+        the loop polls again, so a slow publish does not hold up the next claim."""
+        publishing = asyncio.Semaphore(PUBLISH_CONCURRENCY)
         try:
             while not self._stopping.is_set():
                 reservation = await self._reserve()
                 if reservation is None:
                     return
                 try:
-                    claimed = await self._poll_until_claimed()
+                    await publishing.acquire()
                 except BaseException:
                     reservation.cancel()
                     raise
+                try:
+                    claimed = await self._poll_until_claimed()
+                except BaseException:
+                    reservation.cancel()
+                    publishing.release()
+                    raise
                 if claimed is None:
                     reservation.cancel()
+                    publishing.release()
                     return
                 task, reg = claimed
-                handling = asyncio.create_task(self._handle_claim(task, reg, reservation), name=f"claim-{task.id}")
+                retired = asyncio.get_running_loop().create_future()
+                handling = asyncio.create_task(
+                    self._handle_claim(task, reg, reservation, retired), name=f"claim-{task.id}"
+                )
                 self._claims.add(handling)
                 handling.add_done_callback(self._claims.discard)
-                # Shielded: a claim already taken is finished even if this loop is cancelled.
-                await asyncio.shield(handling)
+                handling.add_done_callback(lambda _: publishing.release())
+                # The next `armed()` must not find the spent runner in the store.
+                await asyncio.shield(retired)
         finally:
             await self.drain()
 
     async def drain(self) -> None:
-        """Wait for every claim in hand to be published or finalized."""
+        """Wait for every claim in hand to be published or finalized (shielded: a claim
+        already taken is finished even when the claimer is cancelled)."""
         while self._claims:
-            await asyncio.gather(*list(self._claims), return_exceptions=True)
+            await asyncio.shield(asyncio.gather(*list(self._claims), return_exceptions=True))
 
     # -- polling ---------------------------------------------------------------------------
 
@@ -226,13 +243,18 @@ class Claimer:
 
     # -- one claim ---------------------------------------------------------------------------
 
-    async def _handle_claim(self, task: Task, reg: ArmedRegistration, reservation: Reservation) -> None:
+    async def _handle_claim(
+        self, task: Task, reg: ArmedRegistration, reservation: Reservation, retired: asyncio.Future[None]
+    ) -> None:
         assignment_id = str(uuid.uuid4())
         claimed_at = datetime.now(UTC)
         with log_context(assignment_id=assignment_id, task_id=task.id, pool=self.pool):
             log.info("claimed task %s as runner %s (id %s)", task.id, reg.name, reg.id)
             client = self._registrations.client(reg)
-            retiring = await self._retire_now(reg)
+            try:
+                retiring = await self._retire_now(reg)
+            finally:
+                retired.set_result(None)
             try:
                 try:
                     assignment = build_assignment(
@@ -277,7 +299,7 @@ class Claimer:
     async def _retire(self, reg: ArmedRegistration) -> None:
         for attempt in range(3):
             try:
-                await self._registrations.spent()
+                await self._registrations.forget(reg)
                 return
             except Exception as err:
                 self._error("registration-store", err)

@@ -153,7 +153,8 @@ class Launcher:
                     log.info("environment %s exists already (redelivery); acknowledging", existing.name)
                     await self._backend.create(assignment, _nothing_to_say)
                 else:
-                    await heartbeat.beat()
+                    # The claim itself refreshed the task in Gitea: the first beat is due after
+                    # one interval (a launch that fast costs Gitea nothing extra).
                     heartbeat.start()
                     stage = StageLog(client, task_id, next_index=1)
 

@@ -38,13 +38,21 @@ after a cancel and reports the final state itself). Empty: Gitea cancels outrigh
 CredentialMode = Literal["ephemeral", "shared"]
 
 
+def store_key(pool: str, slot: int) -> str:
+    """The KV key of a pool's claim loop `slot`: the pool's name, then `<pool>.<slot>` (a dot
+    never occurs in a pool name, so keys of different pools never collide)."""
+    return pool if slot == 0 else f"{pool}.{slot}"
+
+
 class GiteaTooOld(Fatal):
     """Gitea registered an ordinary runner although an ephemeral one was asked for."""
 
 
 class Registrations:
-    """The armed registration of one pool. Used by that pool's claimer only: two concurrent
-    FetchTasks on one ephemeral runner can each win a job before Gitea records the first."""
+    """The armed registration of one claim loop of a pool. Used by that loop only: two
+    concurrent FetchTasks on one ephemeral runner can each win a job before Gitea records
+    the first. A pool runs a fixed number of claim loops (`app.CLAIM_LOOPS`), so the set of
+    keys is the same across restarts and every armed registration is found again."""
 
     def __init__(
         self,
@@ -57,16 +65,20 @@ class Registrations:
         mode: CredentialMode = "ephemeral",
         name_prefix: str = "dynrunner",
         metrics: Metrics | None = None,
+        slot: int = 0,
     ) -> None:
         self._gitea = gitea
         self._store = store
         self.pool = pool
+        self.key = store_key(pool, slot)
+        """Where this claim loop's armed registration is kept (one key per claim loop)."""
         self.labels = list(labels)
         self._registration_token = registration_token
         self.mode = mode
         self._name_prefix = name_prefix
         self._metrics = metrics
         self._current: ArmedRegistration | None = None
+        self._spent: set[int] = set()
 
     @property
     def ephemeral(self) -> bool:
@@ -82,7 +94,7 @@ class Registrations:
             return self._current
         reg = await self._stored()
         if reg is not None and not await self._still_registered(reg):
-            await self._store.delete(self.pool)
+            await self._store.delete(self.key)
             reg = None
         if reg is None:
             reg = await self._register()
@@ -90,21 +102,32 @@ class Registrations:
         return reg
 
     async def spent(self) -> None:
-        """The armed runner claimed a task (or Gitea dropped it): the next claim needs another.
-        In shared mode the runner stays."""
-        if self.ephemeral:
+        """The armed runner claimed a task: the next claim needs another. In shared mode the
+        runner stays. The id is remembered first, so even if removing it from the store fails
+        it is never armed again from there."""
+        if not self.ephemeral:
+            return
+        if self._current is not None:
+            self._spent.add(self._current.id)
             self._current = None
-            await self._store.delete(self.pool)
+        await self._store.delete(self.key)
+
+    async def forget(self, reg: ArmedRegistration) -> None:
+        """Remove the spent `reg` from the store if it is still the stored one (a retry of
+        `spent()` after the store failed; a newer armed registration is left alone)."""
+        stored = await self._stored()
+        if stored is not None and stored.id == reg.id:
+            await self._store.delete(self.key)
 
     async def lost(self) -> None:
         """Gitea no longer accepts the armed runner (deleted by an admin, or removed after a
         task): forget it, whatever the mode."""
         self._current = None
-        await self._store.delete(self.pool)
+        await self._store.delete(self.key)
 
     async def _stored(self) -> ArmedRegistration | None:
         try:
-            return await self._store.get(self.pool)
+            reg = await self._store.get(self.key)
         except SealingError as err:
             log.error(
                 "the armed registration of pool %s cannot be opened (%s); registering a new one. "
@@ -113,6 +136,9 @@ class Registrations:
                 err,
             )
             return None
+        if reg is not None and reg.id in self._spent and self.ephemeral:
+            return None  # spent, its removal from the store failed: never claim with it again
+        return reg
 
     async def _still_registered(self, reg: ArmedRegistration) -> bool:
         """Declare doubles as the check that Gitea still knows the runner, and brings its
@@ -152,6 +178,6 @@ class Registrations:
             labels=tuple(self.labels),
             created_at=datetime.now(UTC),
         )
-        await self._store.put(self.pool, reg)
+        await self._store.put(self.key, reg)
         log.info("pool %s: registered %s runner %s (id %s)", self.pool, self.mode, reg.name, reg.id)
         return reg
