@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from dynrunner.controller.app import Controller
+from dynrunner.controller.app import CLAIM_LOOPS, Controller
 from dynrunner.controller.backends.base import Backend
 from dynrunner.controller.config import ControllerConfig
 from dynrunner.controller.sealing import ensure_key_file
@@ -169,3 +169,13 @@ async def wait_run_done(gitea: GiteaDouble, run_id: int, within: float = 60) -> 
 
 def live_runners(gitea: GiteaDouble) -> list[Any]:
     return [r for r in gitea.runners() if not r.deleted]
+
+
+def assert_only_armed_runners(gitea: GiteaDouble, pools: int = 1) -> None:
+    """No registration piled up: what Gitea still lists is exactly the armed runner of each
+    claim loop (kept for the next claim), and none of them holds a task."""
+    runners = live_runners(gitea)
+    assert len(runners) == CLAIM_LOOPS * pools, runners
+    assert all(r.ephemeral for r in runners)
+    busy = {job.task_id and gitea.task(job.task_id).runner_id for run in gitea.runs() for job in run.jobs}
+    assert not busy & {r.id for r in runners}, "an armed runner holds a task"

@@ -16,6 +16,7 @@ from dynrunner.controller.backends.local.backend import LocalBackend
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.proto.assignment import Assignment
 from tests.e2e.harness import (
+    assert_only_armed_runners,
     build_config,
     fake_executor_command,
     in_process,
@@ -101,7 +102,7 @@ async def test_an_executor_that_dies_gets_its_task_finalized(gitea: GiteaDouble,
             == 1.0
         )
     # The spent runner was deleted by Gitea with the final UpdateTask; only the armed one is left.
-    assert len(live_runners(gitea)) == 1
+    assert_only_armed_runners(gitea)
 
 
 async def test_a_publish_failure_after_the_claim_finalizes_the_task(
@@ -200,7 +201,7 @@ async def test_redelivery_after_a_launcher_crash_runs_the_job_once(
         assert done.status == "success"
         await wait_for(lambda: not any(pool.backend.root_dir.iterdir()), what="environment reaped")  # type: ignore[union-attr]
     assert len(starts(state)) == 1
-    assert len(live_runners(gitea)) == 1
+    assert_only_armed_runners(gitea)
 
 
 async def test_no_registrations_pile_up_across_restarts(gitea: GiteaDouble, nats_url: str, tmp_path: Path) -> None:
@@ -210,4 +211,4 @@ async def test_no_registrations_pile_up_across_restarts(gitea: GiteaDouble, nats
     for _ in range(3):
         async with in_process(cfg):
             await wait_for(lambda: live_runners(gitea), what="armed runner")
-    assert len(live_runners(gitea)) == 1
+    assert_only_armed_runners(gitea)

@@ -9,7 +9,14 @@ from pathlib import Path
 
 from dynrunner.controller.backends.local.layout import Layout
 from dynrunner.doubles.gitea import GiteaDouble
-from tests.e2e.harness import REAL_EXECUTOR, build_config, in_process, live_runners, wait_for, wait_run_done
+from tests.e2e.harness import (
+    REAL_EXECUTOR,
+    assert_only_armed_runners,
+    build_config,
+    in_process,
+    wait_for,
+    wait_run_done,
+)
 
 MULTI_JOB = """
 on: push
@@ -86,7 +93,7 @@ async def test_a_multi_job_run_with_needs_outputs_and_a_matrix(
         await wait_for(lambda: not any(root.iterdir()), what="every environment reaped")
         assert running.controller.pools["local"].capacity.in_use == 0
         assert running.controller.metrics.sample("dynrunner_job_results_total", pool="local", result="reported") == 4
-    assert len(live_runners(gitea)) == 1
+    assert_only_armed_runners(gitea)
 
 
 async def test_an_executor_killed_mid_job_is_reported_with_the_reason(

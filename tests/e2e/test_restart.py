@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 from dynrunner.doubles.gitea import GiteaDouble
-from tests.e2e.harness import Subprocess, config_data, live_runners, wait_for, wait_run_done
+from tests.e2e.harness import Subprocess, assert_only_armed_runners, config_data, wait_for, wait_run_done
 
 JOBS = 8
 
@@ -70,4 +70,4 @@ async def test_controller_killed_mid_run_loses_nothing_and_duplicates_nothing(
     assert len(counts) == JOBS, counts
     assert max(counts.values()) == 1, f"a task ran twice: {counts}"
     # One armed runner for the next claim; every spent one was deleted by Gitea.
-    assert len(live_runners(gitea)) == 1
+    assert_only_armed_runners(gitea)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dynrunner.doubles.gitea import GiteaDouble
-from tests.e2e.harness import build_config, in_process, live_runners, wait_for, wait_run_done
+from tests.e2e.harness import assert_only_armed_runners, build_config, in_process, wait_for, wait_run_done
 
 WORKFLOW = """
 on: push
@@ -38,4 +38,4 @@ async def test_one_job_runs_and_is_reaped(gitea: GiteaDouble, nats_url: str, tmp
         assert root is not None
         await wait_for(lambda: not any(root.iterdir()), what="environment deleted")
     # One armed runner is left for the next claim; the spent one was deleted by Gitea.
-    assert len(live_runners(gitea)) == 1
+    assert_only_armed_runners(gitea)
