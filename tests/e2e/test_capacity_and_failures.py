@@ -212,3 +212,31 @@ async def test_no_registrations_pile_up_across_restarts(gitea: GiteaDouble, nats
         async with in_process(cfg):
             await wait_for(lambda: live_runners(gitea), what="armed runner")
     assert_only_armed_runners(gitea)
+
+
+async def test_an_invalid_job_key_fails_the_job_with_a_clear_message(
+    gitea: GiteaDouble, nats_url: str, tmp_path: Path
+) -> None:
+    cfg = build_config(
+        gitea_url=gitea.url, registration_token=gitea.registration_token, state_dir=tmp_path / "s", nats_url=nats_url
+    )
+    bad = "on: push\njobs:\n  9lives:\n    runs-on: [self-hosted, local]\n    steps:\n      - run: echo\n"
+    async with in_process(cfg) as running:
+        run = gitea.submit("owner/repo", bad)
+        ok = gitea.submit("owner/repo", workflow())
+        done = await wait_run_done(gitea, run.id)
+        assert done.status == "failure"
+        view = gitea.task(done.jobs[0].task_id)
+        assert view.log_rows == [
+            "[dynrunner] the job failed: job id '9lives' is not a valid job key: it must match "
+            "[A-Za-z_][A-Za-z0-9_-]* (a letter or underscore, then letters, digits, '_' or '-'); "
+            "rename the job in the workflow"
+        ]
+        assert view.log_archived
+        # Nothing else is affected: the next job runs.
+        assert (await wait_run_done(gitea, ok.id)).status == "success"
+        assert (
+            running.controller.metrics.sample("dynrunner_finalized_failed_total", pool="local", reason="invalid-task")
+            == 1.0
+        )
+    assert len(starts(tmp_path / "s")) == 1  # only the valid job was launched
