@@ -52,6 +52,7 @@ class FakeGitea:
         self.failures: list[GiteaError] = []  # raised by the next calls, in order
         self.lose_rows_after: int | None = None  # drop stored rows beyond this once
         self.delay_s = 0.0  # how long each UpdateLog takes
+        self.cancel_as_error = False  # answer a cancelled call as connectrpc does: a "Canceled" error
 
     async def update_log(
         self, task_id: int, index: int, rows: Sequence[LogRow], *, no_more: bool = False, retry: object = None
@@ -59,7 +60,12 @@ class FakeGitea:
         call = Call("log", index=index, rows=list(rows), no_more=no_more)
         self.calls.append(call)
         if self.delay_s:
-            await asyncio.sleep(self.delay_s)
+            try:
+                await asyncio.sleep(self.delay_s)
+            except asyncio.CancelledError:
+                if self.cancel_as_error:
+                    raise GiteaError("Request was cancelled", code="Canceled") from None
+                raise
         self._gate()
         assert task_id == self.task_id
         if self.lose_rows_after is not None:

@@ -378,3 +378,33 @@ async def test_close_is_bounded_even_when_gitea_never_answers(fake, make) -> Non
     async with asyncio.timeout(5):
         assert await rep.close(Result.SUCCESS) is False
     assert isinstance(rep.error, Unavailable)
+
+
+@pytest.mark.parametrize("cancel_as_error", [False, True])
+async def test_close_interrupts_a_request_in_flight(fake, make, cancel_as_error: bool) -> None:
+    """connectrpc turns a cancelled call into a transient "Canceled" error; stopping the
+    pump must not take it for a failure to retry."""
+    fake.cancel_as_error = cancel_as_error
+    rep = make(replace(FAST, log_max_latency_s=0.0))
+    await rep.start(0)
+    fake.delay_s = 30
+    rep.log("in flight")
+    await until(lambda: len(fake.log_calls()) == 2)
+    fake.delay_s = 0
+    async with asyncio.timeout(5):
+        assert await rep.close(Result.SUCCESS)
+    assert fake.contents == ["in flight", "Job succeeded"]
+
+
+async def test_cancelling_close_stops_its_retries(fake, make) -> None:
+    fake.cancel_as_error = True
+    rep = make(replace(FAST, close_timeout_s=60))
+    await rep.start(0)
+    fake.delay_s = 30
+    rep.log("x")
+    closing = asyncio.create_task(rep.close(Result.SUCCESS))
+    await until(lambda: len(fake.log_calls()) >= 2)
+    closing.cancel()
+    async with asyncio.timeout(5):
+        with pytest.raises(asyncio.CancelledError):
+            await closing

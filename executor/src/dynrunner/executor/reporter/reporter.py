@@ -339,6 +339,9 @@ class Reporter:
             try:
                 return await fn()
             except Exception as err:
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise asyncio.CancelledError from err  # see _run: a cancelled call is not a failure
                 failures += 1
                 delay = _backoff(failures, self._cfg)
                 if not _transient(err) or time.monotonic() + delay >= deadline:
