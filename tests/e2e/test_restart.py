@@ -1,4 +1,4 @@
-"""End to end: a controller killed (SIGKILL) twice mid-run loses nothing and runs nothing twice.
+"""End to end (real executor): a controller killed (SIGKILL) twice mid-run loses nothing and runs nothing twice.
 
 The controller runs as `dynrunner-controller run --config FILE` in a child process, against
 the Gitea double (in this test's process) and a real nats-server. Executors run in their
@@ -12,35 +12,33 @@ from collections import Counter
 from pathlib import Path
 
 from dynrunner.doubles.gitea import GiteaDouble
-from tests.e2e.harness import Subprocess, assert_only_armed_runners, config_data, wait_for, wait_run_done
+from tests.e2e.harness import REAL_EXECUTOR, Subprocess, assert_only_armed_runners, config_data, wait_for, wait_run_done
 
 JOBS = 8
 
 
-def workflow() -> str:
+def workflow(ran: Path) -> str:
     jobs = "\n".join(
         f"""  job{i}:
     runs-on: [self-hosted, local]
-    env:
-      FAKE_EXECUTOR: "sleep:0.8"
     steps:
-      - run: echo {i}"""
+      - run: |
+          echo "job{i}" >> {ran}
+          sleep 0.8"""
         for i in range(JOBS)
     )
     return f"on: push\njobs:\n{jobs}\n"
 
 
-def started_tasks(state: Path) -> list[int]:
-    path = state / "local" / "starts.log"
-    if not path.exists():
-        return []
-    return [int(line.split()[1]) for line in path.read_text().splitlines()]
+def ran_jobs(ran: Path) -> list[str]:
+    return ran.read_text().splitlines() if ran.exists() else []
 
 
 async def test_controller_killed_mid_run_loses_nothing_and_duplicates_nothing(
     gitea: GiteaDouble, nats_url: str, tmp_path: Path
 ) -> None:
     state = tmp_path / "state"
+    ran = tmp_path / "ran.log"
     data = config_data(
         gitea_url=gitea.url,
         registration_token=gitea.registration_token,
@@ -48,13 +46,14 @@ async def test_controller_killed_mid_run_loses_nothing_and_duplicates_nothing(
         nats_url=nats_url,
         max_concurrency=3,
         nats={"ackWaitSeconds": 2.0},
+        executor_command=[REAL_EXECUTOR],
     )
     controller = Subprocess(data, tmp_path)
-    run = gitea.submit("owner/repo", workflow())
+    run = gitea.submit("owner/repo", workflow(ran))
     try:
         controller.start()
         for started in (2, 5):
-            await wait_for(lambda n=started: len(started_tasks(state)) >= n, within=60, what=f"{started} starts")
+            await wait_for(lambda n=started: len(ran_jobs(ran)) >= n, within=60, what=f"{started} jobs started")
             controller.kill()
             controller.start()
         done = await wait_run_done(gitea, run.id, within=90)
@@ -66,7 +65,7 @@ async def test_controller_killed_mid_run_loses_nothing_and_duplicates_nothing(
             controller.kill()
     assert done.status == "success", controller.log()[-3000:]
     assert sorted(j.status for j in done.jobs) == ["success"] * JOBS
-    counts = Counter(started_tasks(state))
+    counts = Counter(ran_jobs(ran))
     assert len(counts) == JOBS, counts
     assert max(counts.values()) == 1, f"a task ran twice: {counts}"
     # One armed runner for the next claim; every spent one was deleted by Gitea.

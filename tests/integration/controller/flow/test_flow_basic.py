@@ -39,3 +39,30 @@ async def test_one_job_runs_and_is_reaped(gitea: GiteaDouble, nats_url: str, tmp
         await wait_for(lambda: not any(root.iterdir()), what="environment deleted")
     # One armed runner is left for the next claim; the spent one was deleted by Gitea.
     assert_only_armed_runners(gitea)
+
+
+async def test_an_executor_that_exits_without_finalizing_is_reported(
+    gitea: GiteaDouble, nats_url: str, tmp_path: Path
+) -> None:
+    """The stand-in executor exits 3 without reporting: the controller finalizes the task,
+    showing the executor's last output with the task's secrets masked."""
+    cfg = build_config(
+        gitea_url=gitea.url, registration_token=gitea.registration_token, state_dir=tmp_path / "s", nats_url=nats_url
+    )
+    crash = WORKFLOW.replace("steps:", "env: {FAKE_EXECUTOR: crash}\n    steps:")
+    async with in_process(cfg) as running:
+        run = gitea.submit("owner/repo", crash, secrets={"TOKEN_X": "crashing on purpose"})
+        done = await wait_run_done(gitea, run.id)
+        assert done.status == "failure"
+        view = gitea.task(done.jobs[0].task_id)
+        text = "\n".join(view.log_rows)
+        assert "the job failed: the executor exited with status 3 before it reported the job's result" in text
+        assert "[executor-failed]" in text
+        assert "[dynrunner] fake executor: ***" in text and "crashing on purpose" not in text
+        assert view.log_archived
+        await wait_for(lambda: running.controller.pools["local"].capacity.in_use == 0, what="permit released")
+        failed = running.controller.metrics.sample(
+            "dynrunner_finalized_failed_total", pool="local", reason="executor-failed"
+        )
+        assert failed == 1.0
+    assert_only_armed_runners(gitea)
