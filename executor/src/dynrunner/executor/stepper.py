@@ -55,6 +55,15 @@ class Deadlines:
     job_timed_out: bool = False
 
 
+def _has_entries(directory: Path) -> bool:
+    """Whether the step left anything to upload (most steps leave nothing: skip the thread hop)."""
+    try:
+        with os.scandir(directory) as entries:
+            return any(True for _ in entries)
+    except FileNotFoundError:
+        return False
+
+
 def _truthy_env(env: Mapping[str, str], name: str) -> bool:
     return env.get(name, "").strip().lower() == "true"
 
@@ -236,6 +245,7 @@ class StepExecutor:
             output=output,
             stop=stop,
             timings=self.timings,
+            backpressure=self.reporter.throttle,
         )
         step_deadline = self._now() + minutes * 60 if minutes else None
         task = asyncio.create_task(handler_for(step)(run), name=f"step-{i}")
@@ -362,7 +372,7 @@ class StepExecutor:
             if entry in self.prepend_path:
                 self.prepend_path.remove(entry)
             self.prepend_path.append(entry)
-        if outcome == "success" and not failed:
+        if outcome == "success" and not failed and _has_entries(files.artifacts_dir):
             try:
                 await self.runtime.after_step_success(files, lambda text: self.reporter.log(text, i))
             except (ArtifactError, OSError) as err:

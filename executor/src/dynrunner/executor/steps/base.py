@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,8 @@ class StepRun:
     output: Callable[[list[str]], None]
     stop: asyncio.Event
     timings: StopTimings
+    backpressure: Callable[[], Awaitable[None]] | None = None
+    """Awaited after each chunk of output: waits while the log backlog is too large."""
 
 
 Handler = Callable[[StepRun], Coroutine[Any, Any, bool]]

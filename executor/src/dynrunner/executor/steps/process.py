@@ -3,24 +3,33 @@
 Each step runs in a new session (so a new process group); stopping it signals the whole
 group the way GitHub's runner stops a step: SIGINT, then SIGTERM after `sigint_grace`
 (7.5 s), then SIGKILL after `sigterm_grace` (2.5 s). Output (stdout and stderr on one pipe,
-so their order is kept) is read in chunks of up to 1 MiB and split into lines on `\\n`,
+so their order is kept) is read in chunks of up to 256 KiB (the pipe is enlarged to
+that, so a chatty step wakes the loop rarely) and split into lines on `\\n`,
 `\\r\\n` and `\\r`, as GitHub's runner splits them; invalid UTF-8 becomes U+FFFD. When the
 step's main process exits while something it started in the background still holds the
 output pipe, reading goes on for `drain_after_exit` (5 s, GitHub's figure) and then stops;
 the background process is left running, as on GitHub.
+
+The process is started with `subprocess.Popen` and watched through a pidfd and a
+non-blocking pipe on the event loop (asyncio's own subprocess support starts a watcher
+thread per child and, on Python 3.11, waits for every holder of the pipe before it reports
+the exit), which keeps the cost of a short step low.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import os
 import signal
-from collections.abc import Callable, Mapping, Sequence
+import subprocess
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-CHUNK = 1 << 20
+CHUNK = 1 << 18
 MAX_LINE = 1 << 20
+F_SETPIPE_SZ = 1031
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,54 +94,108 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-async def _wait_group(proc: asyncio.subprocess.Process, pgid: int, within: float, poll: float) -> bool:
+async def _fd_ready(loop: asyncio.AbstractEventLoop, fd: int) -> None:
+    """Until `fd` is readable (a pipe with data or EOF, a pidfd whose process exited)."""
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(fd, wake)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(fd)
+
+
+class _Child:
+    """The step's main process: exit seen through a pidfd, reaped here."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+        self.pid = proc.pid
+        self.returncode: int | None = None
+
+    def _reap(self) -> bool:
+        try:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:  # reaped elsewhere: the status is lost
+            self.returncode = self.proc.returncode if self.proc.returncode is not None else -1
+            return True
+        if pid == 0:
+            return False
+        self.returncode = os.waitstatus_to_exitcode(status)
+        self.proc.returncode = self.returncode  # so Popen never warns that it is still running
+        return True
+
+    async def wait(self) -> int:
+        loop = asyncio.get_running_loop()
+        try:
+            fd = os.pidfd_open(self.pid)
+        except (AttributeError, OSError):
+            fd = -1
+        try:
+            if fd >= 0:
+                while not self._reap():
+                    await _fd_ready(loop, fd)
+            else:
+                delay = 0.001
+                while not self._reap():
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 0.05)
+        finally:
+            if fd >= 0:
+                os.close(fd)
+        assert self.returncode is not None
+        return self.returncode
+
+
+async def _wait_group(child: _Child, within: float, poll: float) -> bool:
     """Wait until the main process has exited and the group is empty; True if it happened."""
     loop = asyncio.get_running_loop()
     end = loop.time() + within
     while loop.time() < end:
-        if proc.returncode is not None and not _group_alive(pgid):
+        if child.returncode is not None and not _group_alive(child.pid):
             return True
         await asyncio.sleep(poll)
-    return proc.returncode is not None and not _group_alive(pgid)
+    return child.returncode is not None and not _group_alive(child.pid)
 
 
-async def _wait_exit(proc: asyncio.subprocess.Process) -> int:
-    """The main process's exit code, as soon as it exits. (`Process.wait()` of Python 3.11 also
-    waits until every holder of its output pipe has closed it, i.e. for background children.)"""
-    loop = asyncio.get_running_loop()
-    try:
-        fd = os.pidfd_open(proc.pid)
-    except (AttributeError, OSError):
-        fd = -1
-    if fd >= 0:
-        exited: asyncio.Future[None] = loop.create_future()
-
-        def ready() -> None:
-            if not exited.done():
-                exited.set_result(None)
-
-        loop.add_reader(fd, ready)
-        try:
-            await exited
-        finally:
-            loop.remove_reader(fd)
-            os.close(fd)
-    delay = 0.001
-    while proc.returncode is None:  # the child watcher reaps it right after it exits
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 0.05)
-    return proc.returncode
-
-
-async def stop_group(proc: asyncio.subprocess.Process, timings: StopTimings) -> None:
+async def stop_group(child: _Child, timings: StopTimings) -> None:
     """SIGINT, SIGTERM, then SIGKILL to the step's process group, each after its grace."""
-    pgid = proc.pid
     for sig, grace in ((signal.SIGINT, timings.sigint_grace), (signal.SIGTERM, timings.sigterm_grace)):
-        if not _signal_group(pgid, sig):
+        if not _signal_group(child.pid, sig):
             return
-        if await _wait_group(proc, pgid, grace, timings.poll):
+        if await _wait_group(child, grace, timings.poll):
             return
-    _signal_group(pgid, signal.SIGKILL)
+    _signal_group(child.pid, signal.SIGKILL)
+
+
+async def _read_pipe(
+    fd: int,
+    splitter: LineSplitter,
+    on_lines: Callable[[list[str]], None],
+    backpressure: Callable[[], Awaitable[None]] | None,
+) -> None:
+    """Read the pipe until EOF, in chunks, feeding complete lines to `on_lines`."""
+    loop = asyncio.get_running_loop()
+    while True:
+        try:
+            chunk = os.read(fd, CHUNK)
+        except BlockingIOError:
+            await _fd_ready(loop, fd)
+            continue
+        if not chunk:
+            break
+        lines = splitter.feed(chunk)
+        if lines:
+            on_lines(lines)
+            if backpressure is not None:
+                await backpressure()
+    tail = splitter.close()
+    if tail:
+        on_lines(tail)
 
 
 async def run_process(
@@ -143,42 +206,40 @@ async def run_process(
     on_lines: Callable[[list[str]], None],
     stop: asyncio.Event,
     timings: StopTimings = StopTimings(),
+    backpressure: Callable[[], Awaitable[None]] | None = None,
 ) -> tuple[int, bool]:
     """Run `argv`; feed its output to `on_lines`. Returns (exit code, whether `stop` ended it).
+    `backpressure` is awaited after each chunk: while it waits the pipe is not read, so a
+    step printing faster than its log can be sent is slowed down instead of filling memory.
     Raises OSError when the process cannot be started."""
-    proc = await asyncio.create_subprocess_exec(
-        *argv,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
+    proc = subprocess.Popen(  # noqa: ASYNC220 - fork+exec takes about a millisecond; watched below
+        list(argv),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         env=dict(env),
         cwd=cwd,
         start_new_session=True,
-        limit=CHUNK,
+        bufsize=0,
     )
     assert proc.stdout is not None
-    stream = proc.stdout
+    pipe = proc.stdout
+    fd = pipe.fileno()
+    os.set_blocking(fd, False)
+    with contextlib.suppress(OSError):
+        fcntl.fcntl(fd, F_SETPIPE_SZ, CHUNK)  # fewer wakeups for chatty steps
+    child = _Child(proc)
     splitter = LineSplitter()
-
-    async def read() -> None:
-        while chunk := await stream.read(CHUNK):
-            lines = splitter.feed(chunk)
-            if lines:
-                on_lines(lines)
-        tail = splitter.close()
-        if tail:
-            on_lines(tail)
-
-    reader = asyncio.create_task(read(), name=f"step-output-{proc.pid}")
-    exited = asyncio.create_task(_wait_exit(proc), name=f"step-wait-{proc.pid}")
-    stopping = asyncio.create_task(stop.wait(), name=f"step-stop-{proc.pid}")
+    reader = asyncio.create_task(_read_pipe(fd, splitter, on_lines, backpressure), name=f"step-output-{child.pid}")
+    exited = asyncio.create_task(child.wait(), name=f"step-wait-{child.pid}")
+    stopping = asyncio.create_task(stop.wait(), name=f"step-stop-{child.pid}")
     stopped = False
     stopper: asyncio.Task[None] | None = None
     try:
         done, _ = await asyncio.wait({exited, stopping}, return_when=asyncio.FIRST_COMPLETED)
         if stopping in done:
             stopped = True
-            stopper = asyncio.create_task(stop_group(proc, timings), name=f"step-stop-group-{proc.pid}")
+            stopper = asyncio.create_task(stop_group(child, timings), name=f"step-stop-group-{child.pid}")
             await exited
             await stopper
         code = exited.result()
@@ -186,22 +247,21 @@ async def run_process(
             await asyncio.wait_for(asyncio.shield(reader), timings.drain_after_exit)
         except TimeoutError:
             reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
             tail = splitter.close()
             if tail:
                 on_lines(tail)
         return code, stopped
     finally:
-        for task in (stopping, exited, reader):
-            task.cancel()
-        if stopper is not None and not stopper.done():
-            stopper.cancel()
-        if proc.returncode is None:
-            _signal_group(proc.pid, signal.SIGKILL)
-        transport = getattr(proc, "_transport", None)
-        if transport is not None:
-            transport.close()  # our end of the pipe, which a background process may still hold
+        for task in (stopping, exited, reader, stopper):
+            if task is not None:
+                task.cancel()
+        if child.returncode is None:
+            _signal_group(child.pid, signal.SIGKILL)
         pending = [t for t in (stopping, exited, reader, stopper) if t is not None]
         await asyncio.gather(*pending, return_exceptions=True)
-        if proc.returncode is None:
+        if child.returncode is None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(_wait_exit(proc), 5)
+                await asyncio.wait_for(child.wait(), 5)
+        pipe.close()

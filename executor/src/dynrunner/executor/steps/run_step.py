@@ -58,8 +58,7 @@ async def run_script(run: StepRun) -> bool:
     except ShellError as err:
         run.log(f"##[error]{err}")
         return False
-    for line in header(title_of(script) or run.name, script, shell.display, dict(run.env_context)):
-        run.log(line)
+    run.log("\n".join(header(title_of(script) or run.name, script, shell.display, dict(run.env_context))) + "\n")
     path = run.files.script_dir / f"{step.id}{shell.extension}"
     _write_script(str(path), shell.script(script))
     if not run.working_directory.is_dir():
@@ -76,6 +75,7 @@ async def run_script(run: StepRun) -> bool:
             on_lines=run.output,
             stop=run.stop,
             timings=run.timings,
+            backpressure=run.backpressure,
         )
     except OSError as err:
         run.log(f"##[error]An error occurred trying to start process '{shell.executable}': {err.strerror or err}")

@@ -1,0 +1,256 @@
+"""The executor's own costs, end to end through a real reporting path. Figures are printed, never asserted.
+
+The Gitea double runs as its own process (`dynrunner-gitea-double serve`, Gitea's PBKDF2
+cost for every authenticated call); each executor run is the `dynrunner-executor run`
+console script on an assignment claimed from it, exactly as a launcher starts it.
+  * per-step overhead: a job of N `run: "true"` steps minus a job of 1 such step, divided
+    by N-1, for our executor and for `act` in host mode on the same workflow (ratio);
+  * executor start to first step: spawn of the executor process to the first step's
+    shell reading the clock ($EPOCHREALTIME), and spawn to exit for a one-step job;
+  * log throughput: one step printing LINES lines of ~70 bytes; lines/s over the whole
+    executor run (wall clock, with the double on the same machine) and per executor
+    CPU-second; every row is read back from the double (no loss);
+  * peak RSS of the executor process (ru_maxrss from wait4) for both kinds of job.
+
+    .venv/bin/python tests/bench/bench_executor.py
+    .venv/bin/python -m pytest -q -s tests/bench/bench_executor.py
+DYNRUNNER_BENCH_LINES sets the log line count (default 200000); DYNRUNNER_BENCH_STEPS the
+step count (default 40); DYNRUNNER_BENCH_REPEAT the repetitions (default 3, median reported);
+DYNRUNNER_BENCH_DIR where workspaces, act's HOME and the double's state go (both runners use
+the same file system, which matters: small-file creation costs differ a lot between them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from dynrunner.proto.assignment import Assignment, ClaimingRunner, ExecutorOptions, encode
+from dynrunner.proto.gitea import GiteaClient, RunnerCredentials
+
+BIN = Path(sys.executable).parent
+LINES = int(os.environ.get("DYNRUNNER_BENCH_LINES", "200000"))
+STEPS = int(os.environ.get("DYNRUNNER_BENCH_STEPS", "40"))
+REPEAT = int(os.environ.get("DYNRUNNER_BENCH_REPEAT", "3"))
+LINE = "the quick brown fox compiled src/main.c with -O2: warning unused variable 1234"
+
+
+def steps_workflow(n: int) -> str:
+    steps = "".join('      - run: "true"\n' for _ in range(n))
+    return f"on: push\njobs:\n  bench:\n    runs-on: self-hosted\n    steps:\n{steps}"
+
+
+def clock_workflow(stamp: Path) -> str:
+    steps = f'      - run: echo "$EPOCHREALTIME" > {stamp}\n'
+    return f"on: push\njobs:\n  bench:\n    runs-on: self-hosted\n    steps:\n{steps}"
+
+
+LOG_WORKFLOW = f"""on: push
+jobs:
+  bench:
+    runs-on: self-hosted
+    steps:
+      - run: |
+          yes '{LINE}' | head -n {LINES}
+"""
+
+
+def admin(url: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url + path, data=data, method="POST" if body is not None else "GET")
+    with urllib.request.urlopen(request, timeout=120) as response:
+        return json.loads(response.read())
+
+
+class Double:
+    def __init__(self, directory: Path, *extra: str) -> None:
+        self.proc = subprocess.Popen(
+            [str(BIN / "dynrunner-gitea-double"), "serve", "--state-dir", str(directory), *extra],
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "HOME": str(directory)},
+        )
+        assert self.proc.stdout is not None
+        info = json.loads(self.proc.stdout.readline())
+        self.url, self.token = info["url"], info["registration_token"]
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+    async def claim(self, workflow: str, workspace: Path) -> tuple[int, Path]:
+        admin(self.url, "/_double/runs", {"repository": "bench/app", "workflow": workflow})
+        client = GiteaClient(self.url)
+        runner = await client.register(
+            name="bench", registration_token=self.token, labels=["self-hosted"], ephemeral=True
+        )
+        fetched = await client.with_credentials(RunnerCredentials(runner.uuid, runner.token)).fetch_task(0)
+        task = fetched.task
+        assert task is not None
+        workspace.mkdir(parents=True)  # noqa: ASYNC240 - a benchmark's setup
+        assignment = Assignment(
+            assignment_id=str(uuid.uuid4()),
+            pool="bench",
+            backend="local",
+            claimed_at=datetime.now(UTC),
+            task=task,
+            runner=ClaimingRunner(id=runner.id, uuid=runner.uuid, token=runner.token, name=runner.name),
+            gitea_url=self.url,
+            job_key="bench",
+            deadline=datetime.now(UTC) + timedelta(hours=1),
+            executor=ExecutorOptions(workspace=str(workspace)),
+        )
+        path = workspace.with_suffix(".pb")
+        path.write_bytes(encode(assignment))
+        return task.id, path
+
+
+def run_executor(assignment: Path) -> dict[str, float]:
+    """Spawn the console script; wall time, CPU and peak RSS of the executor process."""
+    started = time.time()
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        [str(BIN / "dynrunner-executor"), "run", "--assignment", str(assignment)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    assert proc.returncode == 0, f"executor exited {proc.returncode}"
+    return {
+        "spawned_at": started,
+        "wall_s": time.perf_counter() - t0,
+        "cpu_s": usage.ru_utime + usage.ru_stime,
+        "rss_mib": usage.ru_maxrss / 1024,
+    }
+
+
+def run_act(workflow: str, directory: Path) -> float:
+    repo, home = directory / "repo", directory / "home"
+    (repo / ".github" / "workflows").mkdir(parents=True)
+    home.mkdir()
+    (repo / ".github" / "workflows" / "ci.yml").write_text(workflow)
+    env = {**os.environ, "HOME": str(home)}
+    git = ["git", "-c", "user.email=b@example.org", "-c", "user.name=b"]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "bench"]):
+        subprocess.run([*git, *args], cwd=repo, check=True, env=env)
+    t0 = time.perf_counter()
+    subprocess.run(
+        [str(BIN / "act"), "push", "-P", "self-hosted=-self-hosted"],
+        cwd=repo,
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    return time.perf_counter() - t0
+
+
+async def per_step(tmp: Path, double: Double, what: str, act_step: float | None) -> None:
+    counter = iter(range(10_000))
+
+    async def executor_run(workflow: str) -> dict[str, float]:
+        _, path = await double.claim(workflow, tmp / f"steps-{what}-{next(counter)}")
+        return await asyncio.to_thread(run_executor, path)
+
+    ours_1 = [await executor_run(steps_workflow(1)) for _ in range(REPEAT)]
+    ours_n = [await executor_run(steps_workflow(STEPS)) for _ in range(REPEAT)]
+    t1, tn = (statistics.median(r["wall_s"] for r in runs) for runs in (ours_1, ours_n))
+    c1, cn = (statistics.median(r["cpu_s"] for r in runs) for runs in (ours_1, ours_n))
+    ours_step = (tn - t1) / (STEPS - 1)
+    line = (
+        f"per-step overhead, {what}: ours {ours_step * 1000:.1f} ms wall "
+        f"({STEPS} steps {tn:.2f}s, 1 step {t1:.2f}s), executor CPU {(cn - c1) / (STEPS - 1) * 1000:.1f} ms per step"
+    )
+    if act_step is not None:
+        line += f"; ratio ours/act {ours_step / act_step:.2f}"
+    print(line)
+    print(
+        f"  one-step job: spawn to exit {t1 * 1000:.0f} ms, CPU {c1 * 1000:.0f} ms, "
+        f"peak RSS {max(r['rss_mib'] for r in ours_1):.1f} MiB; "
+        f"{STEPS}-step job peak RSS {max(r['rss_mib'] for r in ours_n):.1f} MiB"
+    )
+
+
+async def measure(tmp: Path) -> None:
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
+    act_step = None
+    if (BIN / "act").exists():
+        act_1 = statistics.median(run_act(steps_workflow(1), tmp / f"act1-{i}") for i in range(REPEAT))
+        act_n = statistics.median(run_act(steps_workflow(STEPS), tmp / f"actn-{i}") for i in range(REPEAT))
+        act_step = (act_n - act_1) / (STEPS - 1)
+        print(
+            f"per-step overhead, act host mode: {act_step * 1000:.1f} ms "
+            f"({STEPS} steps {act_n:.2f}s, 1 step {act_1:.2f}s)"
+        )
+    else:
+        print("act not installed: no ratio")
+    cheap = Double(tmp / "double-cheap", "--pbkdf2-iterations", "1")
+    try:
+        await per_step(tmp, cheap, "double with cheap token checks (the executor's own cost)", act_step)
+    finally:
+        cheap.close()
+
+    double = Double(tmp / "double")
+    counter = iter(range(10_000))
+
+    async def executor_run(workflow: str) -> tuple[int, dict[str, float]]:
+        task_id, path = await double.claim(workflow, tmp / f"job-{next(counter)}")
+        return task_id, await asyncio.to_thread(run_executor, path)
+
+    try:
+        await per_step(tmp, double, "double with Gitea's PBKDF2 cost (same machine)", act_step)
+
+        delays = []
+        for i in range(REPEAT):
+            stamp = tmp / f"stamp-{i}"
+            _, r = await executor_run(clock_workflow(stamp))
+            delays.append(float(stamp.read_text()) - r["spawned_at"])
+        print(
+            f"executor start to first step: median {statistics.median(delays) * 1000:.0f} ms "
+            f"(min {min(delays) * 1000:.0f}, max {max(delays) * 1000:.0f}; includes interpreter start, "
+            "imports, the log-position handshake and step 1 start)"
+        )
+
+        task_id, r = await executor_run(LOG_WORKFLOW)
+        task = admin(double.url, f"/_double/tasks/{task_id}")
+        step = task["steps"][0]
+        rows = task["log_rows"][step["log_index"] : step["log_index"] + step["log_length"]]
+        printed = rows[rows.index("##[endgroup]") + 1 :]
+        loss = "no loss" if printed == [LINE] * LINES else f"MISMATCH: {len(printed)} rows"
+        print(
+            f"log throughput: {LINES:,} lines in {r['wall_s']:.2f}s = {LINES / r['wall_s']:,.0f} lines/s wall "
+            f"(whole executor run, reported to the double and read back: {loss}); "
+            f"executor CPU {r['cpu_s']:.2f}s = {LINES / r['cpu_s']:,.0f} lines per CPU-second; "
+            f"peak RSS {r['rss_mib']:.1f} MiB"
+        )
+    finally:
+        double.close()
+
+
+def main() -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="bench-executor-", dir=os.environ.get("DYNRUNNER_BENCH_DIR")))
+    try:
+        asyncio.run(measure(tmp))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_executor_costs() -> None:
+    main()
+
+
+if __name__ == "__main__":
+    main()
