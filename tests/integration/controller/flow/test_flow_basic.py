@@ -5,7 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from dynrunner.doubles.gitea import GiteaDouble
-from tests.e2e.harness import assert_only_armed_runners, build_config, in_process, wait_for, wait_run_done
+from tests.e2e.harness import (
+    assert_only_armed_runners,
+    build_config,
+    fake_executor_command,
+    in_process,
+    wait_for,
+    wait_run_done,
+)
 
 WORKFLOW = """
 on: push
@@ -66,3 +73,32 @@ async def test_an_executor_that_exits_without_finalizing_is_reported(
         )
         assert failed == 1.0
     assert_only_armed_runners(gitea)
+
+
+async def test_jobs_go_to_the_pool_whose_labels_they_ask_for(gitea: GiteaDouble, nats_url: str, tmp_path: Path) -> None:
+    command = fake_executor_command()
+    pools = [
+        {"name": name, "labels": ["self-hosted", name], "backend": {"kind": "local", "executorCommand": command}}
+        for name in ("pod", "vm")
+    ]
+    cfg = build_config(
+        gitea_url=gitea.url,
+        registration_token=gitea.registration_token,
+        state_dir=tmp_path / "s",
+        nats_url=nats_url,
+        pools=pools,
+    )
+    two = (
+        "on: push\njobs:\n"
+        "  vmjob:\n    runs-on: [self-hosted, vm]\n    steps: [{run: x}]\n"
+        "  podjob:\n    runs-on: [self-hosted, pod]\n    steps: [{run: x}]\n"
+    )
+    async with in_process(cfg):
+        run = gitea.submit("owner/repo", two)
+        done = await wait_run_done(gitea, run.id)
+        assert done.status == "success"
+        for job in done.jobs:
+            first = gitea.task(job.task_id).log_rows[0]
+            pool = job.job_id.removesuffix("job")
+            assert first.startswith(f"[dynrunner] claimed by pool {pool} as runner dynrunner-{pool}-"), first
+    assert_only_armed_runners(gitea, pools=2)

@@ -1,0 +1,197 @@
+"""The launcher's decisions for one delivery, against the Gitea double and a real local backend:
+ack after create, nak with backoff, finalize on the last attempt, stop when the run was
+cancelled before the executor started."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Collection
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from dynrunner.controller.backends.base import BeforeStart, Environment, Observation
+from dynrunner.controller.backends.local.backend import LocalBackend
+from dynrunner.controller.capacity import Capacity
+from dynrunner.controller.claimer import ClaimSettings, build_assignment
+from dynrunner.controller.launcher import Launcher
+from dynrunner.controller.metrics import Metrics
+from dynrunner.controller.registrations_store import ArmedRegistration
+from dynrunner.controller.sealing import Sealer
+from dynrunner.doubles.gitea import GiteaDouble
+from dynrunner.proto.assignment import Assignment
+from dynrunner.proto.gitea import GiteaClient, RunnerCredentials
+from tests.e2e.harness import fake_executor_command
+
+WORKFLOW = "on: push\njobs:\n  build:\n    runs-on: [self-hosted]\n    steps:\n      - run: echo\n"
+SEALER = Sealer(b"s" * 32)
+
+
+@dataclass
+class FakeDelivery:
+    """A delivery as the launcher sees it, recording what the launcher decided."""
+
+    assignment: Assignment
+    num_delivered: int = 1
+    max_deliver: int = 3
+    calls: list[str] = field(default_factory=list)
+
+    @property
+    def is_last_attempt(self) -> bool:
+        return self.num_delivered >= self.max_deliver
+
+    @property
+    def exhausted(self) -> bool:
+        return self.num_delivered > self.max_deliver
+
+    @contextlib.asynccontextmanager
+    async def keep_alive(self, interval_s: float | None = None) -> AsyncIterator[None]:
+        yield
+
+    async def ack(self) -> None:
+        self.calls.append("ack")
+
+    async def nak(self, delay_s: float | None = None) -> None:
+        self.calls.append(f"nak {delay_s:g}")
+
+    async def term(self) -> None:
+        self.calls.append("term")
+
+
+class Gate:
+    """Wraps a backend: `create` waits for `open` first, or fails when told to."""
+
+    def __init__(self, inner: LocalBackend, *, fail: bool = False) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.entered = asyncio.Event()
+        self.open = asyncio.Event()
+        self.fail = fail
+
+    async def create(self, assignment: Assignment, before_start: BeforeStart) -> Environment:
+        self.entered.set()
+        await self.open.wait()
+        if self.fail:
+            raise OSError("no space left on device")
+        return await self.inner.create(assignment, before_start)
+
+    async def find(self, assignment_id: str) -> Environment | None:
+        return await self.inner.find(assignment_id)
+
+    async def list_owned(self) -> list[Environment]:
+        return await self.inner.list_owned()
+
+    async def observe(self, env: Environment) -> Observation:
+        return await self.inner.observe(env)
+
+    async def load_assignment(self, env: Environment) -> Assignment:
+        return await self.inner.load_assignment(env)
+
+    async def delete(self, env: Environment) -> None:
+        await self.inner.delete(env)
+
+    async def collect_orphans(self, launching: Collection[str]) -> list[str]:
+        return await self.inner.collect_orphans(launching)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def claimed_assignment(gitea: GiteaDouble) -> Assignment:
+    base = GiteaClient(gitea.url)
+    info = await base.register(
+        name="r", registration_token=gitea.registration_token, labels=["self-hosted"], ephemeral=True
+    )
+    gitea.submit("owner/repo", WORKFLOW)
+    fetched = await base.with_credentials(RunnerCredentials(info.uuid, info.token)).fetch_task(0)
+    assert fetched.task is not None
+    reg = ArmedRegistration(info.id, info.uuid, info.token, info.name, ("self-hosted",), datetime.now(UTC))
+    a = build_assignment(
+        fetched.task,
+        assignment_id="5f0c2d7e-0000-4000-8000-00000000000a",
+        claimed_at=datetime.now(UTC),
+        runner=reg,
+        settings=ClaimSettings(pool="local", backend="local", gitea_url=gitea.url),
+    )
+    return SEALER.seal_assignment(a)
+
+
+def launcher(gitea: GiteaDouble, backend: object, capacity: Capacity, metrics: Metrics) -> Launcher:
+    return Launcher(
+        "local",
+        backend=backend,  # type: ignore[arg-type]
+        source=None,  # type: ignore[arg-type]
+        sealer=SEALER,
+        gitea=GiteaClient(gitea.url),
+        capacity=capacity,
+        metrics=metrics,
+        heartbeat_interval_s=0.05,
+    )
+
+
+async def test_a_run_cancelled_before_the_start_is_not_started(gitea: GiteaDouble, tmp_path: Path) -> None:
+    sealed = await claimed_assignment(gitea)
+    gate = Gate(LocalBackend("local", tmp_path / "root", fake_executor_command()))
+    capacity, metrics = Capacity("local", 2), Metrics()
+    delivery = FakeDelivery(sealed)
+    launching = asyncio.create_task(launcher(gitea, gate, capacity, metrics)._launch(delivery))  # type: ignore[arg-type]
+    await gate.entered.wait()
+    assert capacity.holds(sealed.assignment_id)
+    [run] = gitea.runs()
+    gitea.cancel_run(run.id)
+    await asyncio.sleep(0.3)  # the heartbeat notices
+    gate.open.set()
+    await launching
+    assert delivery.calls == ["ack"]
+    assert not (tmp_path / "root" / sealed.assignment_id).exists()
+    assert not capacity.holds(sealed.assignment_id)
+    assert metrics.sample("dynrunner_job_results_total", pool="local", result="cancelled") == 1.0
+    assert gitea.run(run.id).status == "cancelled"
+
+
+async def test_a_failed_attempt_is_retried_later(gitea: GiteaDouble, tmp_path: Path) -> None:
+    sealed = await claimed_assignment(gitea)
+    gate = Gate(LocalBackend("local", tmp_path / "root", fake_executor_command()), fail=True)
+    gate.open.set()
+    capacity, metrics = Capacity("local", 2), Metrics()
+    delivery = FakeDelivery(sealed, num_delivered=2)
+    await launcher(gitea, gate, capacity, metrics)._launch(delivery)  # type: ignore[arg-type]
+    assert delivery.calls == ["nak 2"]
+    assert capacity.holds(sealed.assignment_id)  # still claimed: the next attempt comes
+    assert gitea.task(sealed.task.id).status == "running"
+
+
+async def test_the_last_failed_attempt_finalizes_the_task(gitea: GiteaDouble, tmp_path: Path) -> None:
+    sealed = await claimed_assignment(gitea)
+    gate = Gate(LocalBackend("local", tmp_path / "root", fake_executor_command()), fail=True)
+    gate.open.set()
+    capacity, metrics = Capacity("local", 2), Metrics()
+    delivery = FakeDelivery(sealed, num_delivered=3)
+    await launcher(gitea, gate, capacity, metrics)._launch(delivery)  # type: ignore[arg-type]
+    assert delivery.calls == ["term"]
+    view = gitea.task(sealed.task.id)
+    assert view.status == "failure"
+    assert view.log_rows[-1] == (
+        "[dynrunner] the job failed: the local environment could not be created (attempt 3 of 3): "
+        "OSError: no space left on device"
+    )
+    assert not capacity.holds(sealed.assignment_id)
+    assert metrics.sample("dynrunner_finalized_failed_total", pool="local", reason="launch") == 1.0
+
+
+async def test_an_unopenable_assignment_is_dropped_after_its_last_attempt(gitea: GiteaDouble, tmp_path: Path) -> None:
+    sealed = await claimed_assignment(gitea)
+    other_key = Launcher(
+        "local",
+        backend=LocalBackend("local", tmp_path / "root", fake_executor_command()),
+        source=None,  # type: ignore[arg-type]
+        sealer=Sealer(b"x" * 32),
+        gitea=GiteaClient(gitea.url),
+        capacity=Capacity("local", 1),
+        metrics=Metrics(),
+    )
+    first, last = FakeDelivery(sealed, num_delivered=1), FakeDelivery(sealed, num_delivered=3)
+    await other_key._launch(first)  # type: ignore[arg-type]
+    await other_key._launch(last)  # type: ignore[arg-type]
+    assert first.calls == ["nak 1"] and last.calls == ["term"]
