@@ -255,6 +255,8 @@ def main() -> None:
         finally:
             server.terminate()
             server.wait(timeout=30)
+            if server.stdout is not None:
+                server.stdout.close()
 
 
 def test_reporter_throughput() -> None:
