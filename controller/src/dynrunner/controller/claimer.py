@@ -38,7 +38,7 @@ from dynrunner.controller.registrations_store import ArmedRegistration
 from dynrunner.controller.sealing import Sealer
 from dynrunner.controller.stagelog import StageLog, claimed_line
 from dynrunner.proto.assignment import Assignment, ClaimingRunner, ExecutorOptions
-from dynrunner.proto.gitea import GiteaError, RunnerRemoved, Task, Unauthenticated
+from dynrunner.proto.gitea import GiteaClient, GiteaError, RunnerRemoved, Task, Unauthenticated
 
 log = logging.getLogger(__name__)
 
@@ -306,7 +306,7 @@ class Claimer:
                 await asyncio.sleep(0.2 * (attempt + 1))
         log.error("pool %s: could not remove spent runner %s from the store", self.pool, reg.name)
 
-    async def _fail(self, client: Any, task_id: int, reason: str, kind: str) -> None:
+    async def _fail(self, client: GiteaClient, task_id: int, reason: str, kind: str) -> None:
         self._metrics.finalized_failed.labels(pool=self.pool, reason=kind).inc()
         try:
             await finalize_failed(client, task_id, reason)

@@ -31,6 +31,7 @@ from dynrunner.controller.logs import configure_logging
 LABELS = ["self-hosted", "local"]
 DONE = {"success", "failure", "cancelled", "skipped"}
 RUN_TIMEOUT_S = 90.0
+REAP_TIMEOUT_S = 30.0
 EMULATOR = "dynrunner-gitea-double"
 EXECUTOR = "dynrunner-executor"
 
@@ -121,9 +122,11 @@ class Demo:
                 async with aiohttp.ClientSession() as http:
                     await self._submit_all(http)
                     await self._wait_all(http)
+                await self._until_reaped(controller)
             finally:
                 stop.set()
                 await running
+                await self._remove_leftovers(controller)
         finally:
             await self._stop(emulator)
         ok = self._report(time.monotonic() - started)
@@ -203,6 +206,20 @@ class Demo:
             ready.cancel()
             raise DemoError("the controller did not start within 60s")
         print(f"controller running: pool local (labels {', '.join(LABELS)}), embedded NATS, local backend")
+
+    async def _until_reaped(self, controller: Controller) -> None:
+        """Let the reaper finish: a cancelled job's executor stops at its next report."""
+        deadline = time.monotonic() + REAP_TIMEOUT_S
+        while any(pool.capacity.in_use for pool in controller.pools.values()):
+            if time.monotonic() > deadline:
+                return
+            await asyncio.sleep(0.1)
+
+    async def _remove_leftovers(self, controller: Controller) -> None:
+        """A real controller leaves running jobs alone when it stops; the demo leaves nothing."""
+        for pool in controller.pools.values():
+            for env in await pool.backend.list_owned():
+                await pool.backend.delete(env)
 
     async def _submit_all(self, http: aiohttp.ClientSession) -> None:
         for example in self.examples:

@@ -173,6 +173,9 @@ class Launcher:
         except TaskEnded as ended:
             await heartbeat.stop()
             await self._ended_before_start(delivery, assignment, client, ended)
+        except asyncio.CancelledError:
+            heartbeat.cancel()
+            raise
         except Exception as err:
             await heartbeat.stop()
             self._metrics.errors.labels(pool=self.pool, kind="launch").inc()

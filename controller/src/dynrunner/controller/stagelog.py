@@ -115,6 +115,12 @@ class Heartbeat:
     def start(self) -> None:
         self._task = asyncio.create_task(self.run(), name=f"heartbeat-{self._task_id}")
 
+    def cancel(self) -> None:
+        """Stop at once (the launch itself was cancelled)."""
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
     async def stop(self) -> None:
         """Stop beating; returns once no UpdateTask of ours is in flight (a beat under way is
         let finish rather than cancelled: a cancelled request may still reach Gitea)."""
