@@ -204,6 +204,19 @@ async def test_close_sends_no_more_first_then_the_final_state(fake, make) -> Non
     assert len(fake.calls) == calls
     with pytest.raises(ReporterClosedError):
         rep.log("too late")
+    with pytest.raises(ReporterClosedError):
+        rep.step_finished(2, Result.SUCCESS)
+    with pytest.raises(ReporterClosedError):
+        rep.set_outputs({"late": "1"})
+    assert len(fake.calls) == calls
+
+
+async def test_close_needs_a_result(fake, make) -> None:
+    rep = make()
+    await rep.start(0)
+    with pytest.raises(ValueError, match="UNSPECIFIED"):
+        await rep.close(Result.UNSPECIFIED)
+    assert await rep.close(Result.SUCCESS)
 
 
 async def test_skipped_job_marks_every_step_skipped(fake, make) -> None:

@@ -23,7 +23,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 from dynrunner.executor.masking import Masker
 from dynrunner.executor.reporter.config import ReporterConfig
@@ -45,7 +45,6 @@ _CLOSING_WORDS = {
     Result.FAILURE: "Job failed",
     Result.CANCELLED: "Job cancelled",
     Result.SKIPPED: "Job skipped",
-    Result.UNSPECIFIED: "Job ended",
 }
 
 
@@ -100,7 +99,7 @@ class Reporter:
     def log(self, text: str | bytes, step: int | None = None) -> None:
         """Append `text` to the job log, one row per line, masked."""
         if self._closing:
-            raise ReporterClosedError(f"task {self.task_id}: log after close")
+            self._closed("log")
         now = self._clock()
         buffer, mask, on_row = self._buffer, self._masker.mask, self._steps.on_row
         if type(text) is str and "\n" not in text and text.isascii():  # the usual case: one plain line
@@ -140,16 +139,22 @@ class Reporter:
         return self._pump is not None and not self._pump.done() and not self._closing
 
     def step_started(self, index: int) -> None:
+        if self._closing:
+            self._closed("step_started")
         self._steps.start(index, self._clock(), self._buffer.end)
         self._transition()
 
     def step_finished(self, index: int, result: Result) -> None:
+        if self._closing:
+            self._closed("step_finished")
         self._steps.finish(index, result, self._clock(), self._buffer.end)
         self._transition()
 
     def set_outputs(self, outputs: Mapping[str, str]) -> None:
         """Queue job outputs for Gitea. Raises OutputLimitError for those over Gitea's
         limits (they are not sent); the valid ones are queued regardless."""
+        if self._closing:
+            self._closed("set_outputs")
         try:
             if self._outputs.set(outputs):
                 self._state_due = True
@@ -162,6 +167,8 @@ class Reporter:
         Unfinished steps become CANCELLED (SKIPPED when the job was `skipped`). Sends the
         remaining rows with ``no_more``, then the final UpdateTask, each retried on
         transient errors within `close_timeout_s`; the logs get at most half of it."""
+        if result == Result.UNSPECIFIED:
+            raise ValueError("close() needs the job's result; UNSPECIFIED would not end the task")
         if self._finalized is not None:
             return self._finalized
         if self._closing:
@@ -177,6 +184,9 @@ class Reporter:
         self._deadline = started + self._cfg.close_timeout_s
         self._finalized = await self._final_state(state)
         return self._finalized
+
+    def _closed(self, what: str) -> NoReturn:
+        raise ReporterClosedError(f"task {self.task_id}: {what} after close (the final report ends the task)")
 
     # -- background pump ------------------------------------------------------------
 
