@@ -35,6 +35,11 @@ def test_values_of_length_one_or_less_are_not_masked(value: str) -> None:
     assert m.mask("x y z") == "x y z"
 
 
+def test_padded_values_are_also_masked_trimmed() -> None:
+    m = Masker(["  padded-secret \n"])
+    assert m.mask("value=padded-secret;") == "value=***;"
+
+
 def test_two_character_values_are_masked() -> None:
     assert Masker(["ab"]).mask("cab") == "c***"
 

@@ -97,12 +97,11 @@ def forms_of(value: str) -> set[str]:
 
 
 def secret_forms(value: str) -> set[str]:
-    """The forms of a secret: the whole value and each trimmed line of a multi-line one."""
+    """The forms of a secret: the whole value and each of its lines, trimmed (so a value
+    read from a file with a trailing newline, or padded with spaces, is still found)."""
     forms = forms_of(value)
-    lines = value.replace("\r", "\n").split("\n")
-    if len(lines) > 1:
-        for line in lines:
-            forms |= forms_of(line.strip())
+    for line in value.replace("\r", "\n").split("\n"):
+        forms |= forms_of(line.strip())
     return forms
 
 
