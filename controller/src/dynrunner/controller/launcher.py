@@ -153,8 +153,12 @@ class Launcher:
                     log.info("environment %s exists already (redelivery); acknowledging", existing.name)
                     await self._backend.create(assignment, _nothing_to_say)
                 else:
-                    # The claim itself refreshed the task in Gitea: the first beat is due after
-                    # one interval (a launch that fast costs Gitea nothing extra).
+                    if delivery.num_delivered > 1:
+                        # An earlier attempt may have run the job already and its environment
+                        # been reaped since: only a task still running in Gitea is launched.
+                        await heartbeat.beat()
+                    # Otherwise the claim just refreshed the task in Gitea: the first beat is
+                    # due after one interval (a launch that fast costs Gitea nothing extra).
                     heartbeat.start()
                     stage = StageLog(client, task_id, next_index=1)
 

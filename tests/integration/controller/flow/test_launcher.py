@@ -22,7 +22,7 @@ from dynrunner.controller.sealing import Sealer
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.proto.assignment import Assignment
 from dynrunner.proto.gitea import GiteaClient, RunnerCredentials
-from tests.e2e.harness import fake_executor_command
+from tests.e2e.harness import fake_executor_command, wait_for
 
 WORKFLOW = "on: push\njobs:\n  build:\n    runs-on: [self-hosted]\n    steps:\n      - run: echo\n"
 SEALER = Sealer(b"s" * 32)
@@ -195,3 +195,23 @@ async def test_an_unopenable_assignment_is_dropped_after_its_last_attempt(gitea:
     await other_key._launch(first)  # type: ignore[arg-type]
     await other_key._launch(last)  # type: ignore[arg-type]
     assert first.calls == ["nak 1"] and last.calls == ["term"]
+
+
+async def test_a_redelivery_after_the_job_already_ran_starts_nothing(gitea: GiteaDouble, tmp_path: Path) -> None:
+    """An attempt whose ack was lost ran the job, which finished and was reaped: the
+    redelivered assignment must not run it again."""
+    sealed = await claimed_assignment(gitea)
+    backend = LocalBackend("local", tmp_path / "root", fake_executor_command())
+    capacity, metrics = Capacity("local", 2), Metrics()
+    launch = launcher(gitea, backend, capacity, metrics)
+    await launch._launch(FakeDelivery(sealed))  # type: ignore[arg-type]
+    env = await backend.find(sealed.assignment_id)
+    assert env is not None
+    await wait_for(lambda: gitea.task(sealed.task.id).status == "success", what="the job ran")
+    await backend.delete(env)  # reaped
+    again = FakeDelivery(sealed, num_delivered=2)
+    await launch._launch(again)  # type: ignore[arg-type]
+    assert again.calls == ["ack"]
+    assert await backend.find(sealed.assignment_id) is None
+    starts = (tmp_path / "starts.log").read_text().splitlines()
+    assert len(starts) == 1
