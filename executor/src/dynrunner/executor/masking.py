@@ -155,6 +155,7 @@ class Masker:
     def __init__(self, values: Iterable[str] = ()) -> None:
         self._main: set[str] = set()
         self._recent: set[str] = set()
+        self._pending: set[str] = set()  # added since the expressions were last compiled
         self._main_rx: tuple[re.Pattern[str], re.Pattern[str]] | None = None
         self._recent_rx: tuple[re.Pattern[str], re.Pattern[str]] | None = None
         self._active: list[tuple[re.Pattern[str], re.Pattern[str]]] = []
@@ -169,16 +170,19 @@ class Masker:
     @property
     def forms(self) -> frozenset[str]:
         """Every string currently masked (for tests and diagnostics)."""
-        return frozenset(self._main | self._recent)
+        return frozenset(self._main | self._recent | self._pending)
 
     def add(self, value: str) -> None:
         if not value or value in self._values:
             return
         self._values.add(value)
-        new = secret_forms(value) - self._main - self._recent
-        if not new:
-            return
-        self._recent |= new
+        self._pending |= secret_forms(value) - self._main - self._recent
+
+    def _compile_pending(self) -> None:
+        """Compile what `add` collected, at first use: values added together (all task
+        secrets at start) cost one compilation, not one each."""
+        self._recent |= self._pending
+        self._pending = set()
         if len(self._recent) > max(_RECENT_MIN, len(self._main) // 4):
             self._main |= self._recent
             self._recent = set()
@@ -190,10 +194,14 @@ class Masker:
 
     def contains_secret(self, text: str) -> bool:
         """Whether `text` shows any registered value in any masked form."""
+        if self._pending:
+            self._compile_pending()
         return any(finder.search(text) for finder, _ in self._active)
 
     def mask(self, text: str) -> str:
         """`text` with every occurrence of every registered form replaced by ``***``."""
+        if self._pending:
+            self._compile_pending()
         first = -1
         for finder, _ in self._active:
             found = finder.search(text)
