@@ -1,6 +1,6 @@
-"""The claimer of one pool: reserve capacity, FetchTask with the armed runner, publish.
+"""A claim loop of one pool: reserve capacity, FetchTask with its armed runner, publish.
 
-Loop: reserve a permit (wait while the pool is full) → FetchTask with the pool's armed
+Loop: reserve a permit (wait while the pool is full) → FetchTask with the loop's armed
 registration, sending the last `tasks_version` (Gitea answers "nothing new" without
 scanning jobs when it is current) → on no task, back off (short first, doubling with
 jitter up to `fetchIntervalMaxSeconds`) and poll again with the same permit → on a task,

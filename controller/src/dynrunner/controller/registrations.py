@@ -31,9 +31,11 @@ from dynrunner.proto.gitea import GiteaClient, RunnerCredentials, Unauthenticate
 log = logging.getLogger(__name__)
 
 MIN_GITEA_FOR_EPHEMERAL = "1.24"
-EXECUTOR_CAPABILITIES: tuple[str, ...] = ()
-"""Runner capabilities declared for the executor (e.g. "cancelling": it runs post steps
-after a cancel and reports the final state itself). Empty: Gitea cancels outright."""
+EXECUTOR_CAPABILITIES: tuple[str, ...] = ("cancelling",)
+"""Runner capabilities declared on the executor's behalf. "cancelling": on a user's cancel
+Gitea marks the task cancelling and tells the executor in its next UpdateTask answer; the
+executor stops the job, reports its last lines and ends the task cancelled. (Without it
+Gitea ends the task at once and deletes the runner, so the executor can report nothing.)"""
 
 CredentialMode = Literal["ephemeral", "shared"]
 

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from dynrunner.controller.backends.base import BeforeStart, Environment, Observation
 from dynrunner.controller.backends.local.backend import LocalBackend
 from dynrunner.controller.capacity import Capacity
@@ -98,10 +100,14 @@ class Gate:
         await self.inner.aclose()
 
 
-async def claimed_assignment(gitea: GiteaDouble) -> Assignment:
+async def claimed_assignment(gitea: GiteaDouble, capabilities: tuple[str, ...] = ()) -> Assignment:
     base = GiteaClient(gitea.url)
     info = await base.register(
-        name="r", registration_token=gitea.registration_token, labels=["self-hosted"], ephemeral=True
+        name="r",
+        registration_token=gitea.registration_token,
+        labels=["self-hosted"],
+        ephemeral=True,
+        capabilities=capabilities,
     )
     gitea.submit("owner/repo", WORKFLOW)
     fetched = await base.with_credentials(RunnerCredentials(info.uuid, info.token)).fetch_task(0)
@@ -130,8 +136,13 @@ def launcher(gitea: GiteaDouble, backend: object, capacity: Capacity, metrics: M
     )
 
 
-async def test_a_run_cancelled_before_the_start_is_not_started(gitea: GiteaDouble, tmp_path: Path) -> None:
-    sealed = await claimed_assignment(gitea)
+@pytest.mark.parametrize("capabilities", [(), ("cancelling",)])
+async def test_a_run_cancelled_before_the_start_is_not_started(
+    gitea: GiteaDouble, tmp_path: Path, capabilities: tuple[str, ...]
+) -> None:
+    """Without the cancelling capability Gitea ends the task and deletes the runner at once;
+    with it, the task is cancelling and the launcher ends it (which deletes the runner)."""
+    sealed = await claimed_assignment(gitea, capabilities)
     gate = Gate(LocalBackend("local", tmp_path / "root", fake_executor_command()))
     capacity, metrics = Capacity("local", 2), Metrics()
     delivery = FakeDelivery(sealed)
@@ -148,6 +159,8 @@ async def test_a_run_cancelled_before_the_start_is_not_started(gitea: GiteaDoubl
     assert not capacity.holds(sealed.assignment_id)
     assert metrics.sample("dynrunner_job_results_total", pool="local", result="cancelled") == 1.0
     assert gitea.run(run.id).status == "cancelled"
+    assert gitea.task(sealed.task.id).status == "cancelled"
+    assert not [r for r in gitea.runners() if not r.deleted]
 
 
 async def test_a_failed_attempt_is_retried_later(gitea: GiteaDouble, tmp_path: Path) -> None:
