@@ -120,6 +120,14 @@ async def test_unreadable_and_sealed_assignments_exit_3(executor_harness: Execut
     assert executor_harness.gitea.task(claimed.task_id).status == "running"  # the controller finalizes it
 
 
+async def test_nothing_runs_when_gitea_refuses_the_credentials(executor_harness: ExecutorHarness) -> None:
+    claimed = await executor_harness.claim(SIMPLE)
+    wrong = dataclasses.replace(claimed.assignment.runner, token="0" * 40)
+    assert await executor_harness.run(claimed.assignment.replace(runner=wrong)) == 1
+    task = executor_harness.gitea.task(claimed.task_id)
+    assert task.status == "running" and task.log_rows == []  # left for the controller to finalize
+
+
 async def test_unsupported_action_fails_its_step_by_name(executor_harness: ExecutorHarness) -> None:
     workflow = """
 on: push

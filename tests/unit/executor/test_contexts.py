@@ -107,6 +107,14 @@ def test_runner_env_has_the_gitea_runner_variables() -> None:
     assert runner_env(github, WHERE, "jwt", debug=True)["RUNNER_DEBUG"] == "1"
 
 
+def test_oidc_request_variables_only_when_gitea_sends_them() -> None:
+    github = github_context({**TASK_CONTEXT, "actions_id_token_request_url": "https://g/oidc"}, WHERE, "build")
+    env = runner_env(github, WHERE, "jwt", debug=False, id_token_request_token="oidc-token")
+    assert env["ACTIONS_ID_TOKEN_REQUEST_URL"] == "https://g/oidc"
+    assert env["ACTIONS_ID_TOKEN_REQUEST_TOKEN"] == "oidc-token"
+    assert "ACTIONS_ID_TOKEN_REQUEST_URL" not in runner_env(github_context(TASK_CONTEXT, WHERE, "b"), WHERE, "", False)
+
+
 def test_runner_context_and_arch() -> None:
     context = runner_context(WHERE, debug=False)
     assert context["name"] == "runner-7" and context["os"] == "Linux" and context["environment"] == "self-hosted"

@@ -147,8 +147,11 @@ def inputs_context(on: Any, github: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def runner_env(github: Mapping[str, Any], where: Environment, runtime_token: str, debug: bool) -> dict[str, str]:
-    """The variables a Gitea runner sets for every step (before `env:` layers and files)."""
+def runner_env(
+    github: Mapping[str, Any], where: Environment, runtime_token: str, debug: bool, id_token_request_token: str = ""
+) -> dict[str, str]:
+    """The variables a Gitea runner sets for every step (before `env:` layers and files);
+    the OIDC request variables only when Gitea sent them (newer servers may)."""
 
     def g(key: str) -> str:
         value = github.get(key)
@@ -198,6 +201,9 @@ def runner_env(github: Mapping[str, Any], where: Environment, runtime_token: str
         "ACTIONS_RESULTS_URL": base,
         "ACTIONS_RUNTIME_TOKEN": runtime_token,
     }
+    if github.get("actions_id_token_request_url"):
+        env["ACTIONS_ID_TOKEN_REQUEST_URL"] = str(github["actions_id_token_request_url"])
+        env["ACTIONS_ID_TOKEN_REQUEST_TOKEN"] = id_token_request_token
     if debug:
         env["RUNNER_DEBUG"] = "1"
     return env

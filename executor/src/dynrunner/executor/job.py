@@ -149,7 +149,7 @@ class JobRunner:
             status=_needs_status(a.task.needs),
         )
         evaluator = Evaluator(contexts, ws.path)
-        self._header(where, contexts)
+        self._header(where, contexts, evaluator)
 
         if job.if_:
             try:
@@ -173,7 +173,13 @@ class JobRunner:
         loop = asyncio.get_running_loop()
         deadlines = Deadlines(job=loop.time() + timeout * 60, job_minutes=timeout, hard=_when(a.deadline))
         base_env = process_base_env()
-        base_env_runner = runner_env(github, where, _runtime_token(a), runner_debug)
+        base_env_runner = runner_env(
+            github,
+            where,
+            _runtime_token(a),
+            runner_debug,
+            str((a.task.context or {}).get("actions_id_token_request_token", "")),
+        )
         executor = StepExecutor(
             job=job,
             workflow=self.workflow,
@@ -229,12 +235,16 @@ class JobRunner:
             )
         return None
 
-    def _header(self, where: Environment, contexts: JobContexts) -> None:
+    def _header(self, where: Environment, contexts: JobContexts, evaluator: Evaluator) -> None:
         a = self.assignment
         job = self.workflow.job
+        try:
+            name = evaluator.text(scopes.JOB_NAME, job.name) if job.name else job.key
+        except ExpressionError:
+            name = job.name or job.key
         self.log(f"dynrunner executor {self.settings.version}")
         self.log(f"Runner: {where.runner_name} (pool {a.pool or '-'}, backend {a.backend or '-'})")
-        self.log(f"Task {a.task.id}, job {job.key}: {job.name or job.key}")
+        self.log(f"Task {a.task.id}, job {job.key}: {name}")
         self.log(f"Workspace: {where.workspace}")
         if contexts.matrix:
             self.log(f"Matrix: {json.dumps(contexts.matrix, sort_keys=True)}")

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 import threading
@@ -82,13 +83,28 @@ def main(args: argparse.Namespace) -> int:
     except OSError as err:
         print(f"dynrunner-executor: cannot read the assignment {args.assignment}: {err}", file=sys.stderr)
         return EXIT_UNREADABLE
-    return asyncio.run(run_assignment(data))
+    code = asyncio.run(run_assignment(data))
+    if threading.current_thread() is threading.main_thread():
+        _exit_now(code)
+    return code
+
+
+def _exit_now(code: int) -> None:
+    """Exit without interpreter finalization. The HTTP client's native threads may still
+    complete a request the reporter cancelled and call back into Python while the interpreter
+    tears down, which aborts the process (SIGABRT) after the task was already finalized; the
+    exit status must say "finalized", so nothing may run after this point anyway."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _masker(a: Assignment) -> Masker:
     masker = Masker()
     context = a.task.context or {}
-    for value in (*a.task.secrets.values(), a.runner.token, context.get("token"), context.get("gitea_runtime_token")):
+    tokens = ("token", "gitea_runtime_token", "actions_id_token_request_token")
+    for value in (*a.task.secrets.values(), a.runner.token, *(context.get(key) for key in tokens)):
         if isinstance(value, str) and value:
             masker.add(value)
     return masker
@@ -118,7 +134,10 @@ async def run_assignment(data: bytes, options: RunOptions | None = None) -> int:
     try:
         await reporter.start(len(workflow.job.steps) if workflow else 0)
     except GiteaError as err:
-        log.error("task %d: cannot reach Gitea to report: %s", assignment.task.id, err)
+        # Nothing runs that could not be reported; close() tries Gitea once more.
+        log.error("task %d: cannot report to Gitea, the job is not run: %s", assignment.task.id, err)
+        finalized = await reporter.close(Result.FAILURE)
+        return EXIT_FINALIZED if finalized else EXIT_NOT_FINALIZED
     shutdown = asyncio.Event()
     with _signals(shutdown):
         result = await _run(assignment, workflow, problem, reporter, masker, options, shutdown)

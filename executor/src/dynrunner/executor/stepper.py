@@ -199,9 +199,12 @@ class StepExecutor:
         scope = {"env": env_context, "github": github}
         try:
             name = ev.text(scopes.STEP_NAME, step.name, **scope) if step.name else step.display_name()
+        except ExpressionError:
+            name = step.display_name()  # the display name is best effort, as on GitHub
+        try:
             with_ = ev.strings(scopes.STEP_WITH, step.with_, **scope)
             workdir = self._working_directory(step, scope)
-            shell = step.shell or self.job.defaults.shell or self.workflow.defaults.shell
+            shell = self._shell(step, scope)
             minutes = ev.minutes(scopes.STEP_TIMEOUT, step.timeout_minutes, **scope)
         except ExpressionError as err:
             self._log(i, f"##[error]{err}")
@@ -261,6 +264,13 @@ class StepExecutor:
         if outcome == "success" and outputs is None:
             outcome = "failure"
         self._finish(step, outcome, outputs or {}, scope)
+
+    def _shell(self, step: Step, scope: dict[str, object]) -> str | None:
+        if step.shell:
+            return self.evaluator.text(scopes.STEP_RUN, step.shell, **scope)
+        if self.job.defaults.shell:
+            return self.evaluator.text(scopes.JOB_DEFAULTS_RUN, self.job.defaults.shell, **scope)
+        return self.workflow.defaults.shell
 
     def _working_directory(self, step: Step, scope: dict[str, object]) -> Path:
         ev = self.evaluator
