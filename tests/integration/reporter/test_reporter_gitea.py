@@ -240,8 +240,10 @@ async def test_reporting_for_a_task_of_another_runner_fails_at_start(gitea: Gite
         name="other", registration_token=gitea.registration_token, labels=["self-hosted", "pod"]
     )
     intruder = GiteaClient(gitea.url, RunnerCredentials(other.uuid, other.token))
+    rep = Reporter(intruder, c.task.id, Masker(), CONFIG)
     with pytest.raises(Internal, match="invalid runner for task"):
-        await Reporter(intruder, c.task.id, Masker(), CONFIG).start(1)
+        await rep.start(1)
+    assert rep.cancelled.is_set() and isinstance(rep.error, Internal)  # the engine must not run the job
     forged = GiteaClient(gitea.url, RunnerCredentials(c.runner.uuid, "0" * 40))
     with pytest.raises(Unauthenticated):
         await Reporter(forged, c.task.id, Masker(), CONFIG).start(1)

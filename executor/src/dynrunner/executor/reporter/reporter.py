@@ -87,12 +87,19 @@ class Reporter:
 
     async def start(self, step_count: int) -> None:
         """Continue the log where Gitea has it (the controller may have written stage lines)
-        and start reporting in the background."""
+        and start reporting in the background. Raises the GiteaError when Gitea cannot be
+        reached within `start_timeout_s`, or refuses (then `cancelled` and `error` are set
+        too); rows logged meanwhile stay buffered and `close` tries again."""
         if self._pump is not None or self._closing:
             raise RuntimeError("reporter already started")
         self._steps = StepTracker(step_count)
         self._started_at = self._clock()
-        await self._handshake(time.monotonic() + self._cfg.start_timeout_s)
+        try:
+            await self._handshake(time.monotonic() + self._cfg.start_timeout_s)
+        except Exception as err:
+            if not _transient(err):
+                self._fail(err)  # the task can never be reported: the job must not run
+            raise
         self._state_due = True
         self._pump = asyncio.create_task(self._run(), name=f"reporter-task-{self.task_id}")
 
