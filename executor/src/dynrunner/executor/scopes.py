@@ -122,7 +122,8 @@ class Evaluator:
         raise ExpressionError(f"{where}: expected a boolean, got {text!r}")
 
     def minutes(self, where: str, value: Any, **scope: Any) -> float | None:
-        """A `timeout-minutes` field; None when unset. Raises ExpressionError for a non-number."""
+        """A `timeout-minutes` field; None when unset or 0 (no timeout, as GitHub's runner reads
+        it). Raises ExpressionError for anything but a non-negative number."""
         if value is None or value == "":
             return None
         if isinstance(value, str):
@@ -134,9 +135,9 @@ class Evaluator:
                 except ValueError:
                     raise ExpressionError(f"{where}: expected a number of minutes, got {result!r}") from None
             value = result
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0 or math.isnan(value):
-            raise ExpressionError(f"{where}: expected a positive number of minutes, got {value!r}")
-        return float(value)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or math.isnan(value):
+            raise ExpressionError(f"{where}: expected a number of minutes, got {value!r}")
+        return float(value) or None
 
 
 def _has_expression(value: Any) -> bool:

@@ -1,0 +1,85 @@
+"""Evaluating workflow values where they sit: allowed contexts, status, the type expected there."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dynrunner.executor import scopes
+from dynrunner.executor.contexts import JobContexts, StepRecord
+from dynrunner.executor.scopes import Evaluator, ExpressionError, truthy
+
+
+@pytest.fixture
+def ev(tmp_path: Path) -> Evaluator:
+    contexts = JobContexts(
+        github={"ref": "refs/heads/main", "event_name": "push"},
+        needs={"build": {"outputs": {"v": "7"}, "result": "success"}},
+        vars={"LIMIT": "3"},
+        secrets={"TOKEN": "s"},
+        matrix={"os": "linux"},
+        strategy={"job-index": 0},
+        inputs={},
+        runner={"os": "Linux"},
+        env={"MODE": "fast"},
+    )
+    contexts.steps["a"] = StepRecord("failure", "success", {"x": "1"})
+    return Evaluator(contexts, tmp_path)
+
+
+def test_text_and_strings(ev: Evaluator) -> None:
+    assert ev.text(scopes.STEP_RUN, "plain") == "plain"
+    assert ev.text(scopes.STEP_RUN, "v=${{ needs.build.outputs.v }} os=${{ matrix.os }}") == "v=7 os=linux"
+    assert ev.text(scopes.STEP_RUN, 5) == "5" and ev.text(scopes.STEP_RUN, None) == ""
+    assert ev.strings(scopes.STEP_ENV, {"A": "${{ env.MODE }}", "B": "x"}) == {"A": "fast", "B": "x"}
+    assert ev.text(scopes.STEP_RUN, "${{ env.MODE }}", env={"MODE": "slow"}) == "slow"
+
+
+def test_condition_uses_the_job_status(ev: Evaluator) -> None:
+    assert ev.condition(scopes.STEP_IF, "") is True
+    assert ev.condition(scopes.STEP_IF, "steps.a.outcome == 'failure'") is True
+    ev.contexts.status = "failure"
+    assert ev.condition(scopes.STEP_IF, "") is False
+    assert ev.condition(scopes.STEP_IF, "failure()") is True
+    assert ev.condition(scopes.STEP_IF, "${{ always() }}") is True
+    ev.contexts.status = "cancelled"
+    assert ev.condition(scopes.STEP_IF, "cancelled()") is True
+    assert ev.condition(scopes.STEP_IF, "failure()") is False
+
+
+def test_unavailable_contexts_are_errors(ev: Evaluator) -> None:
+    with pytest.raises(ExpressionError):
+        ev.condition(scopes.STEP_IF, "secrets.TOKEN != ''")
+    with pytest.raises(ExpressionError):
+        ev.text(scopes.WORKFLOW_ENV, "${{ env.MODE }}")
+    with pytest.raises(ExpressionError):
+        ev.condition(scopes.JOB_IF, "steps.a.outcome == 'failure'")
+    assert ev.text(scopes.JOB_ENV, "${{ secrets.TOKEN }}") == "s"
+
+
+def test_flags(ev: Evaluator) -> None:
+    assert ev.flag(scopes.STEP_CONTINUE, True) is True
+    assert ev.flag(scopes.STEP_CONTINUE, None) is False
+    assert ev.flag(scopes.STEP_CONTINUE, "${{ matrix.os == 'linux' }}") is True
+    assert ev.flag(scopes.STEP_CONTINUE, "${{ vars.LIMIT }}") is True  # a non-empty string is truthy
+    assert ev.flag(scopes.STEP_CONTINUE, "${{ 0 }}") is False
+    assert ev.flag(scopes.STEP_CONTINUE, "tr${{ 'ue' }}") is True
+    with pytest.raises(ExpressionError, match="expected a boolean"):
+        ev.flag(scopes.STEP_CONTINUE, "maybe")
+
+
+def test_minutes(ev: Evaluator) -> None:
+    assert ev.minutes(scopes.STEP_TIMEOUT, None) is None
+    assert ev.minutes(scopes.STEP_TIMEOUT, 0) is None  # GitHub's runner: no timeout
+    assert ev.minutes(scopes.STEP_TIMEOUT, 1.5) == 1.5
+    assert ev.minutes(scopes.STEP_TIMEOUT, "${{ vars.LIMIT }}") == 3.0
+    assert ev.minutes(scopes.STEP_TIMEOUT, "${{ fromJSON(vars.LIMIT) }}") == 3.0
+    for bad in (-1, "soon", "${{ 'soon' }}", True):
+        with pytest.raises(ExpressionError):
+            ev.minutes(scopes.STEP_TIMEOUT, bad)
+
+
+def test_truthy_is_githubs_coercion() -> None:
+    assert [truthy(v) for v in (None, False, 0, 0.0, float("nan"), "")] == [False] * 6
+    assert [truthy(v) for v in (True, 1, -1.5, "0", "false", [], {})] == [True] * 7
