@@ -94,8 +94,8 @@ class GiteaClient:
         kwargs = {"codec": codec, "http_client": self._http, "timeout_ms": int(timeout_s * 1000)}
         if not gzip_requests:
             kwargs["send_compression"] = None
-        self._runner = RunnerServiceClient(address, **kwargs)  # type: ignore[arg-type]
-        self._ping = PingServiceClient(address, **kwargs)  # type: ignore[arg-type]
+        self._runner = RunnerServiceClient(address, **kwargs)
+        self._ping = PingServiceClient(address, **kwargs)
 
     def with_credentials(self, credentials: RunnerCredentials) -> GiteaClient:
         return GiteaClient(

@@ -56,6 +56,11 @@ def ts_from_proto(msg: Any, name: str) -> datetime | None:
     return stamp.ToDatetime(tzinfo=UTC)
 
 
+def _wire_result(result: Result) -> Any:
+    """The enum as the generated stubs type it (their .pyi admits only names or the enum wrapper)."""
+    return int(result)
+
+
 def plain_json(value: Any) -> Any:
     """A Struct's JSON with integral numbers as ints: Struct only knows doubles, but the
     webhook payload in the github context had integers (PR numbers, ids)."""
@@ -131,7 +136,7 @@ class Task:
             ctx.update(dict(self.context))
             msg.context.CopyFrom(ctx)
         for key, need in self.needs.items():
-            msg.needs[key].CopyFrom(pb.TaskNeed(outputs=dict(need.outputs), result=int(need.result)))
+            msg.needs[key].CopyFrom(pb.TaskNeed(outputs=dict(need.outputs), result=_wire_result(need.result)))
         return msg
 
 
@@ -147,7 +152,7 @@ class StepState:
     def to_proto(self) -> pb.StepState:
         return pb.StepState(
             id=self.id,
-            result=int(self.result),
+            result=_wire_result(self.result),
             started_at=ts_to_proto(self.started_at),
             stopped_at=ts_to_proto(self.stopped_at),
             log_index=self.log_index,
@@ -177,7 +182,7 @@ class TaskState:
     def to_proto(self) -> pb.TaskState:
         return pb.TaskState(
             id=self.id,
-            result=int(self.result),
+            result=_wire_result(self.result),
             started_at=ts_to_proto(self.started_at),
             stopped_at=ts_to_proto(self.stopped_at),
             steps=[s.to_proto() for s in self.steps],
