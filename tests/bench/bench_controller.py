@@ -10,6 +10,13 @@ executor is a no-op (`/bin/true`): the figures are the controller's, not a job's
            controller: pickup latency (queued → claimed) p50/p99
   both     claimed → environment created p50/p99, and the controller's RSS
 
+CPU per job (backlog, from the controller's "controller running" until the last environment
+exists, per process: the controller itself, the wrappers and executors it started and
+reaped, the double, NATS) shows what limits the rate on a shared machine;
+`controller_alone_jobs_per_s_per_cpu` is the rate one CPU would sustain for the controller
+alone. The bench polls the double sparingly (it shares the CPUs): the newest run only until
+it is claimed, then the tasks not launched yet, every 0.5 s.
+
 Times come from the job logs: the controller's stage lines "claimed by pool …" (written right
 after the claim) and "environment … created" (right before the executor starts) carry
 timestamps; "queued" is when the double's admin API returned the new run. Figures are
@@ -39,6 +46,7 @@ from typing import Any
 import yaml
 
 BIN = Path(sys.executable).parent
+POLL_S = 0.5
 
 
 def env_int(name: str, default: int) -> int:
@@ -72,11 +80,13 @@ def rss_kib(pid: int) -> tuple[int, int]:
     return int(fields["VmRSS"].split()[0]), int(fields["VmHWM"].split()[0])
 
 
-def cpu_s(pid: int) -> float:
-    """User+system CPU seconds of `pid` (and of the children it waited for)."""
+def cpu_s(pid: int | None) -> tuple[float, float]:
+    """User+system CPU seconds of `pid` itself, and of the children it waited for."""
+    if pid is None:
+        return 0.0, 0.0
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     ticks = os.sysconf("SC_CLK_TCK")
-    return sum(int(fields[i]) for i in (11, 12, 13, 14)) / ticks
+    return (int(fields[11]) + int(fields[12])) / ticks, (int(fields[13]) + int(fields[14])) / ticks
 
 
 def nats_pid(controller: int) -> int | None:
@@ -139,6 +149,15 @@ class Bench:
         info = json.loads(proc.stdout.readline())
         self.base, self.token = info["url"], info["registration_token"]
 
+    def wait_ready(self, timeout: float = 60) -> None:
+        """Until the controller logs that every loop runs (its start-up CPU is not the jobs')."""
+        deadline = time.monotonic() + timeout
+        log = self.workdir / "controller.log"
+        while b"controller running" not in log.read_bytes():
+            if time.monotonic() > deadline:
+                raise TimeoutError("the controller did not start")
+            time.sleep(0.01)
+
     def start_controller(self, fetch: tuple[float, float] | None) -> None:
         gitea: dict[str, Any] = {"url": self.base, "registrationToken": self.token}
         if fetch is not None:
@@ -177,24 +196,36 @@ class Bench:
     def jobs(self, run_ids: list[int]) -> list[dict[str, Any]]:
         return [job for rid in run_ids for job in admin(self.base, "GET", f"/runs/{rid}/jobs")]
 
-    def wait_launched(self, run_ids: list[int], expected: int, timeout: float = 600) -> list[tuple[float, float]]:
-        """(claimed, environment created) log times of every job, once all are launched."""
+    def wait_launched(
+        self, run_ids: list[int], expected: int, timeout: float = 600
+    ) -> tuple[list[dict[str, Any]], dict[int, tuple[float, float]]]:
+        """The jobs, and the (claimed, environment created) log times of each one's task, once
+        all are launched.
+
+        Polls cheaply (the double shares the CPUs with the controller): only the newest run
+        until its jobs are claimed (Gitea picks the oldest waiting job first), then only
+        the tasks not launched yet."""
         deadline = time.monotonic() + timeout
-        while True:
-            jobs = self.jobs(run_ids)
-            claimed = [j for j in jobs if j["task_id"]]
-            if len(claimed) == expected:
-                times = []
-                for job in claimed:
-                    task = admin(self.base, "GET", f"/tasks/{job['task_id']}")
-                    if len(task["log_times"]) < 2:
-                        break
-                    times.append((stamp(task["log_times"][0]), stamp(task["log_times"][1])))
-                else:
-                    return times
+        while not all(job["task_id"] for job in admin(self.base, "GET", f"/runs/{run_ids[-1]}/jobs")):
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{len(claimed)}/{expected} jobs claimed after {timeout}s")
-            time.sleep(0.2)
+                raise TimeoutError(f"the newest run's jobs are not all claimed after {timeout}s")
+            time.sleep(POLL_S)
+        jobs = self.jobs(run_ids)
+        waiting = {job["task_id"]: job for job in jobs}
+        if len(waiting) != expected or not all(waiting):
+            raise AssertionError(f"{len(waiting)} tasks for {expected} jobs")
+        times: dict[int, tuple[float, float]] = {}
+        while True:
+            for task_id in list(waiting):
+                task = admin(self.base, "GET", f"/tasks/{task_id}")
+                if len(task["log_times"]) >= 2:
+                    times[task_id] = (stamp(task["log_times"][0]), stamp(task["log_times"][1]))
+                    del waiting[task_id]
+            if not waiting:
+                return jobs, times
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{len(waiting)} of {expected} jobs not launched after {timeout}s")
+            time.sleep(POLL_S)
 
 
 def run(n: int, steady: int, iterations: int, fetch: tuple[float, float] | None) -> dict[str, Any]:
@@ -214,15 +245,16 @@ def run(n: int, steady: int, iterations: int, fetch: tuple[float, float] | None)
                 queued.append(time.time())
             t0 = time.time()
             bench.start_controller(fetch)
-            backlog = bench.wait_launched(run_ids, n)
             assert bench.controller is not None
+            pids = {"controller": bench.controller.pid, "gitea_double": bench.procs[0].pid}
+            bench.wait_ready()
+            pids["nats"] = nats_pid(bench.controller.pid)  # type: ignore[assignment]
+            cpu_ready = {name: cpu_s(pid) for name, pid in pids.items()}
+            _, backlog_times = bench.wait_launched(run_ids, n)
+            backlog = list(backlog_times.values())
             rss_backlog = rss_kib(bench.controller.pid)
-            nats = nats_pid(bench.controller.pid)
-            cpu_backlog = {
-                "controller": cpu_s(bench.controller.pid),
-                "gitea_double": cpu_s(bench.procs[0].pid),
-                "nats": cpu_s(nats) if nats else 0.0,
-            }
+            time.sleep(1.5)  # the reaper collects the last executors (their CPU counts once reaped)
+            cpu_done = {name: cpu_s(pid) for name, pid in pids.items()}
             first_claim = min(c for c, _ in backlog)
             last_launch = max(e for _, e in backlog)
             backlog_launch = [e - c for c, e in backlog]
@@ -235,21 +267,20 @@ def run(n: int, steady: int, iterations: int, fetch: tuple[float, float] | None)
                 steady_queued[created["id"]] = time.time()
                 steady_ids.append(created["id"])
                 time.sleep(0.05)
-            times = bench.wait_launched(steady_ids, steady)
-            jobs = bench.jobs(steady_ids)
-            pickup = []
-            for job in jobs:
-                task = admin(bench.base, "GET", f"/tasks/{job['task_id']}")
-                pickup.append(stamp(task["log_times"][0]) - steady_queued[job["run_id"]])
-            steady_launch = [e - c for c, e in times]
+            jobs, times = bench.wait_launched(steady_ids, steady)
+            pickup = [times[job["task_id"]][0] - steady_queued[job["run_id"]] for job in jobs]
+            steady_launch = [e - c for c, e in times.values()]
             rss_end = rss_kib(bench.controller.pid)
         finally:
             bench.stop()
+    cpu_ms = {name: 1000 * (cpu_done[name][0] - cpu_ready[name][0]) / n for name in pids}
+    cpu_ms["controller_children"] = 1000 * (cpu_done["controller"][1] - cpu_ready["controller"][1]) / n
+    wall = last_launch - first_claim
     return {
         "n": n,
         "controller_start_to_first_claim_s": first_claim - t0,
-        "backlog_jobs_per_s": n / (last_launch - first_claim),
-        "backlog_wall_s": last_launch - first_claim,
+        "backlog_jobs_per_s": n / wall,
+        "backlog_wall_s": wall,
         "backlog_wait_p50_s": pct(backlog_wait, 0.5),
         "backlog_wait_p99_s": pct(backlog_wait, 0.99),
         "backlog_claimed_to_created_p50_s": pct(backlog_launch, 0.5),
@@ -260,7 +291,9 @@ def run(n: int, steady: int, iterations: int, fetch: tuple[float, float] | None)
         "steady_pickup_mean_s": statistics.fmean(pickup),
         "steady_claimed_to_created_p50_s": pct(steady_launch, 0.5),
         "steady_claimed_to_created_p99_s": pct(steady_launch, 0.99),
-        **{f"cpu_s_until_backlog_done_{k}": v for k, v in cpu_backlog.items()},
+        **{f"cpu_ms_per_job_{k}": v for k, v in cpu_ms.items()},
+        "cpu_ms_per_job_total": sum(cpu_ms.values()),
+        "controller_alone_jobs_per_s_per_cpu": 1000 / (cpu_ms["controller"] + cpu_ms["controller_children"]),
         "rss_after_backlog_mib": rss_backlog[0] / 1024,
         "rss_peak_mib": rss_end[1] / 1024,
         "rss_end_mib": rss_end[0] / 1024,
