@@ -8,7 +8,8 @@ import pytest
 
 from dynrunner.executor import scopes
 from dynrunner.executor.contexts import JobContexts, StepRecord
-from dynrunner.executor.scopes import Evaluator, ExpressionError, truthy
+from dynrunner.executor.expressions import is_truthy
+from dynrunner.executor.scopes import Evaluator, ExpressionError
 
 
 @pytest.fixture
@@ -81,5 +82,24 @@ def test_minutes(ev: Evaluator) -> None:
 
 
 def test_truthy_is_githubs_coercion() -> None:
-    assert [truthy(v) for v in (None, False, 0, 0.0, float("nan"), "")] == [False] * 6
-    assert [truthy(v) for v in (True, 1, -1.5, "0", "false", [], {})] == [True] * 7
+    assert [is_truthy(v) for v in (None, False, 0, 0.0, float("nan"), "")] == [False] * 6
+    assert [is_truthy(v) for v in (True, 1, -1.5, "0", "false", [], {})] == [True] * 7
+
+
+def test_expression_ends_at_the_first_closing_braces_outside_a_string(ev: Evaluator) -> None:
+    """A whole-value expression is found the way the template reader finds it: `}}` or `${{`
+    inside a quoted string belong to the expression (counting `${{` or taking the last `}}`
+    misread these)."""
+    assert ev.flag(scopes.STEP_CONTINUE, "${{ '${{' }}") is True  # a non-empty string, not text to parse
+    assert ev.flag(scopes.STEP_CONTINUE, "${{ '}}' != '}}' }}") is False
+    assert ev.minutes(scopes.STEP_TIMEOUT, "${{ startsWith('${{ x }}', '${{') && 2 || 5 }}") == 2.0
+    assert ev.minutes(scopes.STEP_TIMEOUT, "${{ '}}' == '}}' && 4 || 1 }}") == 4.0
+    with pytest.raises(ExpressionError, match="expected a boolean"):
+        ev.flag(scopes.STEP_CONTINUE, "${{ 'tr' }}ue }}")  # text after the expression: 'true }}'
+    assert ev.minutes(scopes.STEP_TIMEOUT, "1${{ '}}' == '}}' && 5 || 0 }}") == 15.0  # mixed text is a string
+
+
+def test_typed_keeps_a_whole_value_type(ev: Evaluator) -> None:
+    assert ev.typed(scopes.STEP_CONTINUE, "${{ fromJSON('[1, 2]') }}") == [1, 2]
+    assert ev.typed(scopes.STEP_CONTINUE, "n=${{ 1 }}") == "n=1"
+    assert ev.typed(scopes.STEP_CONTINUE, 3) == 3 and ev.typed(scopes.STEP_CONTINUE, "plain") == "plain"

@@ -33,7 +33,8 @@ def runner_arch(machine: str | None = None) -> str:
     return _ARCH.get(machine, machine.upper())
 
 
-def _truthy(value: str | None) -> bool:
+def reads_true(value: str | None) -> bool:
+    """A setting given as text (a secret, a variable, an env var) is on only when it reads `true`."""
     return (value or "").strip().lower() == "true"
 
 
@@ -54,7 +55,7 @@ def debug_flags(secrets: Mapping[str, str], variables: Mapping[str, str]) -> tup
     """(step debug, runner debug) as GitHub reads them from secrets or variables."""
 
     def flag(name: str) -> bool:
-        return _truthy(secrets.get(name)) or _truthy(variables.get(name))
+        return reads_true(secrets.get(name)) or reads_true(variables.get(name))
 
     step = flag("ACTIONS_STEP_DEBUG")
     return step, step or flag("ACTIONS_RUNNER_DEBUG")
@@ -133,7 +134,7 @@ def inputs_context(on: Any, github: Mapping[str, Any]) -> dict[str, Any]:
         value = given.get(name, spec.get("default"))
         kind = spec.get("type")
         if kind == "boolean":
-            out[name] = value if isinstance(value, bool) else str(value).strip().lower() == "true"
+            out[name] = value if isinstance(value, bool) else reads_true(str(value))
         elif kind == "number" and value not in (None, ""):
             try:
                 number = float(value)

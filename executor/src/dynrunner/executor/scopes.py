@@ -18,10 +18,11 @@ from dynrunner.executor.expressions import (
     ALLOWED_CONTEXTS,
     EvalEnv,
     ExpressionError,
-    evaluate,
     evaluate_if,
     interpolate,
     interpolate_tree,
+    is_single_expression,
+    is_truthy,
     to_display_string,
 )
 
@@ -43,25 +44,6 @@ STEP_TIMEOUT = "jobs.<job_id>.steps.timeout-minutes"
 STEP_CONTINUE = "jobs.<job_id>.steps.continue-on-error"
 
 __all__ = ["Evaluator", "ExpressionError"]
-
-
-def truthy(value: Any) -> bool:
-    """GitHub's coercion to boolean: false, 0, -0, NaN, '' and null are false."""
-    if value is None or value is False:
-        return False
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return not (value == 0 or (isinstance(value, float) and math.isnan(value)))
-    if isinstance(value, str):
-        return value != ""
-    return True
-
-
-def _single_expression(text: str) -> str | None:
-    """The inside of `text` when it is exactly one `${{ ... }}`, else None."""
-    stripped = text.strip()
-    if stripped.startswith("${{") and stripped.endswith("}}") and stripped.count("${{") == 1:
-        return stripped[3:-2]
-    return None
 
 
 class Evaluator:
@@ -94,10 +76,13 @@ class Evaluator:
             return value
         return interpolate(value, self.env(where, **scope))
 
-    def tree(self, where: str, value: Any, **scope: Any) -> Any:
-        if not _has_expression(value):
+    def typed(self, where: str, value: Any, **scope: Any) -> Any:
+        """A key whose value is not a string (`continue-on-error`, `timeout-minutes`, ...): a
+        whole-value `${{ }}` keeps the expression's type, text mixed with expressions is a
+        string, and YAML values stay as written."""
+        if isinstance(value, str) and "${{" not in value:
             return value
-        return interpolate_tree(value, self.env(where, **scope))
+        return interpolate_tree(value, self.env(where, **scope), keep_types=True)
 
     def strings(self, where: str, mapping: Mapping[str, Any], **scope: Any) -> dict[str, str]:
         """A mapping of string values (`env:`, `with:`), each interpolated in order."""
@@ -108,15 +93,14 @@ class Evaluator:
         return bool(evaluate_if(condition or "success()", self.env(where, **scope)))
 
     def flag(self, where: str, value: Any, **scope: Any) -> bool:
-        """A boolean field such as `continue-on-error` (a literal or an expression)."""
+        """A boolean field such as `continue-on-error`: a whole-value expression counts by
+        GitHub's truthiness; literal or mixed text must read `true` or `false`."""
         if isinstance(value, bool) or value is None:
             return bool(value)
-        if not isinstance(value, str):
-            return truthy(value)
-        inner = _single_expression(value)
-        if inner is not None:
-            return truthy(evaluate(inner, self.env(where, **scope)))
-        text = self.text(where, value, **scope).strip().lower()
+        result = self.typed(where, value, **scope)
+        if not isinstance(result, str) or is_single_expression(value):
+            return is_truthy(result)
+        text = result.strip().lower()
         if text in ("true", "false"):
             return text == "true"
         raise ExpressionError(f"{where}: expected a boolean, got {text!r}")
@@ -126,25 +110,12 @@ class Evaluator:
         it). Raises ExpressionError for anything but a non-negative number."""
         if value is None or value == "":
             return None
-        if isinstance(value, str):
-            inner = _single_expression(value)
-            result: Any = evaluate(inner, self.env(where, **scope)) if inner is not None else value
-            if isinstance(result, str):
-                try:
-                    result = float(result)
-                except ValueError:
-                    raise ExpressionError(f"{where}: expected a number of minutes, got {result!r}") from None
-            value = result
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or math.isnan(value):
-            raise ExpressionError(f"{where}: expected a number of minutes, got {value!r}")
-        return float(value) or None
-
-
-def _has_expression(value: Any) -> bool:
-    if isinstance(value, str):
-        return "${{" in value
-    if isinstance(value, dict):
-        return any(_has_expression(k) or _has_expression(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_has_expression(v) for v in value)
-    return False
+        result = self.typed(where, value, **scope)
+        if isinstance(result, str):
+            try:
+                result = float(result)
+            except ValueError:
+                raise ExpressionError(f"{where}: expected a number of minutes, got {result!r}") from None
+        if isinstance(result, bool) or not isinstance(result, (int, float)) or result < 0 or math.isnan(result):
+            raise ExpressionError(f"{where}: expected a number of minutes, got {result!r}")
+        return float(result) or None

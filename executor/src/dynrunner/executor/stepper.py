@@ -25,7 +25,7 @@ from pathlib import Path
 
 from dynrunner.executor import scopes
 from dynrunner.executor.commands import CommandProcessor
-from dynrunner.executor.contexts import JobContexts, StepRecord
+from dynrunner.executor.contexts import JobContexts, StepRecord, reads_true
 from dynrunner.executor.masking import Masker
 from dynrunner.executor.reporter import Reporter
 from dynrunner.executor.runtime import ArtifactError, JobRuntime, StepFiles
@@ -62,10 +62,6 @@ def _has_entries(directory: Path) -> bool:
             return any(True for _ in entries)
     except FileNotFoundError:
         return False
-
-
-def _truthy_env(env: Mapping[str, str], name: str) -> bool:
-    return env.get(name, "").strip().lower() == "true"
 
 
 class StepExecutor:
@@ -215,8 +211,8 @@ class StepExecutor:
         processor = CommandProcessor(
             self.masker.add,
             debug=self.step_debug,
-            allow_unsecure_commands=_truthy_env(env, "ACTIONS_ALLOW_UNSECURE_COMMANDS"),
-            allow_unsecure_stop_tokens=_truthy_env(env, "ACTIONS_ALLOW_UNSECURE_STOPCOMMAND_TOKENS"),
+            allow_unsecure_commands=reads_true(env.get("ACTIONS_ALLOW_UNSECURE_COMMANDS")),
+            allow_unsecure_stop_tokens=reads_true(env.get("ACTIONS_ALLOW_UNSECURE_STOPCOMMAND_TOKENS")),
         )
         reporter_log = self.reporter.log
         feed = processor.feed

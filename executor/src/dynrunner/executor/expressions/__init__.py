@@ -9,8 +9,8 @@ The language and its deviations are described in docs/expressions.md.
 from dynrunner.executor.expressions.availability import ALLOWED_CONTEXTS
 from dynrunner.executor.expressions.errors import ExpressionError
 from dynrunner.executor.expressions.evaluator import EvalEnv, evaluate
-from dynrunner.executor.expressions.templates import evaluate_if, interpolate, interpolate_tree
-from dynrunner.executor.expressions.values import to_display_string
+from dynrunner.executor.expressions.templates import evaluate_if, interpolate, interpolate_tree, is_single_expression
+from dynrunner.executor.expressions.values import is_truthy, to_display_string
 
 __all__ = [
     "ALLOWED_CONTEXTS",
@@ -20,5 +20,7 @@ __all__ = [
     "evaluate_if",
     "interpolate",
     "interpolate_tree",
+    "is_single_expression",
+    "is_truthy",
     "to_display_string",
 ]

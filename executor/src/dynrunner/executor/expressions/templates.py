@@ -81,6 +81,18 @@ def split_template(raw: str) -> list[str | Expr]:
     return segments
 
 
+def _sole(segments: list[str | Expr]) -> Expr | None:
+    """The expression when the segments are exactly one expression."""
+    return segments[0] if len(segments) == 1 and isinstance(segments[0], Expr) else None
+
+
+def is_single_expression(text: str) -> bool:
+    """Whether `text` is exactly one `${{ expr }}` (nothing around it), the form whose value
+    keeps its type where a workflow key is not a string. Raises ExpressionError for an
+    unclosed or empty `${{`."""
+    return OPEN in text and _sole(split_template(text)) is not None
+
+
 def _string_literal(text: str) -> str | None:
     """The value of an expression that is only a string literal (`'it''s'`), else None."""
     out: list[str] = []
@@ -117,7 +129,7 @@ class _Template:
 
     @property
     def whole_value(self) -> bool:
-        return len(self.segments) == 1 and isinstance(self.segments[0], Expr)
+        return _sole(self.segments) is not None
 
     def value(self) -> Any:
         return self.scope.run(self.nodes[0])
@@ -183,9 +195,10 @@ def condition_expression(condition: Any) -> str:
     segments = split_template(condition)
     if not any(isinstance(s, Expr) for s in segments):
         return condition
-    if len(segments) == 1 and isinstance(segments[0], Expr):
-        literal = _string_literal(segments[0].text)
-        return literal if literal is not None else segments[0].text
+    sole = _sole(segments)
+    if sole is not None:
+        literal = _string_literal(sole.text)
+        return literal if literal is not None else sole.text
     fmt: list[str] = []
     args: list[str] = []
     for segment in segments:
