@@ -81,6 +81,8 @@ class Registrations:
         self._metrics = metrics
         self._current: ArmedRegistration | None = None
         self._spent: set[int] = set()
+        self._store_empty = False
+        """This loop removed its key from the store itself: the next arm need not read it."""
 
     @property
     def ephemeral(self) -> bool:
@@ -94,7 +96,7 @@ class Registrations:
         knows it, or a newly registered one (stored before it is used)."""
         if self._current is not None:
             return self._current
-        reg = await self._stored()
+        reg = None if self._store_empty else await self._stored()
         if reg is not None and not await self._still_registered(reg):
             await self._store.delete(self.key)
             reg = None
@@ -112,7 +114,9 @@ class Registrations:
         if self._current is not None:
             self._spent.add(self._current.id)
             self._current = None
+        self._store_empty = False
         await self._store.delete(self.key)
+        self._store_empty = True
 
     async def forget(self, reg: ArmedRegistration) -> None:
         """Remove the spent `reg` from the store if it is still the stored one (a retry of
@@ -125,7 +129,9 @@ class Registrations:
         """Gitea no longer accepts the armed runner (deleted by an admin, or removed after a
         task): forget it, whatever the mode."""
         self._current = None
+        self._store_empty = False
         await self._store.delete(self.key)
+        self._store_empty = True
 
     async def _stored(self) -> ArmedRegistration | None:
         try:
@@ -180,6 +186,7 @@ class Registrations:
             labels=tuple(self.labels),
             created_at=datetime.now(UTC),
         )
+        self._store_empty = False  # a put whose answer was lost may still have stored it
         await self._store.put(self.key, reg)
         log.info("pool %s: registered %s runner %s (id %s)", self.pool, self.mode, reg.name, reg.id)
         return reg

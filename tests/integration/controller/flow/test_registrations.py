@@ -104,3 +104,25 @@ async def test_shared_mode_keeps_one_ordinary_runner(gitea: GiteaDouble, store: 
     assert await regs.armed() == first
     [runner] = live_runners(gitea)
     assert not runner.ephemeral
+
+
+async def test_the_next_arm_after_a_spent_runner_does_not_read_the_store(
+    gitea: GiteaDouble, store: RegistrationStore
+) -> None:
+    """The loop removed its key itself, so arming again only registers (one NATS read less
+    per claim); a store it did not empty itself is still read."""
+    regs = registrations(gitea, store)
+    await regs.armed()
+    await regs.spent()
+    reads: list[str] = []
+    original = store.get
+
+    async def counting_get(key: str):  # type: ignore[no-untyped-def]
+        reads.append(key)
+        return await original(key)
+
+    store.get = counting_get  # type: ignore[method-assign]
+    second = await regs.armed()
+    assert reads == [] and await original("local") == second
+    assert await registrations(gitea, store).armed() == second  # a fresh object reads it
+    assert reads == ["local"]
