@@ -31,6 +31,7 @@ from dynrunner.controller.reaper import PoolWatch, Reaper
 from dynrunner.controller.registrations import Registrations
 from dynrunner.controller.registrations_store import RegistrationStore
 from dynrunner.controller.sealing import Sealer, ensure_key_file
+from dynrunner.controller.stagelog import ClaimedLines
 from dynrunner.proto.assignment import ExecutorOptions, IdentityWait
 from dynrunner.proto.gitea import GiteaClient
 
@@ -99,6 +100,7 @@ class Controller:
         self.pools: dict[str, Pool] = {}
         self.health_url = ""
         self._log: AssignmentLog | None = None
+        self._claimed_lines = ClaimedLines()
 
     async def run(self, stop: asyncio.Event) -> None:
         cfg = self.cfg
@@ -183,6 +185,7 @@ class Controller:
                 publisher=self._log,
                 sealer=sealer,
                 metrics=self.metrics,
+                claimed_lines=self._claimed_lines,
             )
             for slot in range(loops)
         ]
@@ -194,6 +197,7 @@ class Controller:
             gitea=gitea,
             capacity=capacity,
             metrics=self.metrics,
+            claimed_lines=self._claimed_lines,
         )
         return Pool(pool_cfg, backend, capacity, claimers, launcher)
 
@@ -234,6 +238,7 @@ class Controller:
             for task in launching:
                 task.cancel()
             await asyncio.gather(*launching, return_exceptions=True)
+            await self._claimed_lines.flush()  # claims published but not launched: their first line
             reaper.stop()
             await reaping
 

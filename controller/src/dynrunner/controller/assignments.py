@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 import re
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any
 
 import nats
@@ -296,21 +296,26 @@ class AssignmentLog:
 
     # --- consuming --------------------------------------------------------------------------
 
-    async def deliveries(self, pool: str, batch: int = 1) -> AsyncGenerator[Delivery, None]:
+    async def deliveries(self, pool: str, batch: int | Callable[[], int] = 1) -> AsyncGenerator[Delivery, None]:
         """Deliveries for `pool`, pulled only when the caller asks for the next one, so a launcher
-        without free capacity holds none. Close with `contextlib.aclosing` (or `close()`)."""
+        without free capacity holds none. `batch` (or what it returns at each pull) is how many
+        one pull may take: a launcher with several free slots takes several at once, one NATS
+        round trip for all of them. Messages pulled but not handed out when the generator is
+        closed are given back (nak) for immediate redelivery. Close with
+        `contextlib.aclosing` (or `close()`)."""
         if pool not in self.pools:
             raise ValueError(f"pool {pool!r} is not configured")
         sub = await self.js.pull_subscribe_bind(consumer_name(pool), stream=self.cfg.stream)
         self._subscriptions.add(sub)
         failures = 0
+        held: list[Msg] = []
         try:
             while True:
                 if not self.nc.is_connected:
                     await asyncio.sleep(0.05)  # a pull sent now would wait out its expiry after the reconnect
                     continue
                 try:
-                    msgs = await sub.fetch(batch, timeout=_FETCH_WAIT_S)
+                    held = await sub.fetch(max(1, batch() if callable(batch) else batch), timeout=_FETCH_WAIT_S)
                     failures = 0
                 except nats.errors.TimeoutError:
                     continue
@@ -320,12 +325,15 @@ class AssignmentLog:
                     failures += 1
                     await self._recover(pool, err, failures)
                     continue
-                for msg in msgs:
-                    delivery = await self._delivery(pool, msg)
+                while held:
+                    delivery = await self._delivery(pool, held.pop(0))
                     if delivery is not None:
                         yield delivery
         finally:
             self._subscriptions.discard(sub)
+            for msg in held:
+                with contextlib.suppress(nats.errors.Error):
+                    await msg.nak()
             with contextlib.suppress(nats.errors.Error):
                 await sub.unsubscribe()
 

@@ -36,7 +36,7 @@ from dynrunner.controller.metrics import Metrics
 from dynrunner.controller.registrations import Registrations
 from dynrunner.controller.registrations_store import ArmedRegistration
 from dynrunner.controller.sealing import Sealer
-from dynrunner.controller.stagelog import StageLog, claimed_line
+from dynrunner.controller.stagelog import ClaimedLines, StageLog, claimed_line
 from dynrunner.proto.assignment import Assignment, ClaimingRunner, ExecutorOptions
 from dynrunner.proto.gitea import GiteaClient, GiteaError, RunnerRemoved, Task, Unauthenticated
 
@@ -134,7 +134,10 @@ class Claimer:
         sealer: Sealer,
         metrics: Metrics,
         backoff: Backoff | None = None,
+        claimed_lines: ClaimedLines | None = None,
     ) -> None:
+        """`claimed_lines` (shared with the pool's launcher) lets the launcher write the claim's
+        stage line together with its own; without it the line is written at once."""
         self.settings = settings
         self.pool = settings.pool
         self._registrations = registrations
@@ -142,6 +145,7 @@ class Claimer:
         self._publisher = publisher
         self._sealer = sealer
         self._metrics = metrics
+        self._claimed_lines = claimed_lines
         self._backoff = backoff or Backoff(settings.fetch_interval_s, settings.fetch_interval_max_s)
         self._tasks_version = 0
         self._stopping = asyncio.Event()
@@ -264,14 +268,18 @@ class Claimer:
                     await self._fail(client, task.id, str(err), "invalid-task")
                     reservation.cancel()
                     return
-                await StageLog(client, task.id, next_index=0).write(
-                    claimed_line(self.pool, reg.name, reg.id, reg.labels)
-                )
+                line = claimed_line(self.pool, reg.name, reg.id, reg.labels)
+                if self._claimed_lines is not None:
+                    self._claimed_lines.defer(assignment_id, client, task.id, line)
+                else:
+                    await StageLog(client, task.id, next_index=0).write(line)
                 try:
                     await self._publisher.publish(self._sealer.seal_assignment(assignment))
                 except Exception as err:  # PublishError, or a sealing failure: either way, not queued
                     self._metrics.errors.labels(pool=self.pool, kind="publish").inc()
                     reason = f"the controller could not queue the job for launch: {err}"
+                    if self._claimed_lines is not None:
+                        await self._claimed_lines.write(assignment_id)
                     await self._fail(client, task.id, reason, "publish")
                     reservation.cancel()
                     return

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -29,9 +29,9 @@ from dynrunner.controller.logs import log_context
 from dynrunner.controller.loops import Backoff
 from dynrunner.controller.metrics import Metrics
 from dynrunner.controller.sealing import Sealer, SealingError
-from dynrunner.controller.stagelog import HEARTBEAT_INTERVAL_S, Heartbeat, StageLog, TaskEnded
+from dynrunner.controller.stagelog import HEARTBEAT_INTERVAL_S, ClaimedLines, Heartbeat, StageLog, TaskEnded
 from dynrunner.proto.assignment import Assignment
-from dynrunner.proto.gitea import GiteaClient, GiteaError, Result, RunnerCredentials
+from dynrunner.proto.gitea import GiteaClient, GiteaError, LogRow, Result, RunnerCredentials
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ class Delivery(Protocol):
 
 
 class DeliverySource(Protocol):
-    def deliveries(self, pool: str, batch: int = 1) -> AsyncIterator[Delivery]: ...
+    def deliveries(self, pool: str, batch: int | Callable[[], int] = 1) -> AsyncIterator[Delivery]: ...
 
 
 def nak_delay(num_delivered: int) -> float:
@@ -78,6 +78,7 @@ class Launcher:
         metrics: Metrics,
         concurrency: int = LAUNCH_CONCURRENCY,
         heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S,
+        claimed_lines: ClaimedLines | None = None,
     ) -> None:
         self.pool = pool
         self._backend = backend
@@ -88,27 +89,36 @@ class Launcher:
         self._metrics = metrics
         self._concurrency = concurrency
         self._heartbeat_interval_s = heartbeat_interval_s
+        self._claimed_lines = claimed_lines
         self._launches: set[asyncio.Task[None]] = set()
         self.launching: set[str] = set()
         """Assignment ids being launched right now (the reaper leaves them alone)."""
 
     async def run(self) -> None:
-        """Pull and launch until cancelled; launches in hand are finished first (`drain`)."""
+        """Pull and launch until cancelled; launches in hand are finished first (`drain`).
+        A pull takes as many assignments as there are free launch slots."""
         slots = asyncio.Semaphore(self._concurrency)
-        deliveries = self._source.deliveries(self.pool)
+        free = [self._concurrency]
+
+        def release(_: object) -> None:
+            free[0] += 1
+            slots.release()
+
+        deliveries = self._source.deliveries(self.pool, batch=lambda: free[0] + 1)
         try:
             while True:
                 await slots.acquire()
+                free[0] -= 1
                 try:
                     delivery = await anext(deliveries)
                 except BaseException:
-                    slots.release()
+                    release(None)
                     raise
                 name = f"launch-{delivery.assignment.assignment_id}"
                 launch = asyncio.create_task(self._launch(delivery), name=name)
                 self._launches.add(launch)
                 launch.add_done_callback(self._launches.discard)
-                launch.add_done_callback(lambda _: slots.release())
+                launch.add_done_callback(release)
         finally:
             if isinstance(deliveries, AsyncGenerator):
                 await deliveries.aclose()
@@ -151,6 +161,7 @@ class Launcher:
                 existing = await self._backend.find(assignment.assignment_id)
                 if existing is not None:
                     log.info("environment %s exists already (redelivery); acknowledging", existing.name)
+                    await self._write_claimed_line(assignment.assignment_id)  # before an executor may start
                     await self._backend.create(assignment, _nothing_to_say)
                 else:
                     if delivery.num_delivered > 1:
@@ -160,14 +171,16 @@ class Launcher:
                     # Otherwise the claim just refreshed the task in Gitea: the first beat is
                     # due after one interval (a launch that fast costs Gitea nothing extra).
                     heartbeat.start()
-                    stage = StageLog(client, task_id, next_index=1)
 
                     async def before_start() -> None:
                         await heartbeat.stop()
                         if heartbeat.ended is not None:
                             raise heartbeat.ended
                         name = contract.environment_name(assignment.assignment_id)
-                        await stage.write(f"environment {name} created ({self._backend.name}); starting the executor")
+                        claimed = await self._take_claimed_line(assignment.assignment_id)
+                        await StageLog(client, task_id, next_index=0 if claimed else 1).write(
+                            f"environment {name} created ({self._backend.name}); starting the executor", before=claimed
+                        )
 
                     await self._backend.create(assignment, before_start)
                     self._metrics.claimed_to_launched.labels(pool=self.pool).observe(
@@ -203,6 +216,7 @@ class Launcher:
     async def _give_up(self, delivery: Delivery, assignment: Assignment, client: GiteaClient, reason: str) -> None:
         """Last attempt failed: tell the user why, remove what was made, never deliver again."""
         self._metrics.finalized_failed.labels(pool=self.pool, reason="launch").inc()
+        await self._write_claimed_line(assignment.assignment_id)
         await finalize_failed(client, assignment.task.id, reason)
         await self._remove(assignment.assignment_id)
         await delivery.term()
@@ -213,6 +227,7 @@ class Launcher:
     ) -> None:
         """The run was cancelled (or Gitea gave up on the task) before the executor started."""
         log.info("%s; not starting it", ended)
+        await self._write_claimed_line(assignment.assignment_id)
         if ended.result is not None:
             # The runner still exists (cancelling handshake): close the log and end the task so
             # Gitea deletes the runner; otherwise Gitea did both already.
@@ -235,6 +250,14 @@ class Launcher:
         else:
             log.error("assignment cannot be unsealed (attempt %d): %s", delivery.num_delivered, err)
             await delivery.nak(nak_delay(delivery.num_delivered))
+
+    async def _take_claimed_line(self, assignment_id: str) -> list[LogRow]:
+        return await self._claimed_lines.take(assignment_id) if self._claimed_lines is not None else []
+
+    async def _write_claimed_line(self, assignment_id: str) -> None:
+        """Before a task is finalized here: its claim line first, if still held back."""
+        if self._claimed_lines is not None:
+            await self._claimed_lines.write(assignment_id)
 
     async def _remove(self, assignment_id: str) -> None:
         try:

@@ -3,6 +3,9 @@
 * `StageLog` appends short lines to the job log ("claimed by pool … as runner …"), so a user
   sees why a job is waiting. Best effort: a line that cannot be written is logged here and
   dropped; it never fails a launch.
+* `ClaimedLines` holds the claimer's line of each claim for a moment, so the launcher's first
+  line takes it along: a fast launch costs Gitea one UpdateLog, not two. A line nobody took
+  within `CLAIMED_LINE_DELAY_S` is written on its own (a slow launch still shows the claim).
 * `Heartbeat` sends a non-final UpdateTask every few seconds, so Gitea's zombie reaper never
   fails a slow start, and notices when the task ended meanwhile (a user cancelled the run).
 
@@ -18,15 +21,17 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from dynrunner.controller.finalize import rows
-from dynrunner.proto.gitea import GiteaClient, GiteaError, Result, TaskState, Unauthenticated
+from dynrunner.proto.gitea import GiteaClient, GiteaError, LogRow, Result, TaskState, Unauthenticated
 from dynrunner.proto.gitea.client import RetryPolicy
 
 log = logging.getLogger(__name__)
 
 STAGE_RETRY = RetryPolicy(attempts=3, max_delay_s=10.0, initial_s=0.2, max_backoff_s=2.0)
 HEARTBEAT_INTERVAL_S = 5.0
+CLAIMED_LINE_DELAY_S = 1.0
 
 
 class StageLog:
@@ -48,9 +53,10 @@ class StageLog:
     def next_index(self) -> int:
         return self._next
 
-    async def write(self, *lines: str) -> bool:
-        """Append `lines`; False if Gitea could not take them (the launch goes on regardless)."""
-        new_rows = rows(lines)
+    async def write(self, *lines: str, before: Sequence[LogRow] = ()) -> bool:
+        """Append `before` (rows made earlier, with their own times) and `lines`; False if Gitea
+        could not take them (the launch goes on regardless)."""
+        new_rows = [*before, *rows(lines)]
         try:
             for _ in range(3):
                 ack = await self._client.update_log(self._task_id, self._next, new_rows, retry=STAGE_RETRY)
@@ -135,3 +141,81 @@ class Heartbeat:
 
 def claimed_line(pool: str, runner_name: str, runner_id: int, labels: Sequence[str]) -> str:
     return f"claimed by pool {pool} as runner {runner_name} (id {runner_id}, labels {', '.join(labels)})"
+
+
+@dataclass(eq=False)
+class _Pending:
+    client: GiteaClient
+    task_id: int
+    rows: list[LogRow]
+    timer: asyncio.TimerHandle | None = None
+    writing: asyncio.Task[None] | None = field(default=None, repr=False)
+
+
+class ClaimedLines:
+    """The first stage line of each claim not launched yet, by assignment id.
+
+    The claimer `defer`s its line (stamped with the claim time); the launcher `take`s it and
+    writes it together with its own first line at index 0. A line still here `delay_s` after
+    the claim is written alone, and `take` then waits for that write, so the two writers never
+    race for one index. `flush` writes whatever is left (at shutdown).
+    """
+
+    def __init__(self, delay_s: float = CLAIMED_LINE_DELAY_S) -> None:
+        self._delay_s = delay_s
+        self._pending: dict[str, _Pending] = {}
+        self._writes: set[asyncio.Task[None]] = set()
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def defer(self, key: str, client: GiteaClient, task_id: int, line: str) -> None:
+        pending = _Pending(client, task_id, rows([line]))
+        pending.timer = asyncio.get_running_loop().call_later(self._delay_s, self._write_now, key)
+        self._pending[key] = pending
+
+    async def take(self, key: str) -> list[LogRow]:
+        """The rows to write first, at index 0; [] when they are written already (or none is known)."""
+        pending = await self._take(key)
+        return pending.rows if pending is not None else []
+
+    async def write(self, key: str) -> None:
+        """Write the line of `key` now if it is still pending (before its task is finalized)."""
+        pending = await self._take(key)
+        if pending is not None:
+            await StageLog(pending.client, pending.task_id, next_index=0).write(before=pending.rows)
+
+    async def _take(self, key: str) -> _Pending | None:
+        pending = self._pending.get(key)
+        if pending is None:
+            return None
+        if pending.writing is not None:
+            await asyncio.wait([pending.writing])  # shielded from our caller's cancellation, never raises
+            return None
+        del self._pending[key]
+        if pending.timer is not None:
+            pending.timer.cancel()
+        return pending
+
+    async def flush(self) -> None:
+        for key in list(self._pending):
+            self._write_now(key)
+        while self._writes:
+            await asyncio.gather(*list(self._writes), return_exceptions=True)
+
+    def _write_now(self, key: str) -> None:
+        pending = self._pending.get(key)
+        if pending is None or pending.writing is not None:
+            return
+        if pending.timer is not None:
+            pending.timer.cancel()
+        writing = asyncio.create_task(self._write(key, pending), name=f"stage-line-{pending.task_id}")
+        pending.writing = writing
+        self._writes.add(writing)
+        writing.add_done_callback(self._writes.discard)
+
+    async def _write(self, key: str, pending: _Pending) -> None:
+        try:
+            await StageLog(pending.client, pending.task_id, next_index=0).write(before=pending.rows)
+        finally:
+            self._pending.pop(key, None)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 
 import pytest
 
 from dynrunner.controller.finalize import FinalizeOutcome, finalize_failed
-from dynrunner.controller.stagelog import Heartbeat, StageLog, TaskEnded
+from dynrunner.controller.stagelog import ClaimedLines, Heartbeat, StageLog, TaskEnded
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.proto.gitea import GiteaClient, LogRow, Result, RunnerCredentials, Task, TaskState
 
@@ -90,3 +91,80 @@ async def test_heartbeat_keeps_the_task_and_notices_a_cancel(gitea: GiteaDouble)
         await heartbeat.beat()
     heartbeat.start()
     await heartbeat.stop()
+
+
+class CountingClient(GiteaClient):
+    """Counts UpdateLog calls (what each costs Gitea)."""
+
+    calls = 0
+
+    async def update_log(self, *args: object, **kwargs: object) -> int:  # type: ignore[override]
+        type(self).calls += 1
+        return await super().update_log(*args, **kwargs)  # type: ignore[arg-type]
+
+
+async def counting_claim(gitea: GiteaDouble) -> tuple[GiteaClient, Task]:
+    client, task = await claim(gitea)
+    assert client.credentials is not None
+    CountingClient.calls = 0
+    return CountingClient(gitea.url, client.credentials), task
+
+
+async def test_the_launchers_first_line_takes_the_claim_line_along(gitea: GiteaDouble) -> None:
+    client, task = await counting_claim(gitea)
+    lines = ClaimedLines(delay_s=30)
+    lines.defer("a1", client, task.id, "claimed")
+    claimed_at = gitea.task(task.id).updated
+    taken = await lines.take("a1")
+    assert len(taken) == 1 and len(lines) == 0
+    assert await StageLog(client, task.id, next_index=0).write("environment created", before=taken)
+    assert CountingClient.calls == 1  # one UpdateLog for both lines
+    view = gitea.task(task.id)
+    assert view.log_rows == ["[dynrunner] claimed", "[dynrunner] environment created"]
+    assert int(taken[0].time.timestamp()) >= claimed_at - 1  # the claim's own time
+    assert await lines.take("a1") == []
+
+
+async def test_a_claim_line_nobody_takes_is_written_alone(gitea: GiteaDouble) -> None:
+    client, task = await counting_claim(gitea)
+    lines = ClaimedLines(delay_s=0.01)
+    lines.defer("a1", client, task.id, "claimed")
+    for _ in range(200):
+        if gitea.task(task.id).log_rows:
+            break
+        await asyncio.sleep(0.01)
+    assert await lines.take("a1") == []  # written (or being written: take waits for it)
+    assert await StageLog(client, task.id, next_index=1).write("environment created")
+    assert gitea.task(task.id).log_rows == ["[dynrunner] claimed", "[dynrunner] environment created"]
+    assert CountingClient.calls == 2
+
+
+async def test_take_waits_for_a_claim_line_being_written(gitea: GiteaDouble) -> None:
+    """The two writers never race for index 0: a take during the timer's write waits for it."""
+    client, task = await claim(gitea)
+    assert client.credentials is not None
+
+    class SlowClient(GiteaClient):
+        async def update_log(self, *args: object, **kwargs: object) -> int:  # type: ignore[override]
+            await asyncio.sleep(0.2)
+            return await super().update_log(*args, **kwargs)  # type: ignore[arg-type]
+
+    lines = ClaimedLines(delay_s=0)
+    lines.defer("a1", SlowClient(gitea.url, client.credentials), task.id, "claimed")
+    await asyncio.sleep(0.05)  # the timer fired; its write is in flight
+    assert gitea.task(task.id).log_rows == []
+    assert await lines.take("a1") == []
+    assert gitea.task(task.id).log_rows == ["[dynrunner] claimed"]
+
+
+async def test_flush_and_write_send_what_is_still_held(gitea: GiteaDouble) -> None:
+    client, task = await counting_claim(gitea)
+    other_client, other = await claim(gitea)
+    lines = ClaimedLines(delay_s=30)
+    lines.defer("a1", client, task.id, "claimed one")
+    lines.defer("a2", other_client, other.id, "claimed two")
+    await lines.write("a1")  # e.g. before the launcher finalizes a1's task
+    assert gitea.task(task.id).log_rows == ["[dynrunner] claimed one"]
+    await lines.flush()  # shutdown
+    assert gitea.task(other.id).log_rows == ["[dynrunner] claimed two"]
+    assert len(lines) == 0

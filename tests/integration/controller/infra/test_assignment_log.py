@@ -190,6 +190,35 @@ async def test_pending_counts_waiting_and_in_flight_per_pool(
     assert (await log.pending("pod"), await log.pending("vm")) == (2, 0)
 
 
+async def test_one_pull_takes_what_the_caller_can_launch_and_gives_back_the_rest(
+    nats_server_module: NatsServer, nats_config: NatsConfig, open_log: LogFactory, sealer: Sealer
+) -> None:
+    """`batch` is read at every pull; deliveries pulled but not handed out when the generator
+    closes are nak'ed, so the next launcher gets them at once instead of after ack-wait."""
+    log = await open_log(nats_server_module.url, nats_config)
+    published = [make_assignment() for _ in range(3)]
+    for a in published:
+        await log.publish(sealer.seal_assignment(a))
+    asked: list[int] = []
+
+    def batch() -> int:
+        asked.append(3)
+        return 3
+
+    async with contextlib.aclosing(log.deliveries("pod", batch=batch)) as it:
+        first = await next_delivery(it)
+        await first.ack()
+    assert asked == [3]  # one pull took all three
+    async with contextlib.aclosing(log.deliveries("pod", batch=2)) as again:
+        rest = [await next_delivery(again, within=1.0) for _ in range(2)]
+        for d in rest:
+            assert d.num_delivered == 2
+            await d.ack()
+    ids = {first.assignment.assignment_id, *(d.assignment.assignment_id for d in rest)}
+    assert ids == {a.assignment_id for a in published}
+    assert await log.pending("pod") == 0
+
+
 async def test_unreadable_messages_are_dropped_and_newer_versions_left_alone(
     nats_server_module: NatsServer, nats_config: NatsConfig, open_log: LogFactory, sealer: Sealer, metrics: Metrics
 ) -> None:
