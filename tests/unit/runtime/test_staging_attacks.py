@@ -108,6 +108,8 @@ async def test_a_directory_is_not_staged_into_a_non_empty_directory(scene: Scene
         ([member("C:\\evil", data=b"x")], "contains a backslash"),
         ([member("./a", data=b"x")], "is not a canonical relative name"),
         ([member("a//b", data=b"x")], "is not a canonical relative name"),
+        ([member("file/", data=b"x")], "is not a canonical relative name"),
+        ([member("fichier-é/", data=b"x")], "is not a canonical relative name"),  # a pax path, read without its '/'
         ([member("link", tarfile.SYMTYPE, linkname="/tmp")], "'link' .* is a symbolic link"),
         (
             [member("link", tarfile.SYMTYPE, linkname="../outside"), member("link/evil", data=b"x")],

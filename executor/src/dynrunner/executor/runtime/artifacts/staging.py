@@ -138,7 +138,9 @@ class _Tree:
         self.ref = ref
 
     def admit(self, member: tarfile.TarInfo) -> list[str]:
-        name = member.name[:-1] if member.isdir() and member.name.endswith("/") else member.name
+        # tarfile drops the trailing '/' of a pax path even for a file: judge the name as written
+        written = member.pax_headers.get("path", member.name)
+        name = written.rstrip("/") if member.isdir() else written
         what = f"archive member '{name}' of artifact '{self.ref.name}'"
         parts = relative_parts(name, what=what)
         if "/".join(parts) != name:
