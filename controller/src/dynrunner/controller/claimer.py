@@ -75,9 +75,10 @@ def job_timeout_minutes(payload: bytes | None, default: int) -> int:
     """`timeout-minutes` of the single job in a task's workflow payload, else `default`.
 
     An expression (`${{ … }}`) is evaluated by the executor, not here: the controller's
-    deadline then uses the default, which only bounds the outer limit.
+    deadline then uses the default, which only bounds the outer limit. A payload that does not
+    mention the key is not parsed at all (Gitea writes the payload with plain keys).
     """
-    if not payload:
+    if not payload or b"timeout-minutes" not in payload:
         return default
     try:
         doc = yaml.load(payload, Loader=_Loader)  # a safe loader (C or Python)
@@ -105,8 +106,8 @@ def build_assignment(
 ) -> Assignment:
     """The Assignment for a claimed task (pure). Raises ContractError when the task cannot
     be run under the contract (its message is what the user reads in the job log)."""
-    job_key = contract.job_key_of(task.context)
-    owner, repository = contract.repository_of(task.context)
+    job_key = contract.job_key_of(task)
+    owner, repository = contract.repository_of(task)
     minutes = job_timeout_minutes(task.workflow_payload, settings.default_timeout_minutes)
     return Assignment(
         assignment_id=assignment_id,

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dynrunner.proto.assignment import JOB_KEY_RE, Assignment
+from dynrunner.proto.gitea import Task
 
 LABEL_PREFIX = "dynrunner.io/"
 LABEL_ASSIGNMENT_ID = "dynrunner.io/assignment-id"
@@ -52,9 +53,16 @@ def label_value(value: str) -> str:
     return cleaned.strip("_.-")
 
 
-def job_key_of(context: Mapping[str, Any] | None) -> str:
+def _github(context: Mapping[str, Any] | Task | None, key: str) -> Any:
+    """A top-level value of a task's github context; from a Task without decoding the rest."""
+    if isinstance(context, Task):
+        return context.context_get(key)
+    return (context or {}).get(key)
+
+
+def job_key_of(context: Mapping[str, Any] | Task | None) -> str:
     """The workflow job id (`github.job`) of a task, checked against the job-key rule."""
-    job = (context or {}).get("job")
+    job = _github(context, "job")
     if not isinstance(job, str) or not job:
         raise ContractError("the task's github context has no job id (`github.job`); it cannot be run")
     if not JOB_KEY_RE.match(job):
@@ -65,9 +73,9 @@ def job_key_of(context: Mapping[str, Any] | None) -> str:
     return job
 
 
-def repository_of(context: Mapping[str, Any] | None) -> tuple[str, str]:
+def repository_of(context: Mapping[str, Any] | Task | None) -> tuple[str, str]:
     """(owner, repository name) from the task's github context, lowercased."""
-    full = (context or {}).get("repository")
+    full = _github(context, "repository")
     if not isinstance(full, str) or full.count("/") != 1:
         raise ContractError(f"the task's github context has no usable repository (got {full!r})")
     owner, name = full.lower().split("/")
@@ -97,7 +105,7 @@ def spiffe_id(trust_domain: str, owner: str, repository: str, job_key: str) -> s
 
 def environment_labels(assignment: Assignment) -> dict[str, str]:
     """The labels every environment carries (DESIGN §6); values are valid label values."""
-    owner, name = repository_of(assignment.task.context)
+    owner, name = repository_of(assignment.task)
     return {
         LABEL_ASSIGNMENT_ID: assignment.assignment_id,
         LABEL_TASK_ID: str(assignment.task.id),

@@ -12,6 +12,7 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from google.protobuf import struct_pb2
 from google.protobuf.message import DecodeError
@@ -117,8 +118,8 @@ def encode(a: Assignment) -> bytes:
         deadline=ts_to_proto(a.deadline),
         executor=apb.ExecutorOptions(
             workspace=a.executor.workspace,
-            artifacts=apb.ArtifactStore(**dataclasses.asdict(a.executor.artifacts)),
-            identity=apb.IdentityWait(**dataclasses.asdict(a.executor.identity)),
+            artifacts=apb.ArtifactStore(**_fields_of(a.executor.artifacts)),
+            identity=apb.IdentityWait(**_fields_of(a.executor.identity)),
             outputs_total_limit_bytes=a.executor.outputs_total_limit_bytes,
             log_level=a.executor.log_level,
         ),
@@ -126,6 +127,11 @@ def encode(a: Assignment) -> bytes:
     if a.sealed is not None:
         msg.sealed.CopyFrom(apb.Sealed(key_id=a.sealed.key_id, nonce=a.sealed.nonce, ciphertext=a.sealed.ciphertext))
     return msg.SerializeToString(deterministic=True)
+
+
+def _fields_of(options: ArtifactStoreOptions | IdentityWait) -> dict[str, Any]:
+    """A flat options dataclass as keyword arguments (`dataclasses.asdict` deep-copies: slow)."""
+    return {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
 
 
 def peek_version(data: bytes) -> int:
@@ -223,17 +229,15 @@ def decode(data: bytes) -> Assignment:
 def split_secrets(a: Assignment) -> tuple[Assignment, bytes]:
     """Blank the secret parts of `a`; return the blanked copy and the parts serialized
     (for the controller to seal with the assignment id as associated data)."""
-    context = dict(a.task.context or {})
     parts = apb.SecretParts(
         task_secrets=dict(a.task.secrets),
         runner_token=a.runner.token,
-        task_token=str(context.get("token", "")),
-        runtime_token=str(context.get("gitea_runtime_token", "")),
+        task_token=str(a.task.context_get("token", "")),
+        runtime_token=str(a.task.context_get("gitea_runtime_token", "")),
     )
-    for key in TOKEN_CONTEXT_KEYS:
-        context.pop(key, None)
+    task = a.task.with_context(drop=TOKEN_CONTEXT_KEYS)
     public = a.replace(
-        task=dataclasses.replace(a.task, secrets={}, context=context if a.task.context is not None else None),
+        task=task.replace(secrets={}),
         runner=dataclasses.replace(a.runner, token=""),
     )
     return public, parts.SerializeToString(deterministic=True)
@@ -242,15 +246,10 @@ def split_secrets(a: Assignment) -> tuple[Assignment, bytes]:
 def merge_secrets(a: Assignment, parts_bytes: bytes) -> Assignment:
     """Put unsealed secret parts back and drop the sealed blob."""
     parts = apb.SecretParts.FromString(parts_bytes)
-    context = dict(a.task.context or {})
-    if parts.task_token:
-        context["token"] = parts.task_token
-    if parts.runtime_token:
-        context["gitea_runtime_token"] = parts.runtime_token
+    tokens = {"token": parts.task_token, "gitea_runtime_token": parts.runtime_token}
+    task = a.task.with_context(add={k: v for k, v in tokens.items() if v})
     return a.replace(
-        task=dataclasses.replace(
-            a.task, secrets=dict(parts.task_secrets), context=context if a.task.context is not None else None
-        ),
+        task=task.replace(secrets=dict(parts.task_secrets)),
         runner=dataclasses.replace(a.runner, token=parts.runner_token),
         sealed=None,
     )

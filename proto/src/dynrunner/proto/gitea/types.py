@@ -6,8 +6,9 @@ controller and executor work with plain dataclasses and Python datetimes.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -104,24 +105,46 @@ class Need:
     result: Result
 
 
-@dataclass(frozen=True, slots=True)
+class _WireContext:
+    """`Task.context`, kept as the wire `Struct` until it is first read.
+
+    Turning a Struct into Python values (and back) is the costliest part of handling a task
+    in Python, and the controller only passes the context through: it reads two keys
+    (`Task.context_get`) and moves it from FetchTask into the Assignment and on to the
+    executor. The first read of `context` decodes it once; writes store what is given.
+    """
+
+    def __get__(self, task: Task | None, owner: type | None = None) -> Mapping[str, Any] | None:
+        if task is None:
+            return None  # the dataclass default
+        value = task.__dict__["_context"]
+        if isinstance(value, struct_pb2.Struct):
+            value = plain_json(json_format.MessageToDict(value))
+            task.__dict__["_context"] = value
+        return value
+
+    def __set__(self, task: Task, value: Mapping[str, Any] | struct_pb2.Struct | None) -> None:
+        task.__dict__["_context"] = value
+
+
+@dataclass(frozen=True)
 class Task:
     """A claimed task. `context` is the `github` context as plain JSON values."""
 
     id: int
     workflow_payload: bytes | None = None
-    context: Mapping[str, Any] | None = None
+    context: Mapping[str, Any] | None = _WireContext()  # type: ignore[assignment]
     secrets: Mapping[str, str] = field(default_factory=dict)
     needs: Mapping[str, Need] = field(default_factory=dict)
     vars: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_proto(cls, task: pb.Task) -> Task:
-        context = plain_json(json_format.MessageToDict(task.context)) if task.HasField("context") else None
+        """The task; its context stays the wire Struct (read-only) until `context` is read."""
         return cls(
             id=task.id,
             workflow_payload=task.workflow_payload if task.HasField("workflow_payload") else None,
-            context=context,
+            context=task.context if task.HasField("context") else None,
             secrets=dict(task.secrets),
             needs={k: Need(outputs=dict(v.outputs), result=Result(v.result)) for k, v in task.needs.items()},
             vars=dict(task.vars),
@@ -131,13 +154,51 @@ class Task:
         msg = pb.Task(id=self.id, secrets=dict(self.secrets), vars=dict(self.vars))
         if self.workflow_payload is not None:
             msg.workflow_payload = self.workflow_payload
-        if self.context is not None:
-            ctx = struct_pb2.Struct()
-            ctx.update(dict(self.context))
-            msg.context.CopyFrom(ctx)
+        wire = self._wire_context()
+        if wire is not None:
+            msg.context.CopyFrom(wire)
+        elif self.context is not None:
+            msg.context.update(dict(self.context))
         for key, need in self.needs.items():
-            msg.needs[key].CopyFrom(pb.TaskNeed(outputs=dict(need.outputs), result=_wire_result(need.result)))
+            msg.needs[key].CopyFrom(pb.TaskNeed(outputs=dict(need.outputs), result=pb.Result.ValueType(need.result)))
         return msg
+
+    def context_get(self, key: str, default: Any = None) -> Any:
+        """One top-level value of `context` (as `context.get` would give it), without decoding the rest."""
+        wire = self._wire_context()
+        if wire is None:
+            return (self.context or {}).get(key, default)
+        if key not in wire.fields:
+            return default
+        return plain_json(json_format.MessageToDict(wire.fields[key]))
+
+    def with_context(self, *, drop: Iterable[str] = (), add: Mapping[str, str] | None = None) -> Task:
+        """A copy whose context lacks the keys in `drop` and has the string values in `add`,
+        in whichever form the context is held (no decoding). A task without a context keeps none."""
+        wire = self._wire_context()
+        if wire is not None:
+            changed = struct_pb2.Struct()
+            changed.CopyFrom(wire)
+            for key in drop:
+                if key in changed.fields:
+                    del changed.fields[key]
+            for key, value in (add or {}).items():
+                changed.fields[key].string_value = value
+            context: Mapping[str, Any] | struct_pb2.Struct | None = changed
+        elif self.context is not None:
+            context = {k: v for k, v in self.context.items() if k not in set(drop)} | dict(add or {})
+        else:
+            context = None
+        return dataclasses.replace(self, context=context)
+
+    def replace(self, **changes: Any) -> Task:
+        """`dataclasses.replace` that leaves a context still in wire form undecoded."""
+        changes.setdefault("context", self.__dict__["_context"])
+        return dataclasses.replace(self, **changes)
+
+    def _wire_context(self) -> struct_pb2.Struct | None:
+        value = self.__dict__["_context"]
+        return value if isinstance(value, struct_pb2.Struct) else None
 
 
 @dataclass(slots=True)
