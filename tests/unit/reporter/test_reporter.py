@@ -133,6 +133,27 @@ async def test_step_transitions_flush_logs_then_state_at_once(fake, make) -> Non
     await rep.close(Result.SUCCESS)
 
 
+async def test_transitions_within_the_window_share_one_log_and_one_state_request(fake, make) -> None:
+    """Short steps: their starts and ends (and the task's start) are reported together,
+    logs first, with every step's complete state."""
+    rep = make(replace(FAST, transition_window_s=0.5))
+    await rep.start(3)
+    rep.log("setup")  # a lone row leaves at once; the next ones wait for a trigger
+    await until(lambda: len(fake.log_calls()) == 2)
+    for i in range(3):
+        rep.step_started(i)
+        rep.log(f"step {i}", step=i)
+        await asyncio.sleep(0)  # the pump runs in between: it must wait for the window
+        rep.step_finished(i, Result.SUCCESS)
+        await asyncio.sleep(0)
+    assert [c.kind for c in fake.calls] == ["log", "log"]  # the handshake and "setup" so far
+    await until(fake.task_calls)
+    assert [(c.kind, len(c.rows)) for c in fake.calls] == [("log", 0), ("log", 1), ("log", 3), ("task", 0)]
+    steps = fake.task_calls()[0].state.steps
+    assert [(s.result, s.log_index, s.log_length) for s in steps] == [(Result.SUCCESS, i + 1, 1) for i in range(3)]
+    assert await rep.close(Result.SUCCESS)
+
+
 async def test_heartbeat_when_nothing_happens(fake, make) -> None:
     rep = make(replace(FAST, heartbeat_s=0.05))
     await rep.start(3)

@@ -17,9 +17,13 @@ class ReporterConfig:
 
     Logs are sent when a batch is full (`batch_rows` or `batch_bytes`), when the oldest
     unsent row has waited `log_max_latency_s`, or `log_interval_s` after the previous send,
-    whichever comes first, and at once on every step start and end. act_runner waits up to
-    5 s; one executor per job can afford faster feedback, while every request still costs
-    Gitea a PBKDF2 check of the runner token, so the default stays at one per second.
+    whichever comes first. act_runner waits up to 5 s; one executor per job can afford
+    faster feedback, while every request still costs Gitea a PBKDF2 check of the runner
+    token, so the default stays at one per second.
+
+    A step start or end is reported within `transition_window_s`: the rows so far, then the
+    state of every step. Transitions within that window share one UpdateLog and one
+    UpdateTask, so a job of many short steps costs a few requests, not four per step.
 
     `heartbeat_s` keeps UpdateTask at most this far apart even when nothing changed, so
     Gitea never takes a quiet job for a zombie and a cancellation is seen within it.
@@ -35,6 +39,7 @@ class ReporterConfig:
     log_max_latency_s: float = 1.0
     batch_rows: int = 2000
     batch_bytes: int = 512 * 1024
+    transition_window_s: float = 0.1
     heartbeat_s: float = 4.0
     request_timeout_s: float = 30.0
     retry_initial_s: float = 0.5

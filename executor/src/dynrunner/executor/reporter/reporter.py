@@ -72,6 +72,7 @@ class Reporter:
         self._wake = asyncio.Event()
         self._pump: asyncio.Task[None] | None = None
         self._state_due = False
+        self._transition_at: float | None = None  # when step transitions seen so far must be reported
         self._flush_to: int | None = None  # rows up to here leave without waiting
         self._state_after: int | None = None  # an urgent state report waits for rows up to here
         self._unsent_since: float | None = None
@@ -100,7 +101,8 @@ class Reporter:
             if not _transient(err):
                 self._fail(err)  # the task can never be reported: the job must not run
             raise
-        self._state_due = True
+        self._last_state_send = time.monotonic()  # heartbeats count from here
+        self._transition()  # the first report: the task's start, with whatever steps started by then
         self._pump = asyncio.create_task(self._run(), name=f"reporter-task-{self.task_id}")
 
     def log(self, text: str | bytes, step: int | None = None) -> None:
@@ -198,9 +200,22 @@ class Reporter:
     # -- background pump ------------------------------------------------------------
 
     def _transition(self) -> None:
-        self._flush_to = self._state_after = self._buffer.end
-        self._state_due = True
-        self._wake.set()
+        """Report step transitions within the window that the first unreported one opens."""
+        if self._transition_at is None:
+            self._transition_at = time.monotonic() + self._cfg.transition_window_s
+            self._wake.set()
+
+    def _transitions_due(self, now: float) -> float:
+        """When pending transitions must go out; once due, the rows logged so far are sent
+        at once and the state report waits for them."""
+        due = self._transition_at
+        if due is None:
+            return float("inf")
+        if due <= now:
+            self._transition_at = None
+            self._flush_to = self._state_after = self._buffer.end
+            self._state_due = True
+        return due
 
     async def _run(self) -> None:
         me = asyncio.current_task()
@@ -210,9 +225,10 @@ class Reporter:
                 raise asyncio.CancelledError
             self._wake.clear()
             now = time.monotonic()
+            transitions_at = self._transitions_due(now)
             log_at = self._log_due_at(now)
             state_at = now if self._state_due else self._last_state_send + self._cfg.heartbeat_s
-            wait = min(log_at, state_at) - now
+            wait = min(log_at, state_at, transitions_at) - now
             if wait > 0:
                 try:
                     async with asyncio.timeout(wait):
