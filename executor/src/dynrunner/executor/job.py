@@ -199,7 +199,7 @@ class JobRunner:
         try:
             await executor.run_all()
         finally:
-            executor.close()
+            await executor.aclose()
         if executor.aborted:
             return JobResult(Result.CANCELLED if self.reporter.server_result == Result.CANCELLED else Result.FAILURE)
         outputs_ok = self._outputs(evaluator, contexts, runtime)

@@ -102,10 +102,12 @@ class StepExecutor:
         self.shutdown = shutdown
         self._cancel_wait = asyncio.create_task(reporter.cancelled.wait(), name="job-cancel-watch")
         self._shutdown_wait = asyncio.create_task(shutdown.wait(), name="job-shutdown-watch")
+        self._files = runtime.step_files_ahead([step.index for step in job.steps])
 
-    def close(self) -> None:
+    async def aclose(self) -> None:
         self._cancel_wait.cancel()
         self._shutdown_wait.cancel()
+        await self._files.aclose()
 
     # -- job-level signals ------------------------------------------------------------------
 
@@ -153,6 +155,7 @@ class StepExecutor:
     # -- the steps ------------------------------------------------------------------------------
 
     async def run_all(self) -> None:
+        self._files.start()
         for step in self.job.steps:
             self._note_cancel()
             if self.aborted or self._note_shutdown() or self._past_hard_deadline():
@@ -190,7 +193,7 @@ class StepExecutor:
             return
 
         self.reporter.step_started(i)
-        files = self.runtime.step_files(i)
+        files = await self._files.take(i)
         github = self._github(step, files)
         scope = {"env": env_context, "github": github}
         try:

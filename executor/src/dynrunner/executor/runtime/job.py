@@ -1,5 +1,9 @@
 """`JobRuntime`: the one object the job engine (and the `artifact` CLI inside a step) uses for the
-job's workspace, step files, bounded outputs and artifacts."""
+job's workspace, step files, bounded outputs and artifacts.
+
+The artifact machinery (collecting, archives, stores, staging) is imported when a job first
+publishes or imports an artifact: most jobs do neither, and the executor starts faster without it.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +13,12 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from dynrunner.executor.runtime.artifacts.collect import Entry, collect
+from dynrunner.executor.runtime.ahead import StepFilesAhead
 from dynrunner.executor.runtime.artifacts.errors import ArtifactError, StagingError
-from dynrunner.executor.runtime.artifacts.paths import DIR_FLAGS, opened_dir, relative_parts
 from dynrunner.executor.runtime.artifacts.refs import (
     ARTIFACTS_OUTPUT_KEY,
     ArtifactRef,
@@ -22,14 +26,16 @@ from dynrunner.executor.runtime.artifacts.refs import (
     encode_refs,
     parse_from,
 )
-from dynrunner.executor.runtime.artifacts.staging import stage
-from dynrunner.executor.runtime.artifacts.store import ArtifactStore, Scope, open_store
 from dynrunner.executor.runtime.blocking import in_thread
 from dynrunner.executor.runtime.outputs import OutputBudget, OutputLimits, read_output_file
 from dynrunner.executor.runtime.repository import Repository, check_run_id
 from dynrunner.executor.runtime.workspace import StepFiles, Workspace
 from dynrunner.proto.assignment import ArtifactStoreOptions
 from dynrunner.proto.gitea.types import Need, Result
+
+if TYPE_CHECKING:
+    from dynrunner.executor.runtime.artifacts.collect import Entry
+    from dynrunner.executor.runtime.artifacts.store import ArtifactStore
 
 STATE_FILE = "job.json"
 STATE_VERSION = 1
@@ -140,6 +146,10 @@ class JobRuntime:
     def step_files(self, step_index: int, attempt: str = "") -> StepFiles:
         return self.workspace.step_files(step_index, attempt)
 
+    def step_files_ahead(self, step_indexes: Sequence[int]) -> StepFilesAhead:
+        """Files for these steps, created in the background before each step takes its own."""
+        return StepFilesAhead(self.workspace, step_indexes)
+
     def read_outputs(self, files: StepFiles) -> dict[str, str]:
         """The step's GITHUB_OUTPUT within the limits; raises OutputLimitError or EnvFileError."""
         outputs = read_output_file(files.output, self.limits)
@@ -149,6 +159,8 @@ class JobRuntime:
     # -- artifacts ---------------------------------------------------------------------------
 
     def store(self) -> ArtifactStore:
+        from dynrunner.executor.runtime.artifacts.store import Scope, open_store
+
         with self._store_lock:
             if self._store is None:
                 self._store = open_store(self.artifacts, Scope(self.repository, self.run_id))
@@ -157,6 +169,8 @@ class JobRuntime:
     async def after_step_success(self, files: StepFiles, log: Log) -> None:
         """Upload what the step left at the top of its KRUNTIME_ARTIFACTS_DIR. All or nothing: the
         step's artifacts join the job's namespace (replacing same-named ones) only if every one uploads."""
+        from dynrunner.executor.runtime.artifacts.collect import collect
+
         entries = await in_thread(lambda stop: collect(files.artifacts_dir))
         if not entries:
             return
@@ -197,6 +211,8 @@ class JobRuntime:
     def list_artifacts(self) -> list[ArtifactRef]:
         """What this job's direct needs published, by job and name. A ref outside this repository is
         refused (ScopeError), so a job never even lists another repository's artifacts."""
+        from dynrunner.executor.runtime.artifacts.store import Scope
+
         scope = Scope(self.repository, self.run_id)
         refs: list[ArtifactRef] = []
         for job in sorted(self.needs):
@@ -254,6 +270,8 @@ class JobRuntime:
         raise ArtifactError(f"job '{job}' did not publish an artifact named '{name}'; it published {published}")
 
     def _destination(self, path: str, cwd: Path | None) -> list[str]:
+        from dynrunner.executor.runtime.artifacts.paths import relative_parts
+
         parts = relative_parts(path, what="import path")
         if cwd is None:
             return parts
@@ -267,6 +285,9 @@ class JobRuntime:
     def _stage(
         self, store: ArtifactStore, location: str, ref: ArtifactRef, destination: list[str], stop: threading.Event
     ) -> None:
+        from dynrunner.executor.runtime.artifacts.paths import DIR_FLAGS, opened_dir
+        from dynrunner.executor.runtime.artifacts.staging import stage
+
         shown = "/".join(destination)
         inside_root = self.workspace.path.relative_to(self.workspace.root).parts
         root_fd = os.open(self.workspace.root, DIR_FLAGS & ~os.O_NOFOLLOW)

@@ -69,11 +69,14 @@ class Workspace:
             raise ValueError(f"step attempt {attempt!r} must be 1-64 letters, digits, '.', '-' or '_'")
         name = f"{step_index}-{attempt}" if attempt else str(step_index)
         directory = self.runtime_dir / "steps" / name
-        if directory.is_symlink() or directory.is_file():
-            directory.unlink()
-        elif directory.exists():
-            shutil.rmtree(directory)
-        directory.mkdir()
+        try:
+            directory.mkdir()
+        except FileExistsError:
+            if directory.is_dir() and not directory.is_symlink():
+                shutil.rmtree(directory)
+            else:
+                directory.unlink()
+            directory.mkdir()
         files = StepFiles(
             directory=directory,
             runtime_dir=self.runtime_dir,
@@ -88,7 +91,7 @@ class Workspace:
         files.script_dir.mkdir()
         files.artifacts_dir.mkdir()
         for file in (files.output, files.env, files.path, files.state, files.summary):
-            os.close(os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
+            os.close(os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644))
         return files
 
 
