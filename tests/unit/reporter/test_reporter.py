@@ -373,6 +373,22 @@ async def test_rows_are_masked_repaired_split_and_capped(fake, make) -> None:
     assert times[0] == times[1] < times[2] < times[3]  # one timestamp per log() call, from the clock
 
 
+async def test_a_chunk_of_output_is_masked_and_capped_line_by_line(fake, make) -> None:
+    masker = Masker(["topsecret-value", "-----KEY-----\nbody-line-of-key\n-----END-----"])
+    rep = make(masker=masker)
+    await rep.start(0)
+    plain = [f"line {i}" for i in range(500)]
+    rep.log("\n".join(plain) + "\n")
+    rep.log("a\nuses topsecret-value here\nb\n" + "ü" * 40_000 + "\n-----KEY-----\nbody-line-of-key\nc")
+    assert await rep.close(Result.SUCCESS)
+    contents = fake.contents
+    assert contents[:500] == plain
+    assert contents[500:503] == ["a", "uses *** here", "b"]
+    assert len(contents[503].encode()) <= 65536 and "row truncated" in contents[503]
+    assert contents[504:507] == ["***", "***", "c"]
+    assert rep.backlog_bytes == 0
+
+
 async def test_throttle_bounds_the_backlog_of_a_fast_step(fake, make) -> None:
     fake.delay_s = 0.01  # Gitea takes rows slower than the step prints them
     rep = make(replace(FAST, max_backlog_bytes=4000, batch_rows=10))

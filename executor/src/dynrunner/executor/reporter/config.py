@@ -37,7 +37,7 @@ class ReporterConfig:
 
     log_interval_s: float = 1.0
     log_max_latency_s: float = 1.0
-    batch_rows: int = 2000
+    batch_rows: int = 5000
     batch_bytes: int = 512 * 1024
     transition_window_s: float = 0.1
     heartbeat_s: float = 4.0

@@ -45,6 +45,14 @@ class LogBuffer:
         self.end += 1
         return self.end - 1
 
+    def extend(self, rows: list[LogRow], sizes: list[int]) -> int:
+        """Append `rows` (with their wire sizes); returns the index of the last one."""
+        self._rows += rows
+        self._sizes += sizes
+        self.pending_bytes += sum(sizes)
+        self.end += len(rows)
+        return self.end - 1
+
     def row(self, index: int) -> LogRow:
         return self._rows[self._head + index - self.base]
 

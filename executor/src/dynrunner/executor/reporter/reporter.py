@@ -29,7 +29,7 @@ from dynrunner.executor.masking import Masker
 from dynrunner.executor.reporter.config import ReporterConfig
 from dynrunner.executor.reporter.logbuffer import ROW_OVERHEAD, LogBuffer
 from dynrunner.executor.reporter.outputs import Outputs
-from dynrunner.executor.reporter.rows import cap, split_rows, utf8_size, valid_utf8
+from dynrunner.executor.reporter.rows import MAX_ROW_BYTES, cap, split_rows, utf8_size, valid_utf8
 from dynrunner.executor.reporter.steps import StepTracker
 from dynrunner.proto.gitea import GiteaClient, GiteaError, LogRow, Result, TaskState, Unauthenticated, Unavailable
 from dynrunner.proto.gitea.client import NO_RETRY
@@ -110,20 +110,36 @@ class Reporter:
         if self._closing:
             self._closed("log")
         now = self._clock()
-        buffer, mask, on_row = self._buffer, self._masker.mask, self._steps.on_row
+        buffer = self._buffer
         if type(text) is str and "\n" not in text and text.isascii():  # the usual case: one plain line
-            lines: list[str] | tuple[str] = (text[:-1] if text.endswith("\r") else text,)
+            content = cap(self._masker.mask(text[:-1] if text.endswith("\r") else text))
+            row = buffer.append(LogRow(time=now, content=content), utf8_size(content) + ROW_OVERHEAD)
         else:
-            lines = split_rows(valid_utf8(text))
-        for line in lines:
-            content = cap(mask(line))
-            on_row(buffer.append(LogRow(time=now, content=content), utf8_size(content) + ROW_OVERHEAD), step)
+            row = self._log_lines(valid_utf8(text), now)
+        self._steps.on_row(row, step)
         if self._unsent_since is None:
             self._unsent_since = time.monotonic()
             self._wake.set()
         if buffer.pending >= self._cfg.batch_rows or buffer.pending_bytes >= self._cfg.batch_bytes:
             self._flush_to = buffer.end
             self._wake.set()
+
+    def _log_lines(self, text: str, now: datetime) -> int:
+        """Rows for every line of `text`; returns the index of the last. A chunk of output is
+        checked for secrets and for long lines as a whole first: most chunks have neither, and
+        then no line needs a look of its own."""
+        lines = split_rows(text)
+        if self._masker.contains_secret(text):
+            lines = [self._masker.mask(line) for line in lines]
+        ascii_only = text.isascii()
+        if max(map(len, lines)) * (1 if ascii_only else 4) > MAX_ROW_BYTES:
+            lines = [cap(line) for line in lines]
+            ascii_only = False
+        if ascii_only:
+            sizes = [len(line) + ROW_OVERHEAD for line in lines]
+        else:
+            sizes = [utf8_size(line) + ROW_OVERHEAD for line in lines]
+        return self._buffer.extend([LogRow(time=now, content=line) for line in lines], sizes)
 
     @property
     def backlog_bytes(self) -> int:
