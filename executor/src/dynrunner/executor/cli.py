@@ -1,7 +1,8 @@
 """`dynrunner-executor`: one entry point, one subcommand per capability.
 
 Each subcommand's module owns its arguments (`add_arguments`) and behaviour (`main`),
-so the CLI stays a table.
+so the CLI stays a table. Only the module of the subcommand given is imported: `run`
+starts a job and should not pay for the others.
 """
 
 from __future__ import annotations
@@ -21,9 +22,12 @@ SUBCOMMANDS = {
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dynrunner-executor", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
+    words = sys.argv[1:] if argv is None else list(argv)
+    chosen = next((word for word in words if not word.startswith("-")), None)
     for name, (module_name, help_text) in SUBCOMMANDS.items():
-        module = importlib.import_module(module_name)
-        module.add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+        subparser = sub.add_parser(name, help=help_text, description=help_text)
+        if name == chosen:
+            importlib.import_module(module_name).add_arguments(subparser)
     args = parser.parse_args(argv)
     module = importlib.import_module(SUBCOMMANDS[args.command][0])
     return int(module.main(args) or 0)

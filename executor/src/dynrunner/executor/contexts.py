@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +26,7 @@ _SECRET_CONTEXT_KEYS = ("gitea_runtime_token", "actions_id_token_request_token")
 
 
 def runner_arch(machine: str | None = None) -> str:
-    machine = (machine or platform.machine()).lower()
+    machine = (machine or os.uname().machine).lower()
     if machine.startswith("arm") and machine not in _ARCH:
         return "ARM"
     return _ARCH.get(machine, machine.upper())
