@@ -3,6 +3,12 @@
 Isolation is a fresh directory, HOME and TMPDIR, a clean environment (the controller's own
 variables, its registration token among them, never reach the job) and a process group of
 its own — enough for development and the demo, not for hostile code.
+
+Threads: reading and writing the few small files of an environment (metadata, pid, exit
+status, the assignment) happens on the event loop — a handful of local-file syscalls cost
+less than a hop to a worker thread, which also has to win the GIL back from the loop. What
+may take long runs in a thread: starting the wrapper, reading all of /proc, and removing a
+job's directory (its workspace can be large).
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from dynrunner.controller import contract
 from dynrunner.controller.backends.base import BackendError, BeforeStart, Environment, Observation
 from dynrunner.controller.backends.local.diagnosis import Facts, classify
 from dynrunner.controller.backends.local.layout import WRAPPER, Layout, owned_by, parse_time
-from dynrunner.controller.backends.local.processes import TRACKING_VAR, ProcessTable, tracking_id
+from dynrunner.controller.backends.local.processes import TRACKING_VAR, ProcessTable, Snapshot, tracking_id
 from dynrunner.controller.config import ControllerConfig, PoolConfig
 from dynrunner.proto.assignment import Assignment, decode, encode
 
@@ -87,28 +93,27 @@ class LocalBackend:
 
     async def create(self, assignment: Assignment, before_start: BeforeStart) -> Environment:
         layout = self._layout(assignment.assignment_id)
-        env = await asyncio.to_thread(self._read_env, layout)
+        env = self._read_env(layout)
         if env is not None:
             await self._resume(layout, before_start)
             return env
-        env = await asyncio.to_thread(self._prepare, layout, assignment)
+        env = self._prepare(layout, assignment)
         await before_start()
         await asyncio.to_thread(self._spawn, layout, assignment.assignment_id)
         return env
 
     async def find(self, assignment_id: str) -> Environment | None:
-        return await asyncio.to_thread(self._read_env, self._layout(assignment_id))
+        return self._read_env(self._layout(assignment_id))
 
     async def list_owned(self) -> list[Environment]:
         return await asyncio.to_thread(self._list)
 
     async def observe(self, env: Environment) -> Observation:
-        return await asyncio.to_thread(self._observe, env)
+        return self._observe(env)
 
     async def load_assignment(self, env: Environment) -> Assignment:
         layout = self._layout(env.assignment_id)
-        data = await asyncio.to_thread(layout.assignment_file.read_bytes)
-        return decode(data)
+        return decode(layout.assignment_file.read_bytes())
 
     async def delete(self, env: Environment) -> None:
         layout = self._layout(env.assignment_id)
@@ -127,7 +132,7 @@ class LocalBackend:
         for assignment_id in list(self._children):
             self._reap(assignment_id)
 
-    # -- blocking helpers (run in a thread) ----------------------------------------------------
+    # -- helpers ----------------------------------------------------------------------------------
 
     def _layout(self, assignment_id: str) -> Layout:
         if not assignment_id or "/" in assignment_id or assignment_id.startswith("."):
@@ -167,9 +172,14 @@ class LocalBackend:
                 "command": self.command,
             }
         )
-        env = self._read_env(layout)
-        assert env is not None
-        return env
+        return Environment(
+            backend=NAME,
+            name=contract.environment_name(assignment.assignment_id),
+            labels=labels,
+            created_at=now,
+            deadline=assignment.deadline,
+            extra={"path": str(layout.dir)},
+        )
 
     def _spawn(self, layout: Layout, assignment_id: str) -> None:
         """Start the wrapper in a session of its own (posix_spawn: no Popen object to outlive
@@ -276,7 +286,7 @@ class LocalBackend:
         root = pid if pid is not None and owned_by(pid, layout) else None
         fresh = 1.0  # one snapshot of /proc serves every deletion of a sweep
         for sig in (signal.SIGTERM, signal.SIGKILL):
-            pids = (await asyncio.to_thread(self._processes.snapshot, fresh)).belonging(tracking, root)
+            pids = (await self._snapshot(fresh)).belonging(tracking, root)
             if not pids:
                 return
             if root is not None:
@@ -290,9 +300,14 @@ class LocalBackend:
             while time.monotonic() < stop:
                 self._reap(assignment_id, pid)
                 await asyncio.sleep(0.05)
-                if not (await asyncio.to_thread(self._processes.snapshot, 0.0)).belonging(tracking, root):
+                if not (await self._snapshot(0.0)).belonging(tracking, root):
                     return
         log.error("processes of %s survived SIGKILL", layout.dir)
+
+    async def _snapshot(self, max_age_s: float) -> Snapshot:
+        """The process table, read again (in a thread: all of /proc) only when older than `max_age_s`."""
+        cached = self._processes.cached(max_age_s)
+        return cached if cached is not None else await asyncio.to_thread(self._processes.snapshot, max_age_s)
 
     def _collect_orphans(self, launching: set[str]) -> list[str]:
         removed = []

@@ -53,6 +53,12 @@ class ProcessTable:
         self._taken = 0.0
         self.available = os.path.isdir("/proc/self")
 
+    def cached(self, max_age_s: float = 1.0) -> Snapshot | None:
+        """The last snapshot if it is at most `max_age_s` old."""
+        if self._snapshot is not None and time.monotonic() - self._taken <= max_age_s:
+            return self._snapshot
+        return None
+
     def snapshot(self, max_age_s: float = 1.0) -> Snapshot:
         now = time.monotonic()
         if self._snapshot is None or now - self._taken > max_age_s:
