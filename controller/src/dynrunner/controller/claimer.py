@@ -191,8 +191,9 @@ class Claimer:
                 self._claims.add(handling)
                 handling.add_done_callback(self._claims.discard)
                 handling.add_done_callback(lambda _: publishing.release())
-                # The next `armed()` must not find the spent runner in the store.
-                await asyncio.shield(retired)
+                # Never claim with the spent runner again; the next one is registered while the
+                # spent one leaves the store, and stored after that.
+                self._registrations.spend(retired)
         finally:
             await self.drain()
 
@@ -296,8 +297,9 @@ class Claimer:
     async def _retire_now(self, reg: ArmedRegistration) -> asyncio.Task[None] | None:
         """The armed runner is spent: remove it from the store first, so a controller restarted
         a moment later does not poll with a runner that holds a task (Gitea would give it no
-        task until its zombie reaper ends that one). A slow store is retried alongside the
-        launch instead of delaying it; the next `armed()` comes after the claim is handled."""
+        task until its zombie reaper ends that one). Meanwhile the claim loop registers the
+        next runner; it stores it once this is done (`retired`). A slow store is retried
+        alongside the launch instead of delaying the next claim."""
         try:
             await asyncio.wait_for(self._registrations.spent(), RETIRE_TIMEOUT_S)
         except Exception as err:

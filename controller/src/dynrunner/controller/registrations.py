@@ -16,6 +16,7 @@ The registration token never leaves this module's Register call.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 from datetime import UTC, datetime
@@ -83,6 +84,9 @@ class Registrations:
         self._spent: set[int] = set()
         self._store_empty = False
         """This loop removed its key from the store itself: the next arm need not read it."""
+        self._retiring: asyncio.Future[None] | None = None
+        """The spent runner's removal from the store, under way: the next runner is registered
+        alongside and stored once it is done."""
 
     @property
     def ephemeral(self) -> bool:
@@ -96,6 +100,11 @@ class Registrations:
         knows it, or a newly registered one (stored before it is used)."""
         if self._current is not None:
             return self._current
+        if self._retiring is not None:
+            # The key holds only the spent runner: register the next one while it is removed.
+            self._current = await self._register(store_after=self._retiring)
+            self._retiring = None
+            return self._current
         reg = None if self._store_empty else await self._stored()
         if reg is not None and not await self._still_registered(reg):
             await self._store.delete(self.key)
@@ -105,10 +114,22 @@ class Registrations:
         self._current = reg
         return reg
 
+    def spend(self, retiring: asyncio.Future[None] | None = None) -> None:
+        """The armed runner claimed a task: never hand it out again (in shared mode the runner
+        stays). `retiring` is its removal from the store (`spent()`) running elsewhere: the
+        next `armed()` registers the next runner meanwhile and stores it once that is done."""
+        if not self.ephemeral:
+            return
+        if self._current is not None:
+            self._spent.add(self._current.id)
+            self._current = None
+        self._store_empty = False
+        self._retiring = retiring
+
     async def spent(self) -> None:
-        """The armed runner claimed a task: the next claim needs another. In shared mode the
-        runner stays. The id is remembered first, so even if removing it from the store fails
-        it is never armed again from there."""
+        """The armed runner claimed a task: the next claim needs another, and the spent one
+        leaves the store. The id is remembered first, so even if removing it from the store
+        fails it is never armed again from there."""
         if not self.ephemeral:
             return
         if self._current is not None:
@@ -159,7 +180,9 @@ class Registrations:
         log.info("pool %s: reusing armed runner %s (id %s)", self.pool, reg.name, reg.id)
         return True
 
-    async def _register(self) -> ArmedRegistration:
+    async def _register(self, store_after: asyncio.Future[None] | None = None) -> ArmedRegistration:
+        """Register a runner and store it before it is used (after `store_after`: the removal
+        of the spent runner from the same key, which must not delete the new one)."""
         name = contract.runner_name(self._name_prefix, self.pool, secrets.token_hex(4))
         info = await self._gitea.register(
             name=name,
@@ -186,6 +209,8 @@ class Registrations:
             labels=tuple(self.labels),
             created_at=datetime.now(UTC),
         )
+        if store_after is not None:
+            await asyncio.wait([store_after])  # it never fails: a failed removal is overwritten here
         self._store_empty = False  # a put whose answer was lost may still have stored it
         await self._store.put(self.key, reg)
         log.info("pool %s: registered %s runner %s (id %s)", self.pool, self.mode, reg.name, reg.id)

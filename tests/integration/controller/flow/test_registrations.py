@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
@@ -126,3 +127,26 @@ async def test_the_next_arm_after_a_spent_runner_does_not_read_the_store(
     assert reads == [] and await original("local") == second
     assert await registrations(gitea, store).armed() == second  # a fresh object reads it
     assert reads == ["local"]
+
+
+async def test_the_next_runner_is_registered_while_the_spent_one_leaves_the_store(
+    gitea: GiteaDouble, store: RegistrationStore
+) -> None:
+    """After a claim the loop does not wait for the store: it registers the next runner at
+    once and stores it only after the spent one was removed (which must not delete it)."""
+    regs = registrations(gitea, store)
+    first = await regs.armed()
+    retired: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    regs.spend(retired)
+    arming = asyncio.create_task(regs.armed())
+    for _ in range(200):  # registered in Gitea ...
+        if len(live_runners(gitea)) == 2:
+            break
+        await asyncio.sleep(0.01)
+    assert len(live_runners(gitea)) == 2
+    assert not arming.done() and await store.get("local") == first  # ... but not stored yet
+    await regs.spent()  # what the claim handler does, then it resolves `retired`
+    retired.set_result(None)
+    second = await arming
+    assert second.id != first.id and await store.get("local") == second
+    assert await regs.armed() == second
