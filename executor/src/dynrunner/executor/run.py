@@ -90,10 +90,18 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _exit_now(code: int) -> None:
-    """Exit without interpreter finalization. The HTTP client's native threads may still
-    complete a request the reporter cancelled and call back into Python while the interpreter
-    tears down, which aborts the process (SIGABRT) after the task was already finalized; the
-    exit status must say "finalized", so nothing may run after this point anyway."""
+    """Exit without interpreter finalization, once everything is flushed.
+
+    pyqwest hands every response (awaited or abandoned alike) to the event loop from a tokio
+    thread with `loop.call_soon_threadsafe`, whose self-pipe write releases the GIL. When the
+    main thread finishes the job and starts finalizing before that thread takes the GIL back,
+    CPython up to 3.13 ends the thread with pthread_exit, which cannot unwind through Rust
+    frames: the process aborts (SIGABRT) after the task was finalized, and the exit status
+    no longer says so. Seen in about 1 of 20–60 runs on a loaded machine (core dumps: the
+    thread in `take_gil` under `_write_to_self`, the main thread in `Py_FinalizeEx`), also
+    when no request was abandoned. CPython 3.14 parks such threads instead (gh-87135).
+    Nothing needs finalization here: the job's threads and tasks are done, and logs and
+    standard streams are flushed below."""
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
