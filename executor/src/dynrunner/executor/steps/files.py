@@ -48,7 +48,7 @@ def _read(path: Path, effects: FileEffects, source: str) -> bytes:
     if size > ENV_FILE_LIMIT:
         effects.error(f"${source} is {size} bytes; this runner reads at most {ENV_FILE_LIMIT} bytes of it")
         return b""
-    return path.read_bytes()
+    return path.read_bytes() if size else b""
 
 
 def read_step_files(runtime: JobRuntime, files: StepFiles, command_outputs: dict[str, str]) -> FileEffects:
