@@ -19,7 +19,6 @@ from typing import Any
 
 from dynrunner.doubles.gitea import tasks
 from dynrunner.doubles.gitea.errors import NOT_EXIST, RpcStatus, internal
-from dynrunner.doubles.gitea.store import dumps, loads
 
 MAX_LINE_SIZE = 64 * 1024
 
@@ -110,10 +109,10 @@ def update_log(
         sizes = files.write(task["log_filename"], int(task["log_size"]), encoded)
     except OSError as exc:
         raise internal(f"unable to append logs to dbfs file: {exc}") from exc
-    indexes: list[int] = loads(task["log_indexes"])
+    offsets = []
     size = int(task["log_size"])
     for n in sizes:
-        indexes.append(size)
+        offsets.append(size)
         size += n
     length = ack + len(rows)
     in_storage = int(task["log_in_storage"])
@@ -125,9 +124,18 @@ def update_log(
             raise internal(f"transfer logs: {exc}") from exc
     conn.execute(
         "UPDATE task SET log_indexes = ?, log_length = ?, log_size = ?, log_in_storage = ?, updated = ? WHERE id = ?",
-        (dumps(indexes), length, size, in_storage, now, task["id"]),
+        (appended_indexes(task["log_indexes"], offsets), length, size, in_storage, now, task["id"]),
     )
     return length
+
+
+def appended_indexes(indexes: str, offsets: Sequence[int]) -> str:
+    """The JSON list `indexes` with `offsets` appended, as text: parsing and re-serializing the
+    whole list on every call made UpdateLog cost grow with the log."""
+    if not offsets:
+        return indexes
+    tail = ",".join(map(str, offsets))
+    return f"[{tail}]" if indexes == "[]" else f"{indexes[:-1]},{tail}]"
 
 
 def archive_after_stop(conn: sqlite3.Connection, files: LogFiles, task_id: int, now: int) -> bool:

@@ -54,33 +54,43 @@ class Hooks:
     build_delay_s: float = 0.0  # FetchTask: between the claim and the answer (payload building)
 
 
+def _credentials(ctx: RequestContext[Any, Any]) -> tuple[str, str]:
+    headers = ctx.request_headers
+    return headers.get("x-runner-uuid", ""), headers.get("x-runner-token", "")
+
+
 class RunnerServiceImpl:
+    """Each RPC is one trip to a worker thread: authentication (the interceptor) and the
+    method run back to back there, as in Gitea's handler goroutine."""
+
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
         self.engine = worker.engine
         self.hooks = Hooks()
 
-    async def _runner(self, ctx: RequestContext[Any, Any], method: str) -> Row:
-        headers = ctx.request_headers
-        uuid = headers.get("x-runner-uuid", "")
-        token = headers.get("x-runner-token", "")
-        return await self.worker.call(self.engine.authenticate, uuid, token, method)
+    def _authenticated(self, uuid: str, token: str, method: str, fn: Callable[..., T], *args: Any) -> T:
+        return fn(self.engine.authenticate(uuid, token, method), *args)
+
+    async def _call_as_runner(self, ctx: RequestContext[Any, Any], method: str, fn: Callable[..., T], *args: Any) -> T:
+        return await self.worker.call(self._authenticated, *_credentials(ctx), method, fn, *args)
 
     async def register(self, request: pb.RegisterRequest, ctx: RequestContext[Any, Any]) -> pb.RegisterResponse:
         runner = await self.worker.call(self.engine.register, request)
         return pb.RegisterResponse(runner=runner)
 
     async def declare(self, request: pb.DeclareRequest, ctx: RequestContext[Any, Any]) -> pb.DeclareResponse:
-        runner = await self._runner(ctx, "Declare")
-        declared = await self.worker.call(self.engine.declare, runner, request)
+        declared = await self._call_as_runner(ctx, "Declare", self.engine.declare, request)
         ctx.response_headers["X-Gitea-Actions-Capabilities"] = SERVER_CAPABILITIES
         return pb.DeclareResponse(runner=declared)
 
     async def fetch_task(self, request: pb.FetchTaskRequest, ctx: RequestContext[Any, Any]) -> pb.FetchTaskResponse:
-        runner = await self._runner(ctx, "FetchTask")
+        uuid, token = _credentials(ctx)
         if self.hooks.fetch_pause_s:
+            runner = await self.worker.call(self.engine.authenticate, uuid, token, "FetchTask")
             await asyncio.sleep(self.hooks.fetch_pause_s)
-        future = self.worker.pool.submit(self._pick, runner, request.tasks_version)
+            future = self.worker.pool.submit(self._pick, runner, request.tasks_version)
+        else:
+            future = self.worker.pool.submit(self._authenticated_pick, uuid, token, request.tasks_version)
         try:
             task, latest = await asyncio.wrap_future(future)
         except asyncio.CancelledError:
@@ -92,6 +102,9 @@ class RunnerServiceImpl:
         if task is not None:
             response.task.CopyFrom(task)
         return response
+
+    def _authenticated_pick(self, uuid: str, token: str, tasks_version: int) -> tuple[pb.Task | None, int]:
+        return self._pick(self.engine.authenticate(uuid, token, "FetchTask"), tasks_version)
 
     def _pick(self, runner: Row, tasks_version: int) -> tuple[pb.Task | None, int]:
         claimed, latest = self.engine.pick(runner, tasks_version, pause_s=self.hooks.pick_pause_s)
@@ -114,12 +127,10 @@ class RunnerServiceImpl:
             self.engine.release(task.id)
 
     async def update_task(self, request: pb.UpdateTaskRequest, ctx: RequestContext[Any, Any]) -> pb.UpdateTaskResponse:
-        runner = await self._runner(ctx, "UpdateTask")
-        return await self.worker.call(self.engine.update_task, runner, request)
+        return await self._call_as_runner(ctx, "UpdateTask", self.engine.update_task, request)
 
     async def update_log(self, request: pb.UpdateLogRequest, ctx: RequestContext[Any, Any]) -> pb.UpdateLogResponse:
-        runner = await self._runner(ctx, "UpdateLog")
-        ack = await self.worker.call(self.engine.update_log, runner, request)
+        ack = await self._call_as_runner(ctx, "UpdateLog", self.engine.update_log, request)
         return pb.UpdateLogResponse(ack_index=ack)
 
 
