@@ -33,6 +33,7 @@ from dynrunner.executor.scopes import Evaluator, ExpressionError
 from dynrunner.executor.steps import StepRun, handler_for
 from dynrunner.executor.steps.files import read_step_files
 from dynrunner.executor.steps.process import StopTimings
+from dynrunner.executor.steps.shell import script_extension
 from dynrunner.executor.workflow import Job, Step, Workflow
 from dynrunner.proto.gitea import Result
 
@@ -102,7 +103,14 @@ class StepExecutor:
         self.shutdown = shutdown
         self._cancel_wait = asyncio.create_task(reporter.cancelled.wait(), name="job-cancel-watch")
         self._shutdown_wait = asyncio.create_task(shutdown.wait(), name="job-shutdown-watch")
-        self._files = runtime.step_files_ahead([step.index for step in job.steps])
+        self._files = runtime.step_files_ahead({step.index: self._scripts_of(step) for step in job.steps})
+
+    def _scripts_of(self, step: Step) -> tuple[str, ...]:
+        """The script a `run:` step will write, when its shell is known before the step runs."""
+        shell = step.shell or self.job.defaults.shell or self.workflow.defaults.shell
+        if step.run is None or (shell and "${{" in shell):
+            return ()
+        return (f"{step.id}{script_extension(shell)}",)
 
     async def aclose(self) -> None:
         self._cancel_wait.cancel()

@@ -146,9 +146,10 @@ class JobRuntime:
     def step_files(self, step_index: int, attempt: str = "") -> StepFiles:
         return self.workspace.step_files(step_index, attempt)
 
-    def step_files_ahead(self, step_indexes: Sequence[int]) -> StepFilesAhead:
-        """Files for these steps, created in the background before each step takes its own."""
-        return StepFilesAhead(self.workspace, step_indexes)
+    def step_files_ahead(self, scripts: Mapping[int, Sequence[str]]) -> StepFilesAhead:
+        """Files for these steps (index -> names of the scripts each will write), created in the
+        background before each step takes its own."""
+        return StepFilesAhead(self.workspace, scripts)
 
     def read_outputs(self, files: StepFiles) -> dict[str, str]:
         """The step's GITHUB_OUTPUT within the limits; raises OutputLimitError or EnvFileError."""

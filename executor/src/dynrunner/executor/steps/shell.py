@@ -66,6 +66,16 @@ class Shell:
         return contents
 
 
+def shell_name(shell: str | None) -> str:
+    """The name that picks a shell's default arguments and script extension (`sh` by default)."""
+    return os.path.basename(shell.strip().partition(" ")[0]) if shell else "sh"
+
+
+def script_extension(shell: str | None) -> str:
+    """The extension of the script file for a step whose effective `shell:` is `shell`."""
+    return EXTENSIONS.get(shell_name(shell), "")
+
+
 def _which(name: str, path: str) -> str | None:
     return shutil.which(name, path=path)
 
@@ -79,7 +89,7 @@ def resolve_shell(shell: str | None, path: str) -> Shell:
         return Shell("sh", executable, DEFAULT_ARGS["sh"])
     command, _, args = shell.strip().partition(" ")
     args = args.strip()
-    name = os.path.basename(command)
+    name = shell_name(shell)
     if name == "cmd" and not args:
         raise ShellError("shell `cmd` exists only on Windows runners; this runner runs Linux")
     if not args:
