@@ -25,7 +25,7 @@ from dynrunner.controller.config import ControllerConfig, PoolConfig
 from dynrunner.controller.embedded_nats import EmbeddedNats
 from dynrunner.controller.health import HealthServer
 from dynrunner.controller.launcher import Launcher
-from dynrunner.controller.loops import Backoff, supervise
+from dynrunner.controller.loops import Backoff, PollPacer, supervise
 from dynrunner.controller.metrics import Metrics
 from dynrunner.controller.reaper import PoolWatch, Reaper
 from dynrunner.controller.registrations import Registrations
@@ -167,6 +167,7 @@ class Controller:
             executor=executor_options(self.cfg),
         )
         loops = CLAIM_LOOPS if self.cfg.gitea.credential_mode == "ephemeral" else 1
+        pacer = PollPacer(Backoff(settings.fetch_interval_s, settings.fetch_interval_max_s))
         claimers = [
             Claimer(
                 settings,
@@ -185,6 +186,7 @@ class Controller:
                 publisher=self._log,
                 sealer=sealer,
                 metrics=self.metrics,
+                pacer=pacer,
                 claimed_lines=self._claimed_lines,
             )
             for slot in range(loops)

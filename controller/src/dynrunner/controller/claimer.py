@@ -3,7 +3,8 @@
 Loop: reserve a permit (wait while the pool is full) → FetchTask with the loop's armed
 registration, sending the last `tasks_version` (Gitea answers "nothing new" without
 scanning jobs when it is current) → on no task, back off (short first, doubling with
-jitter up to `fetchIntervalMaxSeconds`) and poll again with the same permit → on a task,
+jitter up to `fetchIntervalMaxSeconds`; the loops of a pool take turns, see `PollPacer`)
+and poll again with the same permit → on a task,
 reset the version (another job may be waiting without a version bump), retire the spent
 registration, build the Assignment, write the first stage line, seal and publish it.
 
@@ -31,7 +32,7 @@ from dynrunner.controller import contract
 from dynrunner.controller.capacity import Capacity, Reservation
 from dynrunner.controller.finalize import finalize_failed
 from dynrunner.controller.logs import log_context
-from dynrunner.controller.loops import Backoff, Fatal
+from dynrunner.controller.loops import Backoff, Fatal, PollPacer
 from dynrunner.controller.metrics import Metrics
 from dynrunner.controller.registrations import Registrations
 from dynrunner.controller.registrations_store import ArmedRegistration
@@ -62,8 +63,8 @@ class ClaimSettings:
     pool: str
     backend: str
     gitea_url: str
-    fetch_interval_s: float = 1.0
-    fetch_interval_max_s: float = 5.0
+    fetch_interval_s: float = 0.5
+    fetch_interval_max_s: float = 1.0
     request_timeout_s: float = 65.0
     default_timeout_minutes: int = DEFAULT_TIMEOUT_MINUTES
     deadline_grace: timedelta = DEADLINE_GRACE
@@ -134,10 +135,11 @@ class Claimer:
         publisher: Publisher,
         sealer: Sealer,
         metrics: Metrics,
-        backoff: Backoff | None = None,
+        pacer: PollPacer | None = None,
         claimed_lines: ClaimedLines | None = None,
     ) -> None:
-        """`claimed_lines` (shared with the pool's launcher) lets the launcher write the claim's
+        """`pacer` is shared by the claim loops of one pool (their idle polls take turns);
+        `claimed_lines` (shared with the pool's launcher) lets the launcher write the claim's
         stage line together with its own; without it the line is written at once."""
         self.settings = settings
         self.pool = settings.pool
@@ -147,7 +149,7 @@ class Claimer:
         self._sealer = sealer
         self._metrics = metrics
         self._claimed_lines = claimed_lines
-        self._backoff = backoff or Backoff(settings.fetch_interval_s, settings.fetch_interval_max_s)
+        self._pacer = pacer or PollPacer(Backoff(settings.fetch_interval_s, settings.fetch_interval_max_s))
         self._tasks_version = 0
         self._stopping = asyncio.Event()
         self._claims: set[asyncio.Task[None]] = set()
@@ -214,7 +216,7 @@ class Claimer:
                 raise
             except Exception as err:  # Gitea or the registration store (NATS) failing
                 self._error("register", err)
-                await self._sleep(self._backoff.next())
+                await self._sleep(self._pacer.delay(loop.time()))
                 continue
             client = self._registrations.client(reg)
             started = loop.time()
@@ -229,7 +231,7 @@ class Claimer:
             except GiteaError as err:
                 self._metrics.fetch_calls.labels(pool=self.pool, outcome="error").inc()
                 self._error("fetch", err)
-                await self._sleep(self._backoff.next())
+                await self._sleep(self._pacer.delay(loop.time()))
                 continue
             elapsed = loop.time() - started
             self._metrics.fetch_duration.labels(pool=self.pool).observe(elapsed)
@@ -238,13 +240,13 @@ class Claimer:
                 self._metrics.fetch_calls.labels(pool=self.pool, outcome="task").inc()
                 self._metrics.claim_latency.labels(pool=self.pool).observe(elapsed)
                 self._tasks_version = 0
-                self._backoff.reset()
+                self._pacer.claimed()
                 return result.task, reg
             self._metrics.fetch_calls.labels(pool=self.pool, outcome="empty").inc()
             if result.tasks_version == self._tasks_version:
                 self._metrics.tasks_version_fast_path.labels(pool=self.pool).inc()
             self._tasks_version = result.tasks_version
-            await self._sleep(self._backoff.next())
+            await self._sleep(self._pacer.delay(loop.time()))
         return None
 
     # -- one claim ---------------------------------------------------------------------------

@@ -91,8 +91,8 @@ class GiteaConfig(_Model):
     registration_token_file: ConfigPath | None = None
     credential_mode: Literal["ephemeral", "shared"] = "ephemeral"
     request_timeout_s: float = Field(default=65.0, ge=MIN_GITEA_REQUEST_TIMEOUT_S, le=600)
-    fetch_interval_s: float = Field(default=1.0, gt=0, le=300)
-    fetch_interval_max_s: float = Field(default=5.0, gt=0, le=3600)
+    fetch_interval_s: float = Field(default=0.5, gt=0, le=300)
+    fetch_interval_max_s: float = Field(default=1.0, gt=0, le=3600)
     runner_name_prefix: str = Field(default="dynrunner", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
     _token: SecretStr = PrivateAttr(default=SecretStr(""))

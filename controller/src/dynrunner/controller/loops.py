@@ -1,4 +1,4 @@
-"""Backoff with jitter and supervision for the controller's long-running loops.
+"""Backoff with jitter, poll pacing and supervision for the controller's long-running loops.
 
 Every background task of the controller runs under `supervise`: an unexpected error is
 logged and counted, and the loop restarts after a backoff; a `Fatal` error stops the whole
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -47,6 +48,33 @@ class Backoff:
 
     def reset(self) -> None:
         self.attempts = 0
+
+
+class PollPacer:
+    """Spaces the polls of one pool's claim loops after empty answers (and errors), so the pool
+    as a whole polls once per backoff step however many loops it runs.
+
+    The step starts at `backoff.initial` after a claim and grows while nothing is found, up to
+    `backoff.maximum`. Each loop that found nothing takes the pool's next free slot, one step
+    after the last one handed out: n loops cost an idle Gitea what one loop costs, and a job
+    that starts waiting is picked up within about one step (not within the step of whichever
+    loop happens to poll next).
+    """
+
+    def __init__(self, backoff: Backoff) -> None:
+        self._backoff = backoff
+        self._last = -math.inf
+
+    def claimed(self) -> None:
+        """A poll returned a task: the next empty answer waits the shortest step again."""
+        self._backoff.reset()
+        self._last = -math.inf
+
+    def delay(self, now: float) -> float:
+        """Seconds a loop whose poll found nothing (or failed) at `now` waits before the next."""
+        at = max(now, self._last) + self._backoff.next()
+        self._last = at
+        return at - now
 
 
 async def supervise(

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 
 import pytest
 
 from dynrunner.controller.launcher import nak_delay
-from dynrunner.controller.loops import Backoff, Fatal, supervise
+from dynrunner.controller.loops import Backoff, Fatal, PollPacer, supervise
 
 
 def test_backoff_doubles_up_to_the_cap_within_the_jitter() -> None:
@@ -67,3 +68,24 @@ async def test_supervise_is_cancellable_while_backing_off() -> None:
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+def test_the_loops_of_a_pool_take_turns_when_nothing_is_found() -> None:
+    """Two loops that keep finding nothing poll one step apart, pool-wide, not each on its own."""
+    pacer = PollPacer(Backoff(initial=0.5, maximum=1.0, jitter=0.0))
+    polls = []
+    wake = {"a": 0.0, "b": 0.0}
+    for _ in range(8):
+        loop, now = min(wake.items(), key=lambda item: item[1])
+        polls.append(now)
+        wake[loop] = now + pacer.delay(now)
+    assert [round(b - a, 6) for a, b in itertools.pairwise(polls[1:])] == [0.5, 1.0, 1.0, 1.0, 1.0, 1.0]
+
+
+def test_a_claim_makes_the_next_empty_answer_wait_the_shortest_step() -> None:
+    pacer = PollPacer(Backoff(initial=0.5, maximum=4.0, jitter=0.0))
+    for _ in range(5):
+        pacer.delay(0.0)
+    pacer.claimed()
+    assert pacer.delay(100.0) == 0.5
+    assert pacer.delay(100.0) == 0.5 + 1.0  # the other loop takes the slot after

@@ -47,7 +47,7 @@ def test_minimal_file_gets_documented_defaults(tmp_path: Path) -> None:
     assert cfg.gitea.url == "https://gitea.example.com"
     assert cfg.gitea.registration_token() == TOKEN
     assert cfg.gitea.credential_mode == "ephemeral"
-    assert (cfg.gitea.request_timeout_s, cfg.gitea.fetch_interval_s, cfg.gitea.fetch_interval_max_s) == (65, 1, 5)
+    assert (cfg.gitea.request_timeout_s, cfg.gitea.fetch_interval_s, cfg.gitea.fetch_interval_max_s) == (65, 0.5, 1)
     assert cfg.nats.url is None
     assert (cfg.nats.stream, cfg.nats.replicas, cfg.nats.ack_wait_s, cfg.nats.max_deliver) == (
         "DYNRUNNER_ASSIGNMENTS",
@@ -176,7 +176,7 @@ INVALID = [
     ("gitea.credentialMode", "global", "gitea.credentialMode: must be one of 'ephemeral' or 'shared'"),
     ("gitea.requestTimeoutSeconds", 30, "gitea.requestTimeoutSeconds: must be ≥ 55 (got 30)"),
     ("gitea.fetchIntervalSeconds", 0, "gitea.fetchIntervalSeconds: must be > 0 (got 0)"),
-    ("gitea.fetchIntervalMaxSeconds", 0.5, "gitea: fetchIntervalMaxSeconds must be ≥ fetchIntervalSeconds"),
+    ("gitea.fetchIntervalMaxSeconds", 0.25, "gitea: fetchIntervalMaxSeconds must be ≥ fetchIntervalSeconds"),
     ("gitea.registrationTokenFile", "missing", "gitea: registrationTokenFile"),
     ("gitea.registrationTokenFile", _DELETE, "gitea: a registration token is required"),
     ("gitea.registrationToken", "abc", "gitea: set only one of registrationToken and registrationTokenFile"),
