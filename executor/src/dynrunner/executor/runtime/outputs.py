@@ -82,9 +82,10 @@ class OutputBudget:
 
     limits: OutputLimits
     _by_step: dict[str, int] = field(default_factory=dict)
+    _total: int = 0
 
     def record(self, step: str, outputs: Mapping[str, str]) -> None:
-        others = sum(size for key, size in self._by_step.items() if key != step)
+        others = self._total - self._by_step.get(step, 0)
         total = others
         for name, value in outputs.items():
             total += len(name.encode()) + len(value.encode())
@@ -97,10 +98,11 @@ class OutputBudget:
                     limit=self.limits.total_bytes,
                 )
         self._by_step[step] = total - others
+        self._total = total
 
     @property
     def used(self) -> int:
-        return sum(self._by_step.values())
+        return self._total
 
 
 def _value_error(name: str, size: int, limits: OutputLimits) -> OutputLimitError:
