@@ -48,3 +48,19 @@ def test_boto3_is_imported_only_when_s3_is_used() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.split() == ["False", "False"]
+
+
+def test_a_job_loads_the_artifact_machinery_only_when_it_uses_artifacts() -> None:
+    """`dynrunner-executor run` imports what every job needs; archives, stores and staging load
+    when a job first publishes or imports an artifact (they cost start-up time otherwise)."""
+    lazy = [
+        "tarfile",
+        "dynrunner.executor.runtime.artifacts.collect",
+        "dynrunner.executor.runtime.artifacts.store",
+        "dynrunner.executor.runtime.artifacts.staging",
+        "dynrunner.executor.expressions.hashfiles",
+        "dynrunner.executor.identity",
+    ]
+    code = f"import sys, dynrunner.executor.run; print([m for m in {lazy!r} if m in sys.modules])"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
