@@ -3,10 +3,11 @@
 Loop: reserve a permit (wait while the pool is full) → FetchTask with the loop's armed
 registration, sending the last `tasks_version` (Gitea answers "nothing new" without
 scanning jobs when it is current) → on no task, back off (short first, doubling with
-jitter up to `fetchIntervalMaxSeconds`; the loops of a pool take turns, see `PollPacer`)
-and poll again with the same permit → on a task,
-reset the version (another job may be waiting without a version bump), retire the spent
-registration, build the Assignment, write the first stage line, seal and publish it.
+jitter up to `fetchIntervalMaxSeconds`; the loops of a pool take turns, see `PollPacer`;
+failing calls back off up to 5 s) and poll again with the same permit → on a task, reset
+the version (another job may be waiting without a version bump), retire the spent
+registration, build the Assignment, hand its first stage line to the launcher
+(`ClaimedLines`), seal and publish it.
 
 A claimed task is never dropped: a task that cannot be run (bad job key) or whose
 assignment JetStream would not take is finalized failed, with the reason in its log.
@@ -50,6 +51,8 @@ DEFAULT_TRUST_DOMAIN = "dynrunner.local"
 RETIRE_TIMEOUT_S = 2.0
 PUBLISH_CONCURRENCY = 32
 """Claims being published at once, per pool."""
+ERROR_BACKOFF_MAX_S = 5.0
+"""Longest wait of a claim loop between failing Register/FetchTask calls (Gitea or NATS down)."""
 
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -150,6 +153,8 @@ class Claimer:
         self._metrics = metrics
         self._claimed_lines = claimed_lines
         self._pacer = pacer or PollPacer(Backoff(settings.fetch_interval_s, settings.fetch_interval_max_s))
+        longest = max(ERROR_BACKOFF_MAX_S, settings.fetch_interval_max_s)
+        self._error_backoff = Backoff(settings.fetch_interval_s, longest)
         self._tasks_version = 0
         self._stopping = asyncio.Event()
         self._claims: set[asyncio.Task[None]] = set()
@@ -216,7 +221,7 @@ class Claimer:
                 raise
             except Exception as err:  # Gitea or the registration store (NATS) failing
                 self._error("register", err)
-                await self._sleep(self._pacer.delay(loop.time()))
+                await self._sleep(self._error_backoff.next())
                 continue
             client = self._registrations.client(reg)
             started = loop.time()
@@ -231,11 +236,12 @@ class Claimer:
             except GiteaError as err:
                 self._metrics.fetch_calls.labels(pool=self.pool, outcome="error").inc()
                 self._error("fetch", err)
-                await self._sleep(self._pacer.delay(loop.time()))
+                await self._sleep(self._error_backoff.next())
                 continue
             elapsed = loop.time() - started
             self._metrics.fetch_duration.labels(pool=self.pool).observe(elapsed)
             self.consecutive_errors = 0
+            self._error_backoff.reset()
             if result.task is not None:
                 self._metrics.fetch_calls.labels(pool=self.pool, outcome="task").inc()
                 self._metrics.claim_latency.labels(pool=self.pool).observe(elapsed)
