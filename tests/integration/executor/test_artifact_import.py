@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
+
+import pytest
 
 from dynrunner.proto.assignment import ArtifactStoreOptions
 from dynrunner.proto.gitea import Result
@@ -54,3 +58,42 @@ async def test_import_between_jobs_and_clear_failures(executor_harness: Executor
         for row in task.log_rows
     )
     assert any("needs `with: from`" in row for row in task.log_rows)
+
+
+CLI_ON_PATH = """
+on: push
+jobs:
+  build:
+    runs-on: self-hosted
+    steps:
+      - run: echo "hello" > "$KRUNTIME_ARTIFACTS_DIR/hello.txt"
+  deploy:
+    needs: build
+    runs-on: self-hosted
+    steps:
+      - run: |
+          dynrunner-executor artifact import jobs.build.artifacts.hello.txt got.txt
+          cat got.txt
+          echo "launcher at $(command -v dynrunner-executor)"
+"""
+
+
+async def test_steps_find_the_artifact_cli_on_path(
+    executor_harness: ExecutorHarness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The executor's installation is not on the steps' PATH (as under the local backend of a
+    controller started from a virtualenv); a launcher in the runtime directory still answers to
+    `dynrunner-executor`, and only that name is added."""
+    venv_bin = str(Path(sys.executable).parent)
+    monkeypatch.setenv("PATH", os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if p != venv_bin))
+    store = ArtifactStoreOptions(driver="Filesystem", path=str(tmp_path / "store"))
+    (tmp_path / "store").mkdir()
+    build = await executor_harness.claim(CLI_ON_PATH, artifacts=store)
+    assert await executor_harness.run(build) == 0
+    deploy = await executor_harness.claim_waiting(build.run, artifacts=store)
+    assert await executor_harness.run(deploy) == 0
+    task = executor_harness.gitea.task(deploy.task_id)
+    assert task.result == Result.SUCCESS, task.log_rows
+    assert "hello" in task.log_rows
+    [where] = [row for row in task.log_rows if row.startswith("launcher at ")]
+    assert where.endswith("/.dynrunner/bin/dynrunner-executor")

@@ -303,6 +303,12 @@ class StepExecutor:
         if self.prepend_path:
             front = os.pathsep.join(reversed(self.prepend_path))
             env["PATH"] = f"{front}{os.pathsep}{env['PATH']}" if env.get("PATH") else front
+        # Last, so an installed dynrunner-executor (the image's) is found first.
+        env["PATH"] = (
+            f"{env['PATH']}{os.pathsep}{self.runtime.workspace.bin_dir}"
+            if env.get("PATH")
+            else str(self.runtime.workspace.bin_dir)
+        )
         return env
 
     async def _supervise(

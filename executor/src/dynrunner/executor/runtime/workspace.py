@@ -2,6 +2,7 @@
 
     <root>/
       .dynrunner/                 runtime-owned (0700): job state, per-step files and scripts
+        bin/dynrunner-executor    a launcher of this executor, last on the steps' PATH
         job.json                  what `dynrunner-executor artifact` needs to act for this job
         steps/<index>[-<attempt>]/
           scripts/  output env path state summary  artifacts/
@@ -18,13 +19,16 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from dynrunner.executor.runtime.repository import Repository
 
 RUNTIME_DIR_NAME = ".dynrunner"
+CLI_NAME = "dynrunner-executor"
 RUNTIME_DIR_ENV = "DYNRUNNER_RUNTIME_DIR"
 """Names the job's runtime directory to `dynrunner-executor artifact` running inside a step."""
 
@@ -38,6 +42,12 @@ class Workspace:
     runtime_dir: Path
     temp_dir: Path
     tool_cache: Path
+
+    @property
+    def bin_dir(self) -> Path:
+        """Holds only a `dynrunner-executor` launcher, so steps find the artifact CLI on PATH
+        without the executor's own installation (its Python, pip, ...) shadowing the job's tools."""
+        return self.runtime_dir / "bin"
 
     @classmethod
     def at(cls, root: Path, repository: Repository) -> Workspace:
@@ -56,8 +66,11 @@ class Workspace:
         ws.root.mkdir(parents=True, exist_ok=True)
         ws.runtime_dir.mkdir(mode=0o700, exist_ok=True)
         os.chmod(ws.runtime_dir, 0o700)
-        for directory in (ws.path, ws.temp_dir, ws.tool_cache, ws.runtime_dir / "steps"):
+        for directory in (ws.path, ws.temp_dir, ws.tool_cache, ws.runtime_dir / "steps", ws.bin_dir):
             directory.mkdir(parents=True, exist_ok=True)
+        launcher = ws.bin_dir / CLI_NAME
+        launcher.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m dynrunner.executor.cli "$@"\n')
+        launcher.chmod(0o755)
         return ws
 
     def step_files(self, step_index: int, attempt: str = "") -> StepFiles:
