@@ -26,7 +26,9 @@ printed, never asserted.
     .venv/bin/python -m pytest -q -s tests/bench/bench_controller.py
 Environment: DYNRUNNER_BENCH_N, DYNRUNNER_BENCH_STEADY, DYNRUNNER_BENCH_PBKDF2 (the double's
 token hash iterations; default 1 so the controller, not the double's PBKDF2, is measured;
-Gitea uses 10000), DYNRUNNER_BENCH_FETCH ("interval,max" seconds; default the config's).
+Gitea uses 10000), DYNRUNNER_BENCH_FETCH ("interval,max" seconds; default the config's),
+TMPDIR (where the double's and the controller's state, and so every job's directory, go:
+directory and file creation costs differ a lot between file systems, see docs/operations.md).
 """
 
 from __future__ import annotations
