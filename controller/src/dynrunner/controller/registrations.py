@@ -141,10 +141,9 @@ class Registrations:
 
     async def forget(self, reg: ArmedRegistration) -> None:
         """Remove the spent `reg` from the store if it is still the stored one (a retry of
-        `spent()` after the store failed; a newer armed registration is left alone)."""
-        stored = await self._stored()
-        if stored is not None and stored.id == reg.id:
-            await self._store.delete(self.key)
+        `spent()` after the store failed; a newer armed registration, even one stored between
+        the read and the delete, is left alone)."""
+        await self._store.delete_if(self.key, reg.id)
 
     async def lost(self) -> None:
         """Gitea no longer accepts the armed runner (deleted by an admin, or removed after a

@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_BUCKET = "DYNRUNNER_REGISTRATIONS"
 _FORMAT = 1
+_WRONG_LAST_SEQUENCE = (10071, 10164)  # JetStream's "wrong last sequence" error codes
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +115,11 @@ class RegistrationStore:
     async def get(self, pool: str) -> ArmedRegistration | None:
         """The pool's armed registration, None if there is none. SealingError if it cannot be
         opened (sealed with a key this controller no longer holds, or altered)."""
+        stored = await self._entry(pool)
+        return stored[0] if stored is not None else None
+
+    async def _entry(self, pool: str) -> tuple[ArmedRegistration, int] | None:
+        """The stored registration and its KV revision."""
         try:
             entry = await self._kv.get(pool)
         except nats.js.errors.KeyNotFoundError:  # also KeyDeletedError
@@ -131,7 +137,7 @@ class RegistrationStore:
             )
         except (ValueError, KeyError, TypeError) as err:
             raise SealingError(f"armed registration of pool {pool!r} is not a sealed record: {err}") from None
-        return ArmedRegistration.from_json(self._sealer.unseal(_aad(pool), sealed))
+        return ArmedRegistration.from_json(self._sealer.unseal(_aad(pool), sealed)), int(entry.revision or 0)
 
     async def put(self, pool: str, reg: ArmedRegistration) -> int:
         """Store `reg` as the pool's armed registration; returns the KV revision."""
@@ -147,3 +153,24 @@ class RegistrationStore:
     async def delete(self, pool: str) -> None:
         """Forget the pool's armed registration (it was used, or Gitea no longer knows it)."""
         await self._kv.purge(pool)
+
+    async def delete_if(self, pool: str, registration_id: int) -> bool:
+        """Forget the pool's armed registration only while it is the one with `registration_id`:
+        one stored in the meantime (read, then replaced before the delete) stays. True when
+        that registration is no longer stored."""
+        try:
+            stored = await self._entry(pool)
+        except SealingError:
+            return False
+        if stored is None:
+            return True
+        reg, revision = stored
+        if reg.id != registration_id:
+            return True
+        try:
+            await self._kv.delete(pool, last=revision)
+        except nats.js.errors.APIError as err:
+            if err.err_code in _WRONG_LAST_SEQUENCE:
+                return True  # replaced by a newer registration meanwhile
+            raise
+        return True

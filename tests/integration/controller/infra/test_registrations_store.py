@@ -84,3 +84,37 @@ async def test_survives_a_nats_restart(
     nats_server.restart()
     log2 = await open_log(nats_server.url, nats_config)
     assert await (await RegistrationStore.open(log2, sealer)).get("pod") == registration()
+
+
+async def test_delete_if_removes_only_the_registration_named(
+    nats_server_module: NatsServer, nats_config: NatsConfig, open_log: LogFactory, sealer: Sealer
+) -> None:
+    log = await open_log(nats_server_module.url, nats_config)
+    store = await RegistrationStore.open(log, sealer)
+    await store.put("pod", registration(1))
+    assert await store.delete_if("pod", 2)  # another one is stored: it stays
+    assert await store.get("pod") == registration(1)
+    assert await store.delete_if("pod", 1)
+    assert await store.get("pod") is None
+    assert await store.delete_if("pod", 1)  # nothing stored
+
+
+async def test_delete_if_leaves_a_registration_stored_after_its_read(
+    nats_server_module: NatsServer, nats_config: NatsConfig, open_log: LogFactory, sealer: Sealer
+) -> None:
+    """The retry that removes a spent runner reads the store, and the claim loop stores the
+    next runner before the delete: the delete must not remove the new one."""
+    log = await open_log(nats_server_module.url, nats_config)
+    store = await RegistrationStore.open(log, sealer)
+    await store.put("pod", registration(1))
+    entry = store._entry
+
+    async def read_then_replaced(pool: str):  # type: ignore[no-untyped-def]
+        stored = await entry(pool)
+        await store.put("pod", registration(2))
+        return stored
+
+    store._entry = read_then_replaced  # type: ignore[method-assign]
+    assert await store.delete_if("pod", 1)
+    store._entry = entry  # type: ignore[method-assign]
+    assert await store.get("pod") == registration(2)
