@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from dynrunner.doubles.gitea.views import TaskView
 from dynrunner.proto.gitea import Result
 from tests.fixtures.executor import ExecutorHarness
@@ -142,6 +144,30 @@ async def test_secrets_tokens_and_added_masks_never_reach_the_log(executor_harne
     assert rows[0] == "password=***"
     assert rows[-2:] == ["later ***", "not secret"]
     assert "task token=*** runtime=***" in rows
+
+
+OWN_CREDENTIALS = """
+on: push
+jobs:
+  upload:
+    runs-on: self-hosted
+    steps:
+      - run: echo "key=$AWS_SECRET_ACCESS_KEY session=$AWS_SESSION_TOKEN id=$AWS_ACCESS_KEY_ID"
+"""
+
+
+async def test_the_executors_own_store_credentials_are_masked(
+    executor_harness: ExecutorHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Steps inherit the executor's S3 credentials (the artifact CLI needs them); the secret ones
+    never reach the log."""
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMI-example-secret")
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "session-token-example-value")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLEID")
+    claimed = await executor_harness.claim(OWN_CREDENTIALS)
+    assert await executor_harness.run(claimed) == 0
+    rows = executor_harness.gitea.task(claimed.task_id).log_rows
+    assert "key=*** session=*** id=AKIAEXAMPLEID" in rows
 
 
 SHELLS = """

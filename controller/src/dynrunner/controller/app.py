@@ -164,6 +164,7 @@ class Controller:
             fetch_interval_max_s=self.cfg.gitea.fetch_interval_max_s,
             request_timeout_s=self.cfg.gitea.request_timeout_s,
             default_timeout_minutes=pool_cfg.job_timeout_minutes,
+            trust_domain=self.cfg.identity.trust_domain,
             executor=executor_options(self.cfg),
         )
         loops = CLAIM_LOOPS if self.cfg.gitea.credential_mode == "ephemeral" else 1

@@ -297,6 +297,12 @@ class ExecutorDefaults(_Model):
     outputs_total_limit_bytes: int = Field(default=1024 * 1024, ge=1024, le=1024 * 1024 * 1024)
 
 
+class IdentityConfig(_Model):
+    """The jobs' SPIFFE IDs: `spiffe://<trustDomain>/ci/<owner>/<repository>/<job-key>`."""
+
+    trust_domain: str = Field(default="dynrunner.local", pattern=r"^[a-z0-9._-]{1,255}$")
+
+
 class LoggingConfig(_Model):
     level: Literal["debug", "info", "warning", "error"] = "info"
     json_format: bool = Field(default=True, alias="json")
@@ -310,6 +316,7 @@ class ControllerConfig(_Model):
     artifacts: ArtifactsConfig = Field(default_factory=ArtifactsConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     executor: ExecutorDefaults = Field(default_factory=ExecutorDefaults)
+    identity: IdentityConfig = Field(default_factory=IdentityConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     state_dir: ConfigPath = Field(default_factory=lambda: default_state_dir(os.environ))
 

@@ -108,11 +108,17 @@ def _exit_now(code: int) -> None:
     os._exit(code)
 
 
+CREDENTIAL_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+"""Credentials the executor itself may hold (the S3 artifact store's); steps inherit them, so
+they are masked like the task's secrets."""
+
+
 def _masker(a: Assignment) -> Masker:
     masker = Masker()
     context = a.task.context or {}
     tokens = ("token", "gitea_runtime_token", "actions_id_token_request_token")
-    for value in (*a.task.secrets.values(), a.runner.token, *(context.get(key) for key in tokens)):
+    own = (os.environ.get(name) for name in CREDENTIAL_ENV)
+    for value in (*a.task.secrets.values(), a.runner.token, *(context.get(key) for key in tokens), *own):
         if isinstance(value, str) and value:
             masker.add(value)
     return masker

@@ -15,7 +15,7 @@ import pytest
 
 from dynrunner.controller import contract
 from dynrunner.controller.backends.base import FailureReason, Phase
-from dynrunner.controller.backends.local.backend import LocalBackend
+from dynrunner.controller.backends.local.backend import PASSED_ENV, S3_ENV, LocalBackend
 from dynrunner.controller.backends.local.layout import Layout
 from dynrunner.proto.assignment import Assignment, ClaimingRunner, decode
 from dynrunner.proto.gitea import Task
@@ -249,3 +249,52 @@ async def test_delete_stops_what_a_job_left_running_in_other_sessions(tmp_path: 
     assert alive(orphan)
     await b.delete(env)
     await wait_for(lambda: not alive(orphan), what="the orphan stopped")
+
+
+async def test_executor_environment_is_small_and_keeps_path(tmp_path: Path) -> None:
+    """PATH reaches the executor as the controller has it (not prefixed with the executor's own
+    installation); AWS credentials pass only when the artifact store is S3."""
+    cmd = script(tmp_path, 'env > "$HOME/env.txt"\n')
+    base = {"PATH": "/opt/tools/bin:/usr/bin:/bin", "AWS_SECRET_ACCESS_KEY": "s3-secret", "GITEA_TOKEN_X": "no"}
+
+    async def child_env(passed: tuple[str, ...], aid: str) -> str:
+        b = LocalBackend("local", tmp_path / "root", cmd, base_env=base, passed_env=passed)
+        env = await b.create(assignment(aid), nothing)
+        await observe_until(b, env, Phase.SUCCEEDED)
+        text = (Layout(b.root / aid).home / "env.txt").read_text()
+        await b.delete(env)
+        await b.aclose()
+        return text
+
+    plain = await child_env(PASSED_ENV, "a1b2c3d4-0000-4000-8000-00000000000a")
+    assert "PATH=/opt/tools/bin:/usr/bin:/bin\n" in plain
+    assert "AWS_SECRET_ACCESS_KEY" not in plain and "GITEA_TOKEN_X" not in plain
+    with_s3 = await child_env(PASSED_ENV + S3_ENV, "a1b2c3d4-0000-4000-8000-00000000000b")
+    assert "AWS_SECRET_ACCESS_KEY=s3-secret" in with_s3 and "GITEA_TOKEN_X" not in with_s3
+
+
+def test_from_config_passes_s3_credentials_and_makes_a_filesystem_store(tmp_path: Path) -> None:
+    from dynrunner.controller.config import ControllerConfig
+
+    def cfg(artifacts: dict[str, str]) -> ControllerConfig:
+        return ControllerConfig.model_validate(
+            {
+                "gitea": {"url": "http://gitea", "registrationToken": "t" * 40},
+                "pools": [
+                    {
+                        "name": "local",
+                        "labels": ["self-hosted"],
+                        "backend": {"kind": "local", "executorCommand": ["/bin/sh"]},
+                    }
+                ],
+                "artifacts": artifacts,
+                "stateDir": str(tmp_path / "state"),
+            }
+        )
+
+    store = tmp_path / "store" / "nested"
+    fs = cfg({"driver": "Filesystem", "path": str(store)})
+    assert "AWS_SECRET_ACCESS_KEY" not in LocalBackend.from_config(fs.pools[0], fs)._passed_env
+    assert store.is_dir()
+    s3 = cfg({"driver": "S3", "bucket": "b"})
+    assert "AWS_SECRET_ACCESS_KEY" in LocalBackend.from_config(s3.pools[0], s3)._passed_env

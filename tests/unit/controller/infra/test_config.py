@@ -190,6 +190,7 @@ INVALID = [
     ("artifacts.driver", "S3", "artifacts: driver S3 needs `bucket`"),
     ("artifacts.driver", "GCS", "artifacts.driver: must be one of '', 'Filesystem' or 'S3'"),
     ("metrics.address", "9464", "metrics.address: must be host:port"),
+    ("identity.trustDomain", "CI.Example", "identity.trustDomain: must match"),
     ("executor.logLevel", "loud", "executor.logLevel: must be one of 'debug', 'info', 'warning' or 'error'"),
     ("logging.json", "maybe", "logging.json: must be true or false (got 'maybe')"),
     ("surprise", 1, "surprise: unknown key"),
@@ -327,6 +328,7 @@ def test_environment_variable_names_follow_one_scheme() -> None:
     assert names["DYNRUNNER_NATS_ACK_WAIT_SECONDS"] == "nats.ackWaitSeconds"
     assert names["DYNRUNNER_METRICS_ADDRESS"] == "metrics.address"
     assert names["DYNRUNNER_STATE_DIR"] == "stateDir"
+    assert names["DYNRUNNER_IDENTITY_TRUST_DOMAIN"] == "identity.trustDomain"
     assert not any("POOLS" in n for n in names)
 
 

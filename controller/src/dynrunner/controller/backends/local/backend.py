@@ -41,6 +41,13 @@ PASSED_ENV = (
     "LANG", "LC_ALL", "LC_CTYPE", "TZ", "SSL_CERT_FILE", "SSL_CERT_DIR",
     "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
 )  # fmt: skip
+# With an S3 artifact store, the executor needs credentials from boto3's standard chain; the
+# controller's own environment is otherwise not handed to jobs (its registration token is there).
+S3_ENV = (
+    "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION",
+    "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_CA_BUNDLE", "AWS_SHARED_CREDENTIALS_FILE",
+    "AWS_CONFIG_FILE", "AWS_PROFILE",
+)  # fmt: skip
 START_WAIT_S = 2.0
 KILL_GRACE_S = 5.0
 ORPHAN_AGE_S = 60.0
@@ -68,6 +75,7 @@ class LocalBackend:
         command: list[str],
         *,
         base_env: Mapping[str, str] | None = None,
+        passed_env: tuple[str, ...] = PASSED_ENV,
         deadline_grace: timedelta = timedelta(minutes=1),
         start_grace: timedelta = timedelta(seconds=30),
     ) -> None:
@@ -75,6 +83,7 @@ class LocalBackend:
         self.root = root
         self.command = command
         self._base_env = dict(os.environ if base_env is None else base_env)
+        self._passed_env = passed_env
         self._deadline_grace = deadline_grace
         self._start_grace = start_grace
         self._children: dict[str, int] = {}
@@ -87,7 +96,13 @@ class LocalBackend:
         assert backend.root_dir is not None, "ControllerConfig derives root_dir"
         program, *args = backend.executor_command
         resolved = resolve_program(program, os.environ.get("PATH", os.defpath))
-        return cls(pool.name, backend.root_dir, [resolved, *args])
+        passed: tuple[str, ...] = PASSED_ENV
+        if config.artifacts.driver == "S3":
+            passed += S3_ENV
+        elif config.artifacts.driver == "Filesystem":
+            # The store is on this machine: make its root, as a volume mount would provide it.
+            Path(config.artifacts.path).mkdir(parents=True, exist_ok=True)
+        return cls(pool.name, backend.root_dir, [resolved, *args], passed_env=passed)
 
     # -- the Backend protocol --------------------------------------------------------------
 
@@ -228,10 +243,10 @@ class LocalBackend:
         await asyncio.to_thread(self._spawn, layout, layout.dir.name)
 
     def _child_env(self, layout: Layout) -> dict[str, str]:
-        env = {k: v for k, v in self._base_env.items() if k in PASSED_ENV}
-        program_dir = str(Path(self.command[0]).parent)
-        path = self._base_env.get("PATH", os.defpath)
-        env["PATH"] = path if program_dir in path.split(os.pathsep) else f"{program_dir}{os.pathsep}{path}"
+        # The executor starts by absolute path; its steps see the controller's PATH unchanged (the
+        # executor's own installation, e.g. a virtualenv's python and pip, must not shadow theirs).
+        env = {k: v for k, v in self._base_env.items() if k in self._passed_env}
+        env["PATH"] = self._base_env.get("PATH", os.defpath)
         env[TRACKING_VAR] = tracking_id(layout.dir.name)
         env["HOME"] = str(layout.home)
         env["TMPDIR"] = str(layout.tmp)
