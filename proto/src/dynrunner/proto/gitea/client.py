@@ -28,7 +28,16 @@ from dynrunner.proto._gen.ping.v1.services_connect import PingServiceClient
 from dynrunner.proto._gen.runner.v1 import messages_pb2 as pb
 from dynrunner.proto._gen.runner.v1.services_connect import RunnerServiceClient
 from dynrunner.proto.gitea.errors import GiteaError, from_connect
-from dynrunner.proto.gitea.types import FetchResult, LogRow, Result, RunnerInfo, Task, TaskState, UpdateTaskResult
+from dynrunner.proto.gitea.types import (
+    FetchResult,
+    LogRow,
+    Result,
+    RunnerInfo,
+    Task,
+    TaskState,
+    UpdateTaskResult,
+    ts_to_proto,
+)
 
 T = TypeVar("T")
 
@@ -217,6 +226,13 @@ class GiteaClient:
         retry: RetryPolicy | None = None,
     ) -> int:
         """Send `rows` starting at absolute row `index`; returns the server's ack index."""
-        req = pb.UpdateLogRequest(task_id=task_id, index=index, rows=[r.to_proto() for r in rows], no_more=no_more)
+        req = pb.UpdateLogRequest(task_id=task_id, index=index, no_more=no_more)
+        # Rows of one log() call share their time: convert each distinct time once.
+        last_time: object = None
+        stamp = None
+        for row in rows:
+            if row.time is not last_time:
+                last_time, stamp = row.time, ts_to_proto(row.time)
+            req.rows.add(time=stamp, content=row.content)
         resp = await self._retrying(lambda: self._runner.update_log(req, headers=self._headers()), retry)
         return resp.ack_index
