@@ -93,6 +93,9 @@ async def test_a_multi_job_run_with_needs_outputs_and_a_matrix(
         await wait_for(lambda: not any(root.iterdir()), what="every environment reaped")
         assert running.controller.pools["local"].capacity.in_use == 0
         assert running.controller.metrics.sample("dynrunner_job_results_total", pool="local", result="reported") == 4
+        # Each executor signalled when it took over its task: launched → executor-ready per job.
+        metrics = running.controller.metrics
+        assert metrics.sample("dynrunner_launched_to_executor_ready_seconds_count", pool="local") == 4
     assert_only_armed_runners(gitea)
 
 

@@ -91,6 +91,7 @@ class Reaper:
         self._interval_s = interval_s
         self._orphan_interval_s = orphan_interval_s
         self._seen: dict[str, set[str]] = {p.name: set() for p in self._pools}
+        self._ready_noted: dict[str, set[str]] = {p.name: set() for p in self._pools}
         self._stopping = asyncio.Event()
 
     def stop(self) -> None:
@@ -129,6 +130,7 @@ class Reaper:
                 self._metrics.results.labels(pool=pool.name, result="vanished").inc()
                 log.error("environment of %s disappeared; Gitea's zombie reaper will end its task", assignment_id)
         self._seen[pool.name] = present
+        self._ready_noted[pool.name] &= present
 
     async def collect(self, pool: PoolWatch) -> None:
         """Orphans, and recovered permits JetStream no longer backs."""
@@ -144,6 +146,7 @@ class Reaper:
 
     async def _handle(self, pool: PoolWatch, env: Environment) -> None:
         observation = await pool.backend.observe(env)
+        self._note_ready(pool, env, observation)
         if not observation.phase.finished:
             pool.capacity.adopt(env.assignment_id)
             return
@@ -162,6 +165,14 @@ class Reaper:
         )
         pool.capacity.release(env.assignment_id)
         log.info("environment %s reaped (%s)", env.name, observation.phase.value)
+
+    def _note_ready(self, pool: PoolWatch, env: Environment, observation: Observation) -> None:
+        """launched → executor-ready, once per environment, from the backend's own timestamps."""
+        if observation.ready_at is None or env.assignment_id in self._ready_noted[pool.name]:
+            return
+        self._ready_noted[pool.name].add(env.assignment_id)
+        latency = (observation.ready_at - env.created_at).total_seconds()
+        self._metrics.launched_to_executor_ready.labels(pool=pool.name).observe(max(0.0, latency))
 
     async def _finalize(self, pool: PoolWatch, env: Environment, observation: Observation) -> bool:
         try:

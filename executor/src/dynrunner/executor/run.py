@@ -108,6 +108,21 @@ def _exit_now(code: int) -> None:
     os._exit(code)
 
 
+READY_FILE_ENV = "DYNRUNNER_READY_FILE"
+
+
+def _signal_ready() -> None:
+    """Tell the backend the executor has taken over the task (it reached Gitea): the controller's
+    launched → executor-ready latency. Best effort; the job does not depend on it."""
+    path = os.environ.get(READY_FILE_ENV)
+    if path:
+        try:
+            with open(path, "x"):
+                pass
+        except OSError as err:
+            log.debug("cannot write the ready file %s: %s", path, err)
+
+
 CREDENTIAL_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 """Credentials the executor itself may hold (the S3 artifact store's); steps inherit them, so
 they are masked like the task's secrets."""
@@ -152,6 +167,7 @@ async def run_assignment(data: bytes, options: RunOptions | None = None) -> int:
         log.error("task %d: cannot report to Gitea, the job is not run: %s", assignment.task.id, err)
         finalized = await reporter.close(Result.FAILURE)
         return EXIT_FINALIZED if finalized else EXIT_NOT_FINALIZED
+    _signal_ready()
     shutdown = asyncio.Event()
     with _signals(shutdown):
         result = await _run(assignment, workflow, problem, reporter, masker, options, shutdown)

@@ -69,6 +69,8 @@ class Observation:
     phase: Phase
     diagnosis: Diagnosis | None = None
     exit_code: int | None = None
+    ready_at: datetime | None = None
+    """When the executor took over the task (reached Gitea), if the backend can tell."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -250,6 +250,7 @@ class LocalBackend:
         env[TRACKING_VAR] = tracking_id(layout.dir.name)
         env["HOME"] = str(layout.home)
         env["TMPDIR"] = str(layout.tmp)
+        env["DYNRUNNER_READY_FILE"] = str(layout.ready_file)
         return env
 
     def _list(self) -> list[Environment]:
@@ -286,7 +287,7 @@ class LocalBackend:
             start_grace=self._start_grace,
             command=Path(self.command[0]).name,
         )
-        observation = classify(facts)
+        observation = dataclasses.replace(classify(facts), ready_at=layout.ready_at())
         if observation.diagnosis is not None and exists:
             tail = layout.output_tail()
             if tail:

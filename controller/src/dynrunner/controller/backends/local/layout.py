@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +73,17 @@ class Layout:
     @property
     def exit_file(self) -> Path:
         return self.dir / "exit-status"
+
+    @property
+    def ready_file(self) -> Path:
+        """Created by the executor once it reached Gitea (`DYNRUNNER_READY_FILE`)."""
+        return self.dir / "executor-ready"
+
+    def ready_at(self) -> datetime | None:
+        try:
+            return datetime.fromtimestamp(self.ready_file.stat().st_mtime, UTC)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
 
     def read_int(self, path: Path) -> int | None:
         """An integer the wrapper wrote, None while absent (or half-written)."""
