@@ -18,10 +18,18 @@ from dynrunner.controller.config import ConfigError, ControllerConfig, load_conf
 from dynrunner.controller.logs import configure_logging
 from dynrunner.controller.loops import Fatal
 from dynrunner.proto.gitea import GiteaError
+from dynrunner.proto.gitea.client import exit_without_finalization
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_CONFIG = 2
+
+
+def entry() -> None:
+    """The console script: after `run` or `check` the HTTP client's native thread may still be
+    handing a response to the loop, so the process ends without interpreter finalization
+    (see `exit_without_finalization`)."""
+    exit_without_finalization(main())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -90,4 +98,4 @@ async def _serve(cfg: ControllerConfig) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -38,6 +38,7 @@ from dynrunner.executor.reporter import Reporter, ReporterConfig
 from dynrunner.executor.workflow import WorkflowError, parse_workflow
 from dynrunner.proto.assignment import Assignment, AssignmentError, decode, decode_envelope
 from dynrunner.proto.gitea import GiteaClient, GiteaError, Result, RunnerCredentials
+from dynrunner.proto.gitea.client import exit_without_finalization
 
 EXIT_FINALIZED = 0
 EXIT_NOT_FINALIZED = 1
@@ -85,27 +86,8 @@ def main(args: argparse.Namespace) -> int:
         return EXIT_UNREADABLE
     code = asyncio.run(run_assignment(data))
     if threading.current_thread() is threading.main_thread():
-        _exit_now(code)
+        exit_without_finalization(code)
     return code
-
-
-def _exit_now(code: int) -> None:
-    """Exit without interpreter finalization, once everything is flushed.
-
-    pyqwest hands every response (awaited or abandoned alike) to the event loop from a tokio
-    thread with `loop.call_soon_threadsafe`, whose self-pipe write releases the GIL. When the
-    main thread finishes the job and starts finalizing before that thread takes the GIL back,
-    CPython up to 3.13 ends the thread with pthread_exit, which cannot unwind through Rust
-    frames: the process aborts (SIGABRT) after the task was finalized, and the exit status
-    no longer says so. Seen in about 1 of 20–60 runs on a loaded machine (core dumps: the
-    thread in `take_gil` under `_write_to_self`, the main thread in `Py_FinalizeEx`), also
-    when no request was abandoned. CPython 3.14 parks such threads instead (gh-87135).
-    Nothing needs finalization here: the job's threads and tasks are done, and logs and
-    standard streams are flushed below."""
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
 
 
 READY_FILE_ENV = "DYNRUNNER_READY_FILE"
