@@ -190,6 +190,7 @@ class Demo:
                         "backend": {"kind": "local", "executorCommand": [executor]},
                     }
                 ],
+                "artifacts": {"driver": "Filesystem", "path": str(self.workdir / "artifacts")},
                 "metrics": {"address": ""},
                 "logging": {"json": False},
                 "stateDir": str(self.workdir / "controller"),
