@@ -131,21 +131,21 @@ class Bench:
         self.controller: subprocess.Popen[bytes] | None = None
 
     def start_double(self, iterations: int) -> None:
-        out = (self.workdir / "double.log").open("wb")
-        proc = subprocess.Popen(
-            [
-                str(BIN / "dynrunner-gitea-double"),
-                "serve",
-                "--state-dir",
-                str(self.workdir / "gitea"),
-                "--port",
-                "0",
-                "--pbkdf2-iterations",
-                str(iterations),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=out,
-        )
+        with (self.workdir / "double.log").open("wb") as out:
+            proc = subprocess.Popen(
+                [
+                    str(BIN / "dynrunner-gitea-double"),
+                    "serve",
+                    "--state-dir",
+                    str(self.workdir / "gitea"),
+                    "--port",
+                    "0",
+                    "--pbkdf2-iterations",
+                    str(iterations),
+                ],
+                stdout=subprocess.PIPE,
+                stderr=out,
+            )
         self.procs.append(proc)
         assert proc.stdout is not None
         info = json.loads(proc.stdout.readline())
@@ -179,10 +179,10 @@ class Bench:
         }
         path = self.workdir / "controller.yaml"
         path.write_text(yaml.safe_dump(config))
-        out = (self.workdir / "controller.log").open("wb")
-        self.controller = subprocess.Popen(
-            [str(BIN / "dynrunner-controller"), "run", "--config", str(path)], stdout=out, stderr=subprocess.STDOUT
-        )
+        with (self.workdir / "controller.log").open("wb") as out:  # the child keeps its own descriptor
+            self.controller = subprocess.Popen(
+                [str(BIN / "dynrunner-controller"), "run", "--config", str(path)], stdout=out, stderr=subprocess.STDOUT
+            )
         self.procs.append(self.controller)
 
     def stop(self) -> None:
@@ -194,6 +194,8 @@ class Bench:
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
 
     def jobs(self, run_ids: list[int]) -> list[dict[str, Any]]:
         return [job for rid in run_ids for job in admin(self.base, "GET", f"/runs/{rid}/jobs")]
