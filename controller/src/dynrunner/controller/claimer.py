@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import re
 import uuid
 from dataclasses import dataclass, field
@@ -45,6 +46,9 @@ from dynrunner.proto.gitea import GiteaClient, GiteaError, RunnerRemoved, Task, 
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_MINUTES = 360
+MAX_TIMEOUT_MINUTES = 7 * 24 * 60
+"""A job's `timeout-minutes` beyond this (as `pools[].jobTimeoutMinutes` allows at most) is cut
+to it: the deadline must stay a date, whatever number a workflow writes."""
 DEADLINE_GRACE = timedelta(minutes=5)
 """Added to the job's timeout: launching (image pulls, VM boots) happens before the job starts."""
 DEFAULT_TRUST_DOMAIN = "dynrunner.local"
@@ -80,7 +84,8 @@ def job_timeout_minutes(payload: bytes | None, default: int) -> int:
 
     An expression (`${{ … }}`) is evaluated by the executor, not here: the controller's
     deadline then uses the default, which only bounds the outer limit. A payload that does not
-    mention the key is not parsed at all (Gitea writes the payload with plain keys).
+    mention the key is not parsed at all (Gitea writes the payload with plain keys). A value
+    over `MAX_TIMEOUT_MINUTES` (Gitea passes any number through) is cut to it.
     """
     if not payload or b"timeout-minutes" not in payload:
         return default
@@ -93,10 +98,10 @@ def job_timeout_minutes(payload: bytes | None, default: int) -> int:
         return default
     if isinstance(value, bool):
         return default
-    if isinstance(value, int | float) and value > 0:
-        return max(1, round(value))
-    if isinstance(value, str) and re.fullmatch(r"\s*\d+(\.\d+)?\s*", value) and float(value) > 0:
-        return max(1, round(float(value)))
+    if isinstance(value, str) and re.fullmatch(r"\s*(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?\s*", value):
+        value = float(value)
+    if isinstance(value, int | float) and value > 0 and not math.isnan(value):
+        return max(1, round(min(value, MAX_TIMEOUT_MINUTES)))
     return default
 
 
@@ -274,8 +279,12 @@ class Claimer:
                     assignment = build_assignment(
                         task, assignment_id=assignment_id, claimed_at=claimed_at, runner=reg, settings=self.settings
                     )
-                except contract.ContractError as err:
-                    await self._fail(client, task.id, str(err), "invalid-task")
+                except Exception as err:  # a ContractError, or anything else: the task is never dropped
+                    reason = str(err)
+                    if not isinstance(err, contract.ContractError):
+                        log.exception("task %s: the assignment could not be built", task.id)
+                        reason = f"the controller could not prepare the job: {type(err).__name__}: {err}"
+                    await self._fail(client, task.id, reason, "invalid-task")
                     reservation.cancel()
                     return
                 line = claimed_line(self.pool, reg.name, reg.id, reg.labels)

@@ -103,3 +103,16 @@ def test_failure_report_masks_the_output_tail() -> None:
     report = failure_report(obs, a)
     assert report.splitlines()[0] == "killed by SIGKILL [killed]"
     assert "tok-7" not in report and "task-token" not in report and "using *** and ***" in report
+
+
+@pytest.mark.parametrize("value", ["99999999999999999999", "1e300", ".inf", "'99999999999999999999'", ".nan"])
+def test_a_huge_timeout_minutes_is_bounded(value: str) -> None:
+    minutes = job_timeout_minutes(payload(extra=f"    timeout-minutes: {value}\n"), 360)
+    assert minutes == (360 if value == ".nan" else 7 * 24 * 60)
+    t = Task(
+        id=1,
+        workflow_payload=payload(extra=f"    timeout-minutes: {value}\n"),
+        context={"job": "build", "repository": "a/b"},
+    )
+    a = build_assignment(t, assignment_id="a", claimed_at=NOW, runner=REG, settings=SETTINGS)
+    assert a.deadline is not None and a.deadline <= NOW + timedelta(days=7, minutes=5)
