@@ -102,6 +102,17 @@ async def test_bad_job_key_is_refused(executor_harness: ExecutorHarness) -> None
     assert [s.status for s in view.steps] == ["cancelled"]
 
 
+async def test_a_job_key_with_a_trailing_newline_is_refused(executor_harness: ExecutorHarness) -> None:
+    """`$` in a regular expression also matches before a final newline: the key rule must not."""
+    claimed = await executor_harness.claim(SIMPLE)
+    payload = (claimed.task.workflow_payload or b"").replace(b"build:", b'"build\\n":')
+    task = dataclasses.replace(claimed.task, workflow_payload=payload)
+    assert await executor_harness.run(claimed.assignment.replace(task=task, job_key="build\n")) == 0
+    view = executor_harness.gitea.task(claimed.task_id)
+    assert view.result == Result.FAILURE
+    assert errors(view.log_rows)[0].startswith("##[error]The job id 'build\\n' cannot be used with this runner")
+
+
 async def test_unknown_assignment_version_is_reported(executor_harness: ExecutorHarness) -> None:
     claimed = await executor_harness.claim(SIMPLE)
     assert await executor_harness.run(encode(claimed.assignment.replace(version=2))) == 0

@@ -124,6 +124,7 @@ def _payload(steps: str, job: str = "build", extra: str = "") -> bytes:
         (_payload("      - run: a\n        uses: b\n"), "exactly one of `run` or `uses`"),
         (_payload("      - id: x\n        run: a\n      - id: x\n        run: b\n"), "repeats the step id 'x'"),
         (_payload("      - id: 1x\n        run: a\n"), "invalid id '1x'"),
+        (_payload('      - id: "x\\n"\n        run: a\n'), "has the invalid id 'x"),
         (_payload("      - id: __0\n        run: a\n"), "reserved"),
         (_payload("      - run: a\n        colour: red\n"), "unknown keys: colour"),
         (_payload("      - run: [a]\n"), "step 1.run must be a string"),

@@ -112,6 +112,7 @@ def test_scope_accepts_its_own_content_addresses() -> None:
         (f"owner/repo/../other/7/sha256/{HEX}", "not a content address"),
         (f"/owner/repo/7/sha256/{HEX}", "not a content address"),
         (f"owner/repo/7/sha256/{HEX}/x", "not a content address"),
+        (f"owner/repo/7/sha256/{HEX}\n", "not a content address"),
         ("s3://bucket/key", "not a content address"),
     ],
 )

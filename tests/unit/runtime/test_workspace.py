@@ -87,7 +87,9 @@ def test_a_second_runtime_on_the_same_root_reuses_the_workspace(tmp_path: Path) 
     assert (second.workspace.path / "shared.txt").read_text() == "kept"
 
 
-@pytest.mark.parametrize("bad", ["noslash", "a/b/c", "../x", "a/..", "./b", "o/r r", "", "/repo", "owner/"])
+@pytest.mark.parametrize(
+    "bad", ["noslash", "a/b/c", "../x", "a/..", "./b", "o/r r", "", "/repo", "owner/", "owner/repo\n"]
+)
 def test_unusable_repository_names_are_refused(tmp_path: Path, bad: str) -> None:
     with pytest.raises(RepositoryError, match="is not of the form 'owner/name'"):
         runtime(tmp_path, bad)
@@ -97,6 +99,10 @@ def test_run_ids_must_be_plain(tmp_path: Path) -> None:
     with pytest.raises(RepositoryError, match="run id"):
         JobRuntime.create(
             tmp_path, repository="a/b", run_id="../1", job_key="j", artifacts=ArtifactStoreOptions(), needs={}
+        )
+    with pytest.raises(RepositoryError, match="run id"):
+        JobRuntime.create(
+            tmp_path, repository="a/b", run_id="1\n", job_key="j", artifacts=ArtifactStoreOptions(), needs={}
         )
 
 

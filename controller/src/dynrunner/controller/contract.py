@@ -65,7 +65,7 @@ def job_key_of(context: Mapping[str, Any] | Task | None) -> str:
     job = _github(context, "job")
     if not isinstance(job, str) or not job:
         raise ContractError("the task's github context has no job id (`github.job`); it cannot be run")
-    if not JOB_KEY_RE.match(job):
+    if not JOB_KEY_RE.fullmatch(job):
         raise ContractError(
             f"job id {job!r} is not a valid job key: it must match [A-Za-z_][A-Za-z0-9_-]* "
             "(a letter or underscore, then letters, digits, '_' or '-'); rename the job in the workflow"
@@ -90,13 +90,13 @@ def spiffe_id(trust_domain: str, owner: str, repository: str, job_key: str) -> s
     Only the workflow job id enters the ID: never the display name, Gitea's numeric ids or
     the assignment id, so resource owners can authorize a job by what its author wrote.
     """
-    if not _TRUST_DOMAIN.match(trust_domain):
+    if not _TRUST_DOMAIN.fullmatch(trust_domain):
         raise ContractError(f"trust domain {trust_domain!r} must be lowercase letters, digits, '.', '-' or '_'")
-    if not JOB_KEY_RE.match(job_key):
+    if not JOB_KEY_RE.fullmatch(job_key):
         raise ContractError(f"job key {job_key!r} must match [A-Za-z_][A-Za-z0-9_-]*")
     segments = [owner.lower(), repository.lower()]
     for segment in segments:
-        if segment in (".", "..") or not _SPIFFE_SEGMENT.match(segment):
+        if segment in (".", "..") or not _SPIFFE_SEGMENT.fullmatch(segment):
             raise ContractError(
                 f"{segment!r} cannot be part of a SPIFFE ID: only letters, digits, '.', '-' and '_' are allowed"
             )

@@ -212,7 +212,7 @@ class JobRunner:
     def _refusal(self) -> str | None:
         job = self.workflow.job
         key = self.assignment.job_key or job.key
-        if not JOB_KEY_RE.match(job.key):
+        if not JOB_KEY_RE.fullmatch(job.key):
             return (
                 f"The job id {job.key!r} cannot be used with this runner: a job id must match "
                 "[A-Za-z_][A-Za-z0-9_-]* (it names the job's workload identity). Rename the job."

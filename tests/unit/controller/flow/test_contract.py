@@ -22,7 +22,7 @@ def test_valid_job_keys(job: str) -> None:
     assert contract.job_key_of({"job": job}) == job
 
 
-@pytest.mark.parametrize("job", ["9lives", "with space", "dot.ted", "-dash", "ünï", ""])
+@pytest.mark.parametrize("job", ["9lives", "with space", "dot.ted", "-dash", "ünï", "", "build\n"])
 def test_invalid_job_keys_say_why(job: str) -> None:
     with pytest.raises(contract.ContractError, match=r"\[A-Za-z_\]|no job id"):
         contract.job_key_of({"job": job})
@@ -48,6 +48,10 @@ def test_spiffe_id_lowercases_owner_and_repository() -> None:
         ("acme", "r/x", "build", "example.org"),
         ("acme", "r", "bad key", "example.org"),
         ("acme", "r", "build", "Example.org"),
+        ("acme\n", "r", "build", "example.org"),
+        ("acme", "r\n", "build", "example.org"),
+        ("acme", "r", "build\n", "example.org"),
+        ("acme", "r", "build", "example.org\n"),
     ],
 )
 def test_spiffe_id_rejects_what_spiffe_forbids(owner: str, repo: str, job: str, domain: str) -> None:

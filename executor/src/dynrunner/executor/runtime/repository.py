@@ -39,10 +39,10 @@ class Repository:
 
 
 def check_run_id(run_id: str) -> str:
-    if not _RUN_RE.match(run_id):
+    if not _RUN_RE.fullmatch(run_id):
         raise RepositoryError(f"run id {run_id!r} must be 1-64 letters, digits, '-' or '_'")
     return run_id
 
 
 def _safe(part: str) -> bool:
-    return bool(_NAME_RE.match(part)) and part not in {".", ".."} and len(part) <= 255
+    return bool(_NAME_RE.fullmatch(part)) and part not in {".", ".."} and len(part) <= 255

@@ -78,7 +78,7 @@ class Workspace:
         when it passes a distinct `attempt` (e.g. "post"); the same pair again starts over empty."""
         if step_index < 0:
             raise ValueError(f"step index {step_index} is negative")
-        if attempt and not _ATTEMPT_RE.match(attempt):
+        if attempt and not _ATTEMPT_RE.fullmatch(attempt):
             raise ValueError(f"step attempt {attempt!r} must be 1-64 letters, digits, '.', '-' or '_'")
         name = f"{step_index}-{attempt}" if attempt else str(step_index)
         directory = self.runtime_dir / "steps" / name

@@ -185,7 +185,7 @@ def _step(index: int, raw: Any, seen: set[str]) -> Step:
         raise WorkflowError(f"{where} must have exactly one of `run` or `uses`")
     user_id = _string(raw.get("id"), f"{where}.id")
     if user_id is not None:
-        if not STEP_ID_RE.match(user_id):
+        if not STEP_ID_RE.fullmatch(user_id):
             raise WorkflowError(
                 f"{where} has the invalid id {user_id!r}: an id starts with a letter or _ "
                 "and contains only letters, digits, - and _"

@@ -74,7 +74,7 @@ class ArtifactRef:
             artifact_type = ArtifactType(kind)
         except ValueError:
             raise ArtifactError(f"{where} has an unknown type {kind!r} (File or Directory)") from None
-        if not DIGEST_RE.match(digest):
+        if not DIGEST_RE.fullmatch(digest):
             raise ArtifactError(f"{where} has an invalid digest {digest!r:.100} (expected sha256:<64 hex digits>)")
         try:
             check_name(name)
@@ -129,6 +129,6 @@ def parse_from(value: str) -> tuple[str, str]:
     if len(parts) != 4 or parts[0] != "jobs" or parts[2] != "artifacts" or not parts[3]:
         raise ArtifactError(f"'{value}' is not of the form jobs.<job-id>.artifacts.<name>")
     job, name = parts[1], parts[3]
-    if not _JOB_RE.match(job):
+    if not _JOB_RE.fullmatch(job):
         raise ArtifactError(f"'{job}' in '{value}' is not a job id")
     return job, check_name(name)

@@ -66,7 +66,7 @@ class Scope:
         return f"{self.prefix}/{self.run_id}/sha256/{digest.removeprefix('sha256:')}"
 
     def owns(self, location: str) -> bool:
-        match = _LOCATION_RE.match(location)
+        match = _LOCATION_RE.fullmatch(location)
         return match is not None and f"{match.group(1)}/{match.group(2)}" == self.prefix
 
     def check(self, ref: ArtifactRef, driver: str | None = None) -> str:
@@ -75,7 +75,7 @@ class Scope:
         source = f"artifact '{ref.name}'" + (f" of job '{ref.job}'" if ref.job else "")
         if driver is not None and ref.driver != driver:
             raise ScopeError(f"{source} is stored with driver {ref.driver!r}, but this runner's store is {driver!r}")
-        match = _LOCATION_RE.match(ref.location)
+        match = _LOCATION_RE.fullmatch(ref.location)
         if not match:
             raise ScopeError(f"{source} has location {ref.location!r:.200}, which is not a content address")
         owner, repo, _run, hexdigest = match.groups()
