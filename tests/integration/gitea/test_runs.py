@@ -56,6 +56,27 @@ jobs:
     assert all(j.status == "waiting" for j in run.jobs)
 
 
+async def test_the_workflow_is_parsed_with_the_runs_github_context(gitea: GiteaDouble) -> None:
+    """`InsertRun` inserts the run first, so names and labels may use `github.run_number`,
+    and `run-name` becomes the run's title."""
+    text = """
+run-name: deploy ${{ github.ref_name }} by ${{ github.actor }}
+on: push
+jobs:
+  build:
+    name: build ${{ github.run_number }} ${{ matrix.os }}
+    runs-on: [self-hosted, "${{ matrix.os }}"]
+    strategy: {matrix: {os: pod}}
+    steps: [{run: make}]
+"""
+    gitea.submit("owner/repo", workflow(job("first")))
+    run = gitea.submit("owner/repo", text, ref="refs/heads/dev", actor="alice")
+    [build] = run.jobs
+    assert build.name == "build 2 pod"
+    assert build.runs_on == ["self-hosted", "pod"]
+    assert run.title == "deploy dev by alice"
+
+
 async def test_a_job_waits_until_all_its_needs_succeed(gitea: GiteaDouble) -> None:
     runner = await register(gitea)
     run = gitea.submit(
@@ -130,6 +151,49 @@ async def test_all_skipped_is_a_skipped_run_and_continue_on_error_does_not_fail_
     await finish_next(runner, Result.FAILURE)
     await finish_next(runner, Result.SUCCESS)
     assert gitea.run(tolerant.id).status == "success"
+
+
+async def test_a_need_failing_with_continue_on_error_counts_as_succeeded(gitea: GiteaDouble) -> None:
+    """G-0715's emitter (PR #38100): dependents without `if:` run, and the need's result is
+    the aggregate, `success`."""
+    runner = await register(gitea)
+    run = gitea.submit(
+        "owner/repo",
+        workflow(job("flaky", extra="continue-on-error: true"), job("after", extra="needs: flaky")),
+    )
+    assert await finish_next(runner, Result.FAILURE) == "flaky"
+    assert statuses(gitea, run.id)["after"] == "waiting"
+    fetched = await runner.fetch_task(0)
+    assert fetched.task is not None
+    assert fetched.task.needs["flaky"].result is Result.SUCCESS
+
+
+async def test_endless_tasks_are_stopped_however_often_they_report(gitea_factory: GiteaFactory) -> None:
+    async with gitea_factory(endless_task_timeout_s=100) as gitea:
+        runner = await register(gitea)
+        run = gitea.submit("owner/repo", workflow(job("build"), job("after", extra="needs: build")))
+        fetched = await runner.fetch_task(0)
+        assert fetched.task is not None
+        task_id = fetched.task.id
+        gitea.advance_clock(99)
+        await runner.update_task(TaskState(id=task_id))
+        assert gitea.reap_endless_tasks() == []
+        gitea.advance_clock(2)
+        await runner.update_task(TaskState(id=task_id))
+        assert gitea.reap_zombies() == []  # it reports, so it is no zombie
+        assert gitea.reap_endless_tasks() == [task_id]
+        assert statuses(gitea, run.id) == {"build": "failure", "after": "skipped"}
+        assert (await runner.update_task(TaskState(id=task_id))).result is Result.FAILURE
+
+
+async def test_abandoned_waiting_and_blocked_jobs_are_cancelled(gitea: GiteaDouble) -> None:
+    run = gitea.submit("owner/repo", workflow(job("build", runs_on="nobody"), job("after", extra="needs: build")))
+    gitea.advance_clock(24 * 3600 - 1)
+    assert gitea.cancel_abandoned_jobs() == []
+    gitea.advance_clock(2)
+    assert sorted(gitea.cancel_abandoned_jobs()) == sorted(j.id for j in run.jobs)
+    assert statuses(gitea, run.id) == {"build": "cancelled", "after": "cancelled"}
+    assert gitea.run(run.id).status == "cancelled"
 
 
 async def test_zombie_tasks_are_failed_with_their_steps_and_logs_archived(gitea_factory: GiteaFactory) -> None:

@@ -177,12 +177,29 @@ async def test_fork_pull_requests_get_only_the_token_secrets(gitea: GiteaDouble)
     assert set(task.secrets) == {"GITHUB_TOKEN", "GITEA_TOKEN"}
     assert task.context is not None
     assert (task.context["base_ref"], task.context["head_ref"]) == ("main", "feature")
-    assert (task.context["ref_name"], task.context["ref_type"]) == ("3/merge", "pull")
+    # git.RefName: the pull request number, and no ref type for a pull ref
+    assert (task.context["ref_name"], task.context["ref_type"]) == ("3", "")
 
 
-def test_reserved_secret_names_are_refused(gitea: GiteaDouble) -> None:
-    with pytest.raises(ValueError, match="reserved"):
-        gitea.submit("owner/repo", workflow(job("build")), secrets={"GITHUB_TOKEN": "x"})
+@pytest.mark.parametrize("name", ["GITHUB_TOKEN", "gitea_x", "CI", "ci", "1ABC", "A-B", ""])
+def test_invalid_secret_and_variable_names_are_refused(gitea: GiteaDouble, name: str) -> None:
+    with pytest.raises(ValueError, match="invalid variable or secret name"):
+        gitea.submit("owner/repo", workflow(job("build")), secrets={name: "x"})
+    with pytest.raises(ValueError, match="invalid variable or secret name"):
+        gitea.submit("owner/repo", workflow(job("build")), vars={name: "x"})
+    assert gitea.runs() == []
+
+
+async def test_secret_and_variable_names_are_upper_cased(gitea: GiteaDouble) -> None:
+    """`InsertEncryptedSecret`/`InsertVariable` store names upper-cased; variable values get
+    `\\r\\n` normalized (`NormalizeStringEOL`), secret values are kept as given."""
+    runner = await register(gitea)
+    gitea.submit(
+        "owner/repo", workflow(job("build")), secrets={"deploy_Key": "a\r\nb"}, vars={"region": "eu\r\nwest\r"}
+    )
+    task = await claim(runner)
+    assert task.secrets["DEPLOY_KEY"] == "a\r\nb" and "deploy_Key" not in task.secrets
+    assert dict(task.vars) == {"REGION": "eu\nwest\n"}
 
 
 async def test_default_actions_url_self_points_at_the_instance(gitea_factory: GiteaFactory) -> None:

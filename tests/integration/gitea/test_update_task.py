@@ -76,6 +76,27 @@ async def test_a_step_left_out_regresses_to_running(gitea: GiteaDouble) -> None:
     assert (first.status, first.started, first.stopped) == ("running", int(T0.timestamp()), int(T1.timestamp()))
 
 
+async def test_zero_fields_of_a_reported_step_keep_the_stored_values(gitea: GiteaDouble) -> None:
+    """Gitea writes a step with xorm's `Update(step)`, which skips zero fields: a step
+    reported again without times, log index/length or result keeps what it had."""
+    runner, task_id, _ = await claimed(gitea)
+    await runner.update_task(
+        TaskState(
+            id=task_id,
+            steps=[
+                StepState(id=0, result=Result.SUCCESS, started_at=T0, stopped_at=T1, log_index=0, log_length=5),
+                StepState(id=1, started_at=T1, log_index=5, log_length=3),
+            ],
+        )
+    )
+    await runner.update_task(TaskState(id=task_id, steps=[StepState(id=0, result=Result.SUCCESS), StepState(id=1)]))
+    steps = gitea.task(task_id).steps
+    assert [(s.status, s.started, s.stopped, s.log_index, s.log_length) for s in steps] == [
+        ("success", int(T0.timestamp()), int(T1.timestamp()), 0, 5),
+        ("running", int(T1.timestamp()), 0, 5, 3),
+    ]
+
+
 async def test_a_heartbeat_refreshes_the_task(gitea: GiteaDouble) -> None:
     runner, task_id, _ = await claimed(gitea)
     before = gitea.task(task_id).updated

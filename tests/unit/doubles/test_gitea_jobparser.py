@@ -115,7 +115,7 @@ def test_only_include_makes_one_job_per_entry_and_empty_matrix_one_job() -> None
     empty = "jobs:\n  j:\n    strategy:\n      fail-fast: false\n    steps: [{run: a}]\n"
     [job] = parse_workflow(empty).jobs
     assert job.name == "j"
-    assert "fail-fast: 'false'" in job.payload.decode()
+    assert 'fail-fast: "false"' in job.payload.decode()  # a Go string that reads as a bool is quoted
 
 
 @pytest.mark.parametrize(
@@ -134,13 +134,14 @@ def test_runs_on_flattening(node: object, labels: tuple[str, ...]) -> None:
     assert runs_on_labels(node) == labels
 
 
-def test_needs_as_scalar_or_list_and_unknown_needs_rejected() -> None:
+def test_needs_as_scalar_or_list_and_unknown_needs_accepted() -> None:
     parsed = parse_workflow(
         "jobs:\n  a: {steps: [{run: a}]}\n  b: {needs: a, steps: [{run: b}]}\n  c: {needs: [a, b]}\n"
     )
     assert [j.needs for j in parsed.jobs] == [(), ("a",), ("a", "b")]
-    with pytest.raises(WorkflowError, match="'ghost'"):
-        parse_workflow("jobs:\n  a: {needs: ghost}\n")
+    # Gitea's jobparser does not check needs: a job needing no existing job only waits for the others
+    assert parse_workflow("jobs:\n  a: {needs: ghost}\n").jobs[0].needs == ("ghost",)
+    assert parse_workflow("jobs:\n  a: {needs: [[x]]}\n").jobs[0].needs == ()
 
 
 def test_the_payload_keeps_giteas_job_fields_in_order_and_drops_others() -> None:
@@ -195,7 +196,8 @@ def test_step_display_names() -> None:
     assert step_display_name({"run": "\n  make all  \nmake test"}) == "Run make all"
     assert step_display_name({"uses": "actions/checkout@v4"}) == "Run actions/checkout@v4"
     assert step_display_name({"id": "s1"}) == "Run s1"
-    assert len(step_display_name({"name": "n" * 300})) == 255
+    # util.EllipsisDisplayString: 252 columns and "…"
+    assert step_display_name({"name": "n" * 300}) == "n" * 252 + "…"
 
 
 @pytest.mark.parametrize(
@@ -217,4 +219,96 @@ def test_bad_workflows_are_explained(text: str) -> None:
 
 def test_yaml_on_stays_a_key_and_dicts_are_accepted() -> None:
     parsed = parse_workflow({"on": "push", "jobs": {"a": {"runs-on": "x", "steps": [{"run": "true"}]}}})
-    assert parsed.jobs[0].payload.decode().startswith("on: push\n")
+    # go-yaml quotes strings a YAML 1.1 reader would take for booleans, so `on` survives PyYAML too
+    assert parsed.jobs[0].payload.decode().startswith('"on": push\n')
+
+
+def payload_of(text: str) -> str:
+    [job] = parse_workflow(text).jobs
+    return job.payload.decode()
+
+
+@pytest.mark.parametrize(
+    ("runs_on", "written", "labels"),
+    [
+        ("[pod]", "runs-on: pod\n", ("pod",)),  # `encodeRunsOn`: one label is written as a string
+        ("[self-hosted, pod]", "runs-on:\n      - self-hosted\n      - pod\n", ("self-hosted", "pod")),
+        ("{group: g, labels: [a]}", "runs-on:\n      - a\n      - g\n", ("a", "g")),
+        ("{labels: solo}", "runs-on: solo\n", ("solo",)),
+        (None, "runs-on: []\n", ()),  # no runs-on: an empty list, which every runner matches
+    ],
+)
+def test_runs_on_is_flattened_into_the_payload(runs_on: str | None, written: str, labels: tuple[str, ...]) -> None:
+    line = f"    runs-on: {runs_on}\n" if runs_on else ""
+    [job] = parse_workflow(f"jobs:\n  j:\n{line}    steps: [{{run: a}}]\n").jobs
+    assert "    " + written in job.payload.decode()
+    assert job.runs_on == labels
+
+
+def test_matrix_scalars_are_one_value_lists_and_mappings_void_the_matrix() -> None:
+    """act v1.0.8 `Matrix()`: a scalar is a one-value list; a mapping value is invalid and
+    the job runs once without a matrix."""
+    assert names("jobs:\n  j:\n    strategy: {matrix: {os: linux, py: [1, 2]}}\n    steps: [{run: a}]\n") == [
+        "j (linux, 1)",
+        "j (linux, 2)",
+    ]
+    assert names("jobs:\n  j:\n    strategy: {matrix: {os: {a: 1}, py: [1]}}\n    steps: [{run: a}]\n") == ["j"]
+
+
+def test_an_include_without_matrix_keys_is_a_combination_of_its_own() -> None:
+    """act adds an include that names none of the matrix's keys as a new combination; it
+    does not extend the others (unlike GitHub)."""
+    text = "jobs:\n  j:\n    strategy:\n      matrix: {os: [a, b], include: [{extra: x}]}\n    steps: [{run: a}]\n"
+    assert [dict(j.matrix) for j in parse_workflow(text).jobs] == [{"os": "a"}, {"os": "b"}, {"extra": "x"}]
+
+
+def test_go_maps_are_written_in_go_yaml_key_order_and_old_booleans_quoted() -> None:
+    text = """
+env: {b: 1, a10: 2, a9: 3}
+jobs:
+  j:
+    runs-on: x
+    outputs: {z: '1', m: '2'}
+    services: {web: {image: nginx}, db: {image: postgres, env: {Y: 1, X: 2}}}
+    env: {K2: v, K1: v}
+    steps:
+      - with: {b: yes, a: 'on', c: 1.10}
+        run: x
+"""
+    payload = payload_of(text)
+    doc = load(payload)
+    assert list(doc["env"]) == ["a9", "a10", "b"]  # digits compare as numbers
+    job = doc["jobs"]["j"]
+    assert list(job["outputs"]) == ["m", "z"]
+    assert list(job["services"]) == ["db", "web"] and list(job["services"]["db"]["env"]) == ["X", "Y"]
+    assert list(job["env"]) == ["K2", "K1"]  # a raw node keeps its order
+    assert job["steps"][0]["with"] == {"a": "on", "b": "yes", "c": "1.10"}
+    assert 'a: "on"' in payload and 'b: "yes"' in payload and 'c: "1.10"' in payload
+
+
+def test_the_payload_keeps_the_full_name_and_the_job_row_a_cut_one() -> None:
+    long = "n" * 300
+    [job] = parse_workflow(f"jobs:\n  j:\n    name: {long}\n    steps: [{{run: a}}]\n").jobs
+    assert load(job.payload.decode())["jobs"]["j"]["name"] == long
+    assert job.name == "n" * 252 + "…"
+
+
+@pytest.mark.parametrize(
+    ("step", "match"),
+    [
+        ("{run: a, continue-on-error: '${{ matrix.x }}'}", "into bool"),
+        ("{run: a, continue-on-error: 1}", "into bool"),
+        ("{run: a, with: {k: [1, 2]}}", "into string"),
+        ("{run: [a]}", "into string"),
+        ("just-a-string", "must be a mapping"),
+    ],
+)
+def test_steps_gitea_cannot_decode_make_the_workflow_invalid(step: str, match: str) -> None:
+    with pytest.raises(WorkflowError, match=match):
+        parse_workflow(f"jobs:\n  j:\n    steps:\n      - {step}\n")
+
+
+def test_yaml_11_booleans_decode_into_step_continue_on_error_and_empty_steps_are_dropped() -> None:
+    [job] = parse_workflow("jobs:\n  j:\n    steps:\n      - {run: a, continue-on-error: yes}\n      -\n").jobs
+    assert load(job.payload.decode())["jobs"]["j"]["steps"] == [{"run": "a", "continue-on-error": True}]
+    assert job.step_names == ("Run a",)

@@ -1,8 +1,10 @@
 """The ASGI application: Gitea's Connect handlers under `/api/actions`, the admin API under
 `/_double/`, everything else 404.
 
-Like Gitea's `connect.WithCompressMinBytes(1024)`, responses shorter than 1024 bytes are
-sent uncompressed even when the client accepts gzip.
+Like Gitea's `connect.WithCompressMinBytes(1024)` on the RunnerService handler, its
+responses shorter than 1024 bytes are sent uncompressed (without a Content-Encoding
+header) even when the client accepts gzip. The PingService handler has no such option:
+it compresses every response the client accepts gzip for.
 """
 
 from __future__ import annotations
@@ -41,9 +43,7 @@ def _compress_min_bytes(app: ASGIApp) -> ASGIApp:
                 body = message.get("body", b"")
                 plain = gzip.decompress(body)
                 if len(plain) < COMPRESS_MIN_BYTES:
-                    start["headers"] = [
-                        (k, b"identity" if k == b"content-encoding" else v) for k, v in start["headers"]
-                    ]
+                    start["headers"] = [(k, v) for k, v in start["headers"] if k != b"content-encoding"]
                     message = {**message, "body": plain}
                 await send(start)
                 start = None
@@ -56,7 +56,7 @@ def _compress_min_bytes(app: ASGIApp) -> ASGIApp:
 
 def build_app(runner_service: Any, ping_service: Any, admin: ASGIApp) -> ASGIApp:
     runner_app = _compress_min_bytes(RunnerServiceASGIApplication(runner_service))
-    ping_app = _compress_min_bytes(PingServiceASGIApplication(ping_service))
+    ping_app = PingServiceASGIApplication(ping_service)
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import re
 import secrets as pysecrets
 import socket
 from collections.abc import AsyncIterator, Iterator, Mapping
@@ -25,11 +26,23 @@ from dynrunner.doubles.gitea import admin, runs, views
 from dynrunner.doubles.gitea.app import build_app
 from dynrunner.doubles.gitea.engine import Engine, Options
 from dynrunner.doubles.gitea.events import default_event
-from dynrunner.doubles.gitea.payload import ref_name
 from dynrunner.doubles.gitea.service import PingServiceImpl, RunnerServiceImpl, Worker
 from dynrunner.doubles.gitea.tokens import DEFAULT_PBKDF2_ITERATIONS, decode_runtime_token
 
-_RESERVED_SECRET_PREFIXES = ("GITHUB_", "GITEA_")
+_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$", re.IGNORECASE)
+_FORBIDDEN_PREFIX = re.compile(r"^GIT(EA|HUB)_", re.IGNORECASE)
+
+
+def _actions_name(name: str) -> str:
+    """`secret_service.ValidateName`, then the upper-casing of `InsertEncryptedSecret`/`InsertVariable`."""
+    if not _NAME.match(name) or _FORBIDDEN_PREFIX.match(name) or name.upper() == "CI":
+        raise ValueError(f"invalid variable or secret name: {name!r}")
+    return name.upper()
+
+
+def _normalize_eol(value: str) -> str:
+    """`util.NormalizeStringEOL`, applied to variable values."""
+    return value.replace("\r\n", "\n").replace("\r", "\n")
 
 
 class _InProcessServer(uvicorn.Server):
@@ -76,6 +89,8 @@ class GiteaDouble:
         *,
         mode: str = "gitea",
         zombie_timeout_s: float = 600.0,
+        endless_task_timeout_s: float = 3 * 3600.0,
+        abandoned_job_timeout_s: float = 24 * 3600.0,
         pbkdf2_iterations: int = DEFAULT_PBKDF2_ITERATIONS,
         legacy_empty_no_more: bool = False,
         default_actions_url: str = "github",
@@ -86,6 +101,8 @@ class GiteaDouble:
         self.options = Options(
             mode=mode,
             zombie_timeout_s=zombie_timeout_s,
+            endless_task_timeout_s=endless_task_timeout_s,
+            abandoned_job_timeout_s=abandoned_job_timeout_s,
             pbkdf2_iterations=pbkdf2_iterations,
             legacy_empty_no_more=legacy_empty_no_more,
             default_actions_url=default_actions_url,
@@ -156,7 +173,7 @@ class GiteaDouble:
     async def _reap_forever(self) -> None:
         while True:
             await asyncio.sleep(self.reap_interval_s)
-            await asyncio.wrap_future(self._pool.submit(self.engine.reap_zombies))
+            await asyncio.wrap_future(self._pool.submit(self.engine.run_crons))
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -211,40 +228,27 @@ class GiteaDouble:
         actor: str = "gitea-admin",
         is_fork_pull_request: bool = False,
     ) -> views.RunView:
-        """Create a run of `workflow` as a push (or `event_name`) would; matrix jobs expand."""
+        """Create a run of `workflow` as a push (or `event_name`) would; matrix jobs expand.
+
+        Secret and variable names follow Gitea's rules (`[A-Za-z_][A-Za-z0-9_]*`, no
+        `GITHUB_`/`GITEA_` prefix, not `CI`; ValueError otherwise) and are stored upper-cased;
+        variable values get their line ends normalized to `\\n`, as Gitea stores them."""
         if workflow is None:
             raise TypeError("submit() needs a workflow")
-        for name in secrets or {}:
-            if name.upper().startswith(_RESERVED_SECRET_PREFIXES):
-                raise ValueError(f"secret name {name!r} is reserved (GITHUB_/GITEA_ prefixes)")
         sha = sha or pysecrets.token_hex(20)
         payload = dict(event) if event is not None else default_event(self.url, repository, event_name, ref, sha, actor)
-        ref_short, ref_type = ref_name(ref)
-        github = {
-            "event_name": event_name,
-            "ref": ref,
-            "ref_name": ref_short,
-            "ref_type": ref_type,
-            "sha": sha,
-            "repository": repository,
-            "actor": actor,
-            "workflow": workflow_file,
-            "event": payload,
-            "repository_owner": repository.split("/", maxsplit=1)[0],
-        }
-        parsed = self.engine.parse(workflow, github, dict(vars or {}))
         run_id = self.engine.submit(
             runs.NewRun(
                 repository=repository,
-                workflow=parsed,
+                workflow=workflow,
                 workflow_file=workflow_file,
                 event_name=event_name,
                 event_payload=payload,
                 ref=ref,
                 sha=sha,
                 actor=actor,
-                secrets=dict(secrets or {}),
-                vars=dict(vars or {}),
+                secrets={_actions_name(k): v for k, v in (secrets or {}).items()},
+                vars={_actions_name(k): _normalize_eol(v) for k, v in (vars or {}).items()},
                 is_fork_pull_request=is_fork_pull_request,
             )
         )
@@ -271,6 +275,14 @@ class GiteaDouble:
     def reap_zombies(self) -> list[int]:
         """Run the zombie reaper now; returns the ids of the tasks it stopped."""
         return self.engine.reap_zombies()
+
+    def reap_endless_tasks(self) -> list[int]:
+        """Run the endless-task reaper now (tasks started over 3 h ago); returns the task ids."""
+        return self.engine.reap_endless_tasks()
+
+    def cancel_abandoned_jobs(self) -> list[int]:
+        """Cancel waiting/blocked jobs not updated for 24 h now; returns the job ids."""
+        return self.engine.cancel_abandoned_jobs()
 
     def advance_clock(self, seconds: float) -> None:
         """Move the double's clock forward (zombie timeouts, heartbeat debounce, ordering)."""

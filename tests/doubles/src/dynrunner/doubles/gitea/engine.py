@@ -11,20 +11,24 @@ import json
 import secrets as pysecrets
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from dynrunner.doubles.gitea import logs, runs, tasks
 from dynrunner.doubles.gitea import runners as runner_db
 from dynrunner.doubles.gitea.errors import NOT_EXIST, PlainError, internal, unauthenticated
 from dynrunner.doubles.gitea.jobparser import parse_workflow
-from dynrunner.doubles.gitea.payload import Instance, build_task
+from dynrunner.doubles.gitea.payload import Instance, build_task, parse_context
 from dynrunner.doubles.gitea.status import Status
 from dynrunner.doubles.gitea.store import Clock, Row, Store
-from dynrunner.doubles.gitea.tokens import DEFAULT_PBKDF2_ITERATIONS, new_salted_token, token_matches
+from dynrunner.doubles.gitea.tokens import (
+    DEFAULT_PBKDF2_ITERATIONS,
+    ENDLESS_TASK_TIMEOUT_S,
+    new_salted_token,
+    token_matches,
+)
 from dynrunner.proto._gen.runner.v1 import messages_pb2 as pb
 
 CAPABILITY_CANCELLING = "cancelling"
@@ -36,6 +40,8 @@ MODES = ("gitea", "forgejo")
 class Options:
     mode: str = "gitea"
     zombie_timeout_s: float = 600.0
+    endless_task_timeout_s: float = ENDLESS_TASK_TIMEOUT_S
+    abandoned_job_timeout_s: float = 24 * 3600.0
     pbkdf2_iterations: int = DEFAULT_PBKDF2_ITERATIONS
     legacy_empty_no_more: bool = False
     default_actions_url: str = "github"
@@ -243,11 +249,15 @@ class Engine:
             return runner_db.new_registration_token(conn, owner_id, repo_id, self.clock.now(), token)
 
     def submit(self, new: runs.NewRun) -> int:
+        """`InsertRun` in one transaction: the run row first, so the workflow is parsed with
+        its `github.run_id`/`run_number`; a WorkflowError rolls everything back."""
         with self.store.write() as conn:
-            return runs.insert_run(conn, new, self.clock.now())
-
-    def parse(self, workflow: str | Mapping[str, Any], github: Mapping[str, Any], vars: Mapping[str, str]) -> Any:
-        return parse_workflow(workflow, context={"github": github, "vars": vars})
+            now = self.clock.now()
+            run_id = runs.insert_run(conn, new, now)
+            github = parse_context(conn, self.instance, run_id)
+            parsed = parse_workflow(new.workflow, context={"github": github, "vars": new.vars})
+            runs.insert_jobs(conn, run_id, parsed, now)
+            return run_id
 
     def cancel_run(self, run_id: int) -> None:
         with self._run_lock(run_id), self.store.write() as conn:
@@ -263,18 +273,45 @@ class Engine:
             runner_db.set_runner_disabled(conn, runner_id, disabled, self.clock.now())
 
     def reap_zombies(self) -> list[int]:
-        """`StopZombieTasks`: running/cancelling tasks not updated within the timeout fail
-        (cancelling ones are cancelled), their unfinished steps too, their logs are archived."""
+        """`StopZombieTasks`: running/cancelling tasks not updated within the zombie timeout."""
+        return self._stop_tasks("updated", self.options.zombie_timeout_s)
+
+    def reap_endless_tasks(self) -> list[int]:
+        """`StopEndlessTasks`: running/cancelling tasks started longer ago than the endless
+        timeout (3 h), however often they report."""
+        return self._stop_tasks("started", self.options.endless_task_timeout_s)
+
+    def _stop_tasks(self, column: str, timeout_s: float) -> list[int]:
+        """`stopTasks`: the tasks fail (cancelling ones are cancelled) with their unfinished
+        steps, their logs are archived when a log file exists, dependents are emitted."""
         now = self.clock.now()
         with self.store.read() as conn:
-            zombies = tasks.zombie_tasks(conn, now - int(self.options.zombie_timeout_s))
-        reaped = []
-        for task in zombies:
+            found = tasks.tasks_before(conn, column, now - int(timeout_s))
+        stopped = []
+        for task in found:
             status = Status.CANCELLED if task["status"] == Status.CANCELLING else Status.FAILURE
             with self.store.write() as conn:
                 run_id = conn.execute("SELECT run_id FROM run_job WHERE id = ?", (task["job_id"],)).fetchone()["run_id"]
                 tasks.stop_task(conn, task["id"], status, now)
                 logs.archive_after_stop(conn, self.files, task["id"], now)
                 runs.emit_jobs(conn, run_id, now)
-            reaped.append(int(task["id"]))
-        return reaped
+            stopped.append(int(task["id"]))
+        return stopped
+
+    def cancel_abandoned_jobs(self) -> list[int]:
+        """`CancelAbandonedJobs`: waiting or blocked jobs not updated within the abandoned
+        timeout (24 h) are cancelled (`CancelJobs`); returns their ids."""
+        now = self.clock.now()
+        with self.store.write() as conn:
+            jobs = runs.abandoned_jobs(conn, now - int(self.options.abandoned_job_timeout_s))
+            tasks.cancel_jobs(conn, jobs, now)
+            for run_id in sorted({int(j["run_id"]) for j in jobs}):
+                runs.emit_jobs(conn, run_id, now)
+        return [int(j["id"]) for j in jobs]
+
+    def run_crons(self) -> None:
+        """The Actions crons Gitea schedules (zombie tasks every 5 min, endless tasks every
+        30 min, abandoned jobs every 6 h), all at once."""
+        self.reap_zombies()
+        self.reap_endless_tasks()
+        self.cancel_abandoned_jobs()

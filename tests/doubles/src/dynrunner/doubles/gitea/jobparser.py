@@ -1,19 +1,26 @@
 """Workflow → one single-job workflow per job and matrix combination, as Gitea does it.
 
 Follows Gitea's `modules/actions/jobparser/` (`jobparser.go` `Parse`, `model.go`
-`SingleWorkflow`/`Job`/`Step`) and act's `model/workflow.go` (`GetMatrixes`, `Needs`,
-`RunsOn`):
+`SingleWorkflow`/`Job`/`Step`/`ContainerSpec`) and act's `model/workflow.go` in the Gitea
+runner v1.0.8 that Gitea builds with (`GetMatrixes`, `Matrix`, `Needs`, `RunsOnFromNode`):
 
 * jobs keep their order in the file; each job expands to one entry per matrix
   combination, combinations sorted by their name `(v1, v2)` (values of keys in key order);
 * a job without `name` is named by its id; with a matrix the name gets ` (v1, v2)`
   appended, unless it contains `${{ }}`, which is then interpolated instead;
-* `strategy.matrix` is narrowed to the single combination (`{key: [value]}`, keys sorted);
-* `runs-on` and `continue-on-error` are evaluated per combination;
-* `needs` is erased from the stored payload (`models/actions/run.go` `InsertRun` calls
-  `job.EraseNeeds()`), but kept on the job row;
-* fields Gitea's `Job`/`Step` structs do not know are dropped; string-typed fields
-  (`timeout-minutes`, step `with`, `outputs`, workflow `env`) are written as strings.
+* `strategy.matrix` is narrowed to the single combination (`{key: [value]}`);
+* `runs-on` is flattened to labels (`{group, labels}` → labels + group), each label
+  interpolated, and written back as one string when there is one label, else a list;
+* `continue-on-error` is evaluated per combination;
+* `needs` is erased from the stored payload (`services/actions/run.go` `InsertRun` calls
+  `job.EraseNeeds()`), but kept on the job row; needs naming no job are accepted (the job
+  then only waits for the others);
+* fields Gitea's structs do not know are dropped; fields they decode into Go strings
+  (`timeout-minutes`, step `with` values, `outputs`, workflow `env`, ...) are written as
+  the text as written, and a mapping or list where Gitea wants a string, or a step
+  `continue-on-error` that is not a boolean, makes the workflow invalid, as in Gitea;
+* Go maps (workflow `env`, `services`, `outputs`, `with`, the matrix) are written in
+  go-yaml's key order, raw nodes (`on`, job and step `env`, `if`, `container`, ...) as written.
 
 Only the expression subset that matters at parse time is evaluated here (`matrix.*`,
 `github.*`, `vars.*`, `inputs.*` references, literals); anything else is left as written.
@@ -27,31 +34,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dynrunner.doubles.gitea.interpolation import evaluate_node, interpolate
-from dynrunner.doubles.gitea.yamlio import dump, go_sprint, go_string, go_value, load
+from dynrunner.doubles.gitea.truncate import ellipsis_display
+from dynrunner.doubles.gitea.yamlio import dump, go_sorted, go_sprint, go_string, go_value, load
 
-_JOB_FIELDS = (
-    "name",
-    "needs",
-    "runs-on",
-    "env",
-    "if",
-    "steps",
-    "timeout-minutes",
-    "continue-on-error",
-    "services",
-    "strategy",
-    "container",
-    "defaults",
-    "outputs",
-    "uses",
-    "with",
-    "secrets",
-    "concurrency",
-    "permissions",
-)
-_STEP_FIELDS = ("id", "if", "name", "uses", "run", "working-directory", "shell", "env", "with")
+_STEP_STRINGS = ("id", "name", "uses", "run", "working-directory", "shell")
 _CONTAINER_FIELDS = ("image", "env", "ports", "volumes", "options", "credentials", "cmd")
-_MAX_NAME_BYTES = 255
+_MAX_NAME = 255
+# go-yaml decodes these YAML 1.1 spellings into a Go bool as well
+_YAML11_TRUE = frozenset(["y", "Y", "yes", "Yes", "YES", "on", "On", "ON"])
+_YAML11_FALSE = frozenset(["n", "N", "no", "No", "NO", "off", "Off", "OFF"])
 
 
 class WorkflowError(ValueError):
@@ -74,6 +65,7 @@ class ParsedJob:
 @dataclass(frozen=True, slots=True)
 class ParsedWorkflow:
     name: str
+    run_name: str
     jobs: tuple[ParsedJob, ...]
 
 
@@ -89,72 +81,119 @@ def parse_workflow(source: str | Mapping[str, Any], *, context: Mapping[str, Any
     jobs = doc.get("jobs")
     if not isinstance(jobs, dict) or not jobs:
         raise WorkflowError("the workflow has no jobs")
-    ctx = {"github": dict((context or {}).get("github", {})), "vars": dict((context or {}).get("vars", {}))}
-    ctx["inputs"] = dict((context or {}).get("inputs", {}))
+    ctx = {
+        "github": dict((context or {}).get("github", {})),
+        "vars": dict((context or {}).get("vars", {})),
+        "inputs": dict((context or {}).get("inputs", {})),
+    }
     header = _workflow_header(doc, ctx)
     parsed: list[ParsedJob] = []
     for job_id, job in jobs.items():
-        if not isinstance(job, dict):
-            raise WorkflowError(f"job {job_id!r} must be a mapping")
         job_id = str(job_id)
+        if job is None:
+            raise WorkflowError(f"needed job not found: {job_id!r}")
+        if not isinstance(job, dict):
+            raise WorkflowError(f"invalid jobs: job {job_id!r} must be a mapping")
         if job.get("uses"):
             raise WorkflowError(
                 f"job {job_id!r} calls a reusable workflow ({go_string(job['uses'])}); the Gitea double does not "
                 "expand reusable workflows"
             )
         needs = _needs(job.get("needs"))
-        for need in needs:
-            if need not in jobs:
-                raise WorkflowError(f"job {job_id!r} needs {need!r}, which is not a job of this workflow")
         for matrix in sorted(_matrixes(job_id, job), key=_matrix_name):
             parsed.append(_single(job_id, job, matrix, header, needs, ctx))
-    return ParsedWorkflow(name=go_string(doc.get("name")) or "", jobs=tuple(parsed))
+    return ParsedWorkflow(
+        name=_string(doc.get("name"), "name"), run_name=str(header.get("run-name", "")), jobs=tuple(parsed)
+    )
+
+
+def _string(value: Any, where: str) -> str:
+    """A node decoded into a Go `string`: scalars give their text, anything else fails."""
+    if isinstance(value, dict | list):
+        kind = "!!map" if isinstance(value, dict) else "!!seq"
+        raise WorkflowError(f"invalid jobs: yaml: unmarshal errors: cannot unmarshal {kind} into string ({where})")
+    return go_string(value)
+
+
+def _string_map(value: Any, where: str) -> dict[str, str] | None:
+    """A node decoded into a Go `map[string]string`, in go-yaml's key order (None when empty)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise WorkflowError(f"invalid jobs: yaml: unmarshal errors: {where} must be a mapping")
+    return go_sorted({str(k): _string(v, f"{where}.{k}") for k, v in value.items()}) or None
+
+
+def _string_list(value: Any, where: str) -> list[str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise WorkflowError(f"invalid jobs: yaml: unmarshal errors: {where} must be a sequence")
+    return [_string(v, where) for v in value] or None
+
+
+def _go_bool(value: Any, where: str) -> bool:
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, str) and value in _YAML11_TRUE | _YAML11_FALSE:
+        return value in _YAML11_TRUE
+    raise WorkflowError(
+        f"invalid jobs: yaml: unmarshal errors: cannot unmarshal {go_string(value)!r} into bool ({where})"
+    )
 
 
 def _workflow_header(doc: Mapping[str, Any], ctx: Mapping[str, Any]) -> dict[str, Any]:
     header: dict[str, Any] = {}
-    if doc.get("name"):
-        header["name"] = go_string(doc["name"])
-    if "on" in doc and doc["on"] is not None:
+    name = _string(doc.get("name"), "name")
+    if name:
+        header["name"] = name
+    if doc.get("on") is not None:
         header["on"] = doc["on"]
-    env = doc.get("env")
-    if isinstance(env, dict) and env:
-        header["env"] = {str(k): go_string(v) for k, v in env.items()}
+    env = _string_map(doc.get("env"), "env")
+    if env:
+        header["env"] = env
     header["jobs"] = None
-    defaults = _defaults(doc.get("defaults"))
+    defaults = _defaults(doc.get("defaults"), "defaults")
     if defaults:
         header["defaults"] = defaults
     if doc.get("permissions") is not None:
         header["permissions"] = doc["permissions"]
-    if doc.get("run-name"):
-        header["run-name"] = interpolate(go_string(doc["run-name"]), ctx)
+    run_name = _string(doc.get("run-name"), "run-name")
+    if run_name:
+        header["run-name"] = interpolate(run_name, ctx)
     return header
 
 
-def _defaults(value: Any) -> dict[str, Any]:
+def _defaults(value: Any, where: str) -> dict[str, Any]:
     if not isinstance(value, dict) or not isinstance(value.get("run"), dict):
         return {}
-    run = {k: go_string(value["run"][k]) for k in ("shell", "working-directory") if value["run"].get(k)}
-    return {"run": run} if run else {}
+    run = value["run"]
+    fields = {k: _string(run.get(k), f"{where}.run.{k}") for k in ("shell", "working-directory")}
+    fields = {k: v for k, v in fields.items() if v}
+    return {"run": fields} if fields else {}
 
 
 def _needs(raw: Any) -> tuple[str, ...]:
-    """act `Job.Needs`: a scalar is one need, a sequence is all of them."""
-    if raw is None:
+    """act `Job.Needs`: a scalar is one need, a list of scalars all of them, anything else none."""
+    if raw is None or isinstance(raw, dict):
         return ()
     if isinstance(raw, list):
+        if any(isinstance(v, dict | list) for v in raw):
+            return ()
         return tuple(go_string(v) for v in raw)
-    if isinstance(raw, dict):
-        return ()
     return (go_string(raw),)
 
 
 def runs_on_labels(raw: Any) -> tuple[str, ...]:
-    """act `Job.RunsOn`: scalar → one label, sequence → all, `{group, labels}` → labels + group."""
+    """act `RunsOnFromNode`: scalar → one label, list of scalars → all, `{group, labels}` →
+    labels + group; a shape that does not decode gives no labels."""
     if isinstance(raw, dict):
-        labels = list(runs_on_labels(raw.get("labels")))
-        if raw.get("group"):
-            labels.append(go_string(raw["group"]))
+        group = raw.get("group")
+        if isinstance(group, dict | list):
+            return ()
+        labels = list(runs_on_labels(raw.get("labels"))) if not isinstance(raw.get("labels"), dict) else []
+        if go_string(group):
+            labels.append(go_string(group))
         return tuple(labels)
     if isinstance(raw, list):
         if any(isinstance(v, dict | list) for v in raw):
@@ -165,45 +204,65 @@ def runs_on_labels(raw: Any) -> tuple[str, ...]:
     return (go_string(raw),)
 
 
+def _matrix_values(value: Any) -> list[Any] | None:
+    """act's `normalizeMatrixValue`: a list as it is, a scalar as a one-value list, a mapping
+    makes the whole matrix invalid (None)."""
+    if isinstance(value, list):
+        return value
+    if isinstance(value, dict):
+        return None
+    return [value]
+
+
 def _matrixes(job_id: str, job: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """act `Job.GetMatrixes`, including its include/exclude rules."""
+    """act `Job.GetMatrixes` (runner v1.0.8), including its include/exclude rules."""
     strategy = job.get("strategy")
     if not isinstance(strategy, dict) or not isinstance(strategy.get("matrix"), dict):
         return [{}]
-    raw = dict(strategy["matrix"])
-    if not all(isinstance(v, list) for v in raw.values()):
-        return [{}]  # act fails to decode map[string][]any and runs the job once without a matrix
-    includes = [i for i in raw.pop("include", []) if isinstance(i, dict)]
-    excludes_raw = raw.pop("exclude", [])
+    matrix: dict[str, list[Any]] = {}
+    for key, value in strategy["matrix"].items():
+        values = _matrix_values(value)
+        if values is None:
+            return [{}]  # act logs the invalid matrix and runs the job once without one
+        matrix[str(key)] = values
+    includes: list[dict[str, Any]] = []
+    extra: list[dict[str, Any]] = []
+    for entry in matrix.get("include", []):
+        for include in entry if isinstance(entry, list) else [entry]:
+            if not isinstance(include, dict):
+                continue
+            # an include naming any matrix key extends combinations, the others are new ones
+            (includes if any(k in matrix for k in include) else extra).append(dict(include))
+    matrix.pop("include", None)
     excludes = []
-    for exclude in excludes_raw:
+    for exclude in matrix.get("exclude", []):
         if not isinstance(exclude, dict):
             continue
         for key in exclude:
-            if key not in raw:
+            if key not in matrix:
                 raise WorkflowError(
-                    f"job {job_id!r}: the workflow is not valid. Matrix exclude key {key!r} does not match any key "
-                    "within the matrix"
+                    f"getMatrixes: GetMatrixes: the workflow is not valid. Matrix exclude key {key!r} does not match "
+                    f"any key within the matrix (job {job_id!r})"
                 )
         excludes.append(exclude)
+    matrix.pop("exclude", None)
     combos: list[dict[str, Any]] = []
-    if raw and all(raw.values()):
-        keys = list(raw)
-        for values in itertools.product(*(raw[k] for k in keys)):
+    if matrix and all(matrix.values()):
+        keys = list(matrix)
+        for values in itertools.product(*(matrix[k] for k in keys)):
             combo = dict(zip(keys, values, strict=True))
-            if any(_common_keys_match(combo, ex) for ex in excludes):
-                continue
-            combos.append(combo)
-    extra = []
+            if not any(_common_keys_match(combo, ex) for ex in excludes):
+                combos.append(combo)
+    unmatched = []
     for include in includes:
         matched = False
         for combo in combos:
-            if all(k not in raw or k not in include or combo[k] == include[k] for k in combo):
+            if all(k not in matrix or k not in include or combo[k] == include[k] for k in combo):
                 matched = True
                 combo.update(include)
         if not matched:
-            extra.append(dict(include))
-    combos.extend(extra)
+            unmatched.append(include)
+    combos.extend(extra + unmatched)
     return combos or [{}]
 
 
@@ -224,124 +283,158 @@ def _single(
     ctx: Mapping[str, Any],
 ) -> ParsedJob:
     scope = {**ctx, "matrix": matrix}
-    name = go_string(job.get("name")) or job_id
+    name = _string(job.get("name"), f"jobs.{job_id}.name") or job_id
     if matrix:
         name = interpolate(name, scope) if ("${{" in name and "}}" in name) else f"{name} {_matrix_name(matrix)}"
-    name = _truncate_bytes(name, _MAX_NAME_BYTES)
-    runs_on = evaluate_node(job.get("runs-on"), scope)
+    runs_on = tuple(interpolate(label, scope) for label in runs_on_labels(job.get("runs-on")))
     continue_on_error = evaluate_node(job.get("continue-on-error"), scope)
-    steps = [s for s in job.get("steps") or [] if isinstance(s, dict)]
-    out: dict[str, Any] = {}
-    for key in _JOB_FIELDS:
-        value = _job_field(key, job, name=name, runs_on=runs_on, coe=continue_on_error, steps=steps, matrix=matrix)
-        if value is not None:
-            out[key] = value
-    document = {k: v for k, v in header.items() if k != "jobs"}
-    ordered = {}
-    for key in header:
-        ordered[key] = {job_id: out} if key == "jobs" else document[key]
+    steps = _steps(job_id, job.get("steps"))
+    out: dict[str, Any] = {"name": name, "runs-on": runs_on[0] if len(runs_on) == 1 else list(runs_on)}
+    for key in ("env", "if"):
+        if job.get(key) is not None:
+            out[key] = job[key]
+    if steps:
+        out["steps"] = [_step(s, f"jobs.{job_id}.steps[{i}]") for i, s in enumerate(steps)]
+    timeout = _string(job.get("timeout-minutes"), f"jobs.{job_id}.timeout-minutes")
+    if timeout:
+        out["timeout-minutes"] = timeout
+    if continue_on_error is not None:
+        out["continue-on-error"] = continue_on_error
+    services = _services(job.get("services"), f"jobs.{job_id}.services")
+    if services:
+        out["services"] = services
+    strategy = _strategy(job.get("strategy"), matrix, f"jobs.{job_id}.strategy")
+    if strategy:
+        out["strategy"] = strategy
+    if job.get("container") is not None:
+        out["container"] = job["container"]
+    defaults = _defaults(job.get("defaults"), f"jobs.{job_id}.defaults")
+    if defaults:
+        out["defaults"] = defaults
+    outputs = _string_map(job.get("outputs"), f"jobs.{job_id}.outputs")
+    if outputs:
+        out["outputs"] = outputs
+    if isinstance(job.get("with"), dict) and job["with"]:
+        out["with"] = go_value(job["with"])
+    if job.get("secrets") is not None:
+        out["secrets"] = job["secrets"]
+    concurrency = _concurrency(job.get("concurrency"), f"jobs.{job_id}.concurrency")
+    if concurrency is not None:
+        out["concurrency"] = concurrency
+    if job.get("permissions") is not None:
+        out["permissions"] = job["permissions"]
+    document = {key: ({job_id: out} if key == "jobs" else value) for key, value in header.items()}
+    if_node = job.get("if")
     return ParsedJob(
         job_id=job_id,
-        name=name,
-        payload=dump(ordered).encode(),
+        name=ellipsis_display(name, _MAX_NAME),
+        payload=dump(document).encode(),
         needs=needs,
-        runs_on=runs_on_labels(runs_on),
+        runs_on=runs_on,
         step_names=tuple(step_display_name(s) for s in steps),
-        has_if=bool(go_string(job.get("if")).strip()) if job.get("if") is not None else False,
-        continue_on_error=continue_on_error is True or go_string(continue_on_error) == "true",
+        has_if=if_node is not None and not isinstance(if_node, dict | list) and go_string(if_node) != "",
+        continue_on_error=_job_continue_on_error(continue_on_error),
         matrix=matrix,
     )
 
 
-def _job_field(
-    key: str,
-    job: Mapping[str, Any],
-    *,
-    name: str,
-    runs_on: Any,
-    coe: Any,
-    steps: list[dict[str, Any]],
-    matrix: Mapping[str, Any],
-) -> Any:
-    value = job.get(key)
-    match key:
-        case "name":
-            return name
-        case "needs":
-            return None  # erased from the payload, see the module docstring
-        case "runs-on":
-            return runs_on
-        case "continue-on-error":
-            return coe
-        case "steps":
-            return [_step(s) for s in steps] or None
-        case "timeout-minutes":
-            return go_string(value) or None
-        case "services":
-            if not isinstance(value, dict) or not value:
-                return None
-            return {str(k): _container(v) for k, v in value.items() if isinstance(v, dict)}
-        case "strategy":
-            return _strategy(value, matrix)
-        case "defaults":
-            return _defaults(value) or None
-        case "outputs":
-            if not isinstance(value, dict) or not value:
-                return None
-            return {str(k): go_string(v) for k, v in value.items()}
-        case "uses":
-            return go_string(value) or None
-        case "with":
-            return dict(value) if isinstance(value, dict) and value else None
-    return value
+def _job_continue_on_error(value: Any) -> bool:
+    """`Job.GetContinueOnError`: the evaluated node decoded into a bool, false when it does not decode."""
+    try:
+        return _go_bool(value, "continue-on-error")
+    except WorkflowError:
+        return False
 
 
-def _step(step: Mapping[str, Any]) -> dict[str, Any]:
+def _steps(job_id: str, raw: Any) -> list[dict[str, Any]]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise WorkflowError(f"invalid jobs: yaml: unmarshal errors: jobs.{job_id}.steps must be a sequence")
+    steps = []
+    for index, step in enumerate(raw):
+        if step is None:
+            continue  # `SingleWorkflow.jobs` drops empty steps
+        if not isinstance(step, dict):
+            raise WorkflowError(f"invalid jobs: yaml: unmarshal errors: jobs.{job_id}.steps[{index}] must be a mapping")
+        steps.append(step)
+    return steps
+
+
+def _step(step: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """`jobparser.Step` in its field order: id, if, name, uses, run, working-directory,
+    shell, env, with, continue-on-error, timeout-minutes."""
+    text = {key: _string(step.get(key), f"{where}.{key}") for key in _STEP_STRINGS}
     out: dict[str, Any] = {}
-    for key in _STEP_FIELDS:
-        value = step.get(key)
-        if value is None:
-            continue
-        if key == "with":
-            if isinstance(value, dict) and value:
-                out[key] = {str(k): go_string(v) for k, v in value.items()}
-        elif key in ("if", "env"):
-            out[key] = value
-        elif go_string(value):
-            out[key] = go_string(value)
-    if step.get("continue-on-error") is True:
+    if text["id"]:
+        out["id"] = text["id"]
+    if step.get("if") is not None:
+        out["if"] = step["if"]
+    for key in ("name", "uses", "run", "working-directory", "shell"):
+        if text[key]:
+            out[key] = text[key]
+    if step.get("env") is not None:
+        out["env"] = step["env"]
+    with_ = _string_map(step.get("with"), f"{where}.with")
+    if with_:
+        out["with"] = with_
+    if _go_bool(step.get("continue-on-error"), f"{where}.continue-on-error"):
         out["continue-on-error"] = True
-    elif step.get("continue-on-error") is not None and go_string(step["continue-on-error"]) not in ("", "false"):
-        out["continue-on-error"] = step["continue-on-error"]
-    if go_string(step.get("timeout-minutes")):
-        out["timeout-minutes"] = go_string(step["timeout-minutes"])
+    timeout = _string(step.get("timeout-minutes"), f"{where}.timeout-minutes")
+    if timeout:
+        out["timeout-minutes"] = timeout
     return out
 
 
-def _container(spec: Mapping[str, Any]) -> dict[str, Any]:
+def _services(value: Any, where: str) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise WorkflowError(f"invalid jobs: yaml: unmarshal errors: {where} must be a mapping")
+    return go_sorted({str(k): _container(v, f"{where}.{k}") for k, v in value.items()}) or None
+
+
+def _container(spec: Any, where: str) -> dict[str, Any] | None:
+    """`jobparser.ContainerSpec`: image, env, ports, volumes, options, credentials, cmd."""
+    if spec is None:
+        return None
+    if not isinstance(spec, dict):
+        raise WorkflowError(f"invalid jobs: yaml: unmarshal errors: {where} must be a mapping")
     out: dict[str, Any] = {}
     for key in _CONTAINER_FIELDS:
-        value = spec.get(key)
-        if value in (None, "", [], {}):
-            continue
-        if key in ("env", "credentials") and isinstance(value, dict):
-            out[key] = {str(k): go_string(v) for k, v in value.items()}
-        elif key in ("ports", "volumes", "cmd") and isinstance(value, list):
-            out[key] = [go_string(v) for v in value]
+        path = f"{where}.{key}"
+        if key in ("env", "credentials"):
+            value: Any = _string_map(spec.get(key), path)
+        elif key in ("ports", "volumes", "cmd"):
+            value = _string_list(spec.get(key), path)
         else:
-            out[key] = go_string(value)
+            value = _string(spec.get(key), path) or None
+        if value:
+            out[key] = value
     return out
 
 
-def _strategy(value: Any, matrix: Mapping[str, Any]) -> dict[str, Any] | None:
+def _strategy(value: Any, matrix: Mapping[str, Any], where: str) -> dict[str, Any] | None:
     out: dict[str, Any] = {}
     if isinstance(value, dict):
         for key in ("fail-fast", "max-parallel"):
-            if value.get(key) is not None and go_string(value[key]):
-                out[key] = go_string(value[key])
+            text = _string(value.get(key), f"{where}.{key}")
+            if text:
+                out[key] = text
     if matrix:
-        out["matrix"] = {k: [go_value(matrix[k])] for k in sorted(matrix)}
+        out["matrix"] = go_sorted({k: [go_value(v)] for k, v in matrix.items()})
     return out or None
+
+
+def _concurrency(value: Any, where: str) -> Any:
+    """act's `RawConcurrency`: a scalar stays an expression, a mapping keeps `group` and
+    `cancel-in-progress` as strings."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        return _string(value, where) or None
+    out = {k: _string(value.get(k), f"{where}.{k}") for k in ("group", "cancel-in-progress")}
+    return {k: v for k, v in out.items() if v}
 
 
 def step_display_name(step: Mapping[str, Any]) -> str:
@@ -351,11 +444,4 @@ def step_display_name(step: Mapping[str, Any]) -> str:
         run = go_string(step.get("run")).strip().split("\n", 1)[0].strip()
         fallback = go_string(step.get("uses")) or go_string(step.get("run")) or go_string(step.get("id"))
         name = "Run " + (run or fallback)
-    return name if len(name) <= _MAX_NAME_BYTES else name[: _MAX_NAME_BYTES - 1] + "…"
-
-
-def _truncate_bytes(text: str, limit: int) -> str:
-    raw = text.encode()
-    if len(raw) <= limit:
-        return text
-    return raw[:limit].decode(errors="ignore")
+    return ellipsis_display(name, _MAX_NAME)

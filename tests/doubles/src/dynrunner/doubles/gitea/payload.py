@@ -33,22 +33,40 @@ class Instance:
     signing_secret: bytes
 
 
+def _lower_hex(text: str) -> bool:
+    return bool(text) and all(c in "0123456789abcdef" for c in text)
+
+
 def ref_name(ref: str) -> tuple[str, str]:
-    """(short name, ref type) as `git.RefName` computes them."""
-    for prefix, kind in (("refs/heads/", "branch"), ("refs/tags/", "tag")):
+    """(short name, ref type) as `git.RefName.ShortName`/`RefType` compute them: branches and
+    tags lose their prefix, `refs/pull/<n>/<x>` gives `<n>`, `refs/for/`/`refs/remotes/`
+    lose theirs; the type is `branch`, `tag`, `commit` (6 to 64 lower-case hex digits) or ''."""
+    short = ref
+    for prefix in ("refs/heads/", "refs/tags/", "refs/remotes/"):
         if ref.startswith(prefix):
-            return ref[len(prefix) :], kind
-    if ref.startswith("refs/pull/"):
-        return ref[len("refs/pull/") :].removesuffix("/head"), "pull"
-    if ref.startswith("refs/for/"):
-        return ref[len("refs/for/") :], "for"
-    if ref.startswith("refs/remotes/"):
-        return ref[len("refs/remotes/") :], "remote"
-    return ref, ""
+            short = ref[len(prefix) :]
+            break
+    else:
+        rest = ref[len("refs/pull/") :]
+        if ref.startswith("refs/pull/") and "/" in rest:
+            short = rest[: rest.rindex("/")]
+        elif ref.startswith("refs/for/"):
+            short = ref[len("refs/for/") :]
+    if ref.startswith("refs/heads/"):
+        kind = "branch"
+    elif ref.startswith("refs/tags/"):
+        kind = "tag"
+    elif 6 <= len(ref) <= 64 and _lower_hex(ref):
+        kind = "commit"
+    else:
+        kind = ""
+    return short, kind
 
 
-def gitea_context(instance: Instance, run: Row, job: Row, owner: str, repo: str) -> dict[str, Any]:
-    """`GenerateGiteaContext` for a job (without `token`/`gitea_runtime_token`)."""
+def gitea_context(instance: Instance, run: Row, job: Row | None, owner: str, repo: str) -> dict[str, Any]:
+    """`GenerateGiteaContext` (without `token`/`gitea_runtime_token`). Every run has its
+    first attempt (G-0715 `InsertRun`), so `run_attempt` is "1" and `triggering_actor` the
+    user who triggered the run; `job` is empty at parse time (no job yet)."""
     event = json.loads(run["event_payload"] or "{}")
     base_ref = head_ref = ""
     ref, sha = run["ref"], run["commit_sha"]
@@ -76,7 +94,7 @@ def gitea_context(instance: Instance, run: Row, job: Row, owner: str, repo: str)
         "event_path": "",
         "graphql_url": "",
         "head_ref": head_ref,
-        "job": job["job_id"],
+        "job": job["job_id"] if job is not None else "",
         "ref": ref,
         "ref_name": short,
         "ref_protected": False,
@@ -88,15 +106,53 @@ def gitea_context(instance: Instance, run: Row, job: Row, owner: str, repo: str)
         "retention_days": "",
         "run_id": str(run["id"]),
         "run_number": str(run["idx"]),
-        "run_attempt": str(job["attempt"] or 1),
+        "run_attempt": "1",
         "secret_source": "Actions",
         "server_url": instance.root_url,
         "sha": sha,
-        "triggering_actor": "",
+        "triggering_actor": run["trigger_user"],
         "workflow": run["workflow_id"],
         "workspace": "",
         "gitea_default_actions_url": actions_url,
     }
+
+
+# `GiteaContext.ToGitHubContext`: what the jobparser's expressions see of `github`
+_PARSE_KEYS = (
+    "event",
+    "event_path",
+    "workflow",
+    "run_id",
+    "run_number",
+    "actor",
+    "repository",
+    "event_name",
+    "sha",
+    "ref",
+    "ref_name",
+    "ref_type",
+    "head_ref",
+    "base_ref",
+    "workspace",
+    "action",
+    "action_path",
+    "action_ref",
+    "action_repository",
+    "job",
+    "repository_owner",
+    "retention_days",
+    "server_url",
+    "api_url",
+    "graphql_url",
+)
+
+
+def parse_context(conn: sqlite3.Connection, instance: Instance, run_id: int) -> dict[str, Any]:
+    """The `github` context Gitea parses a run's workflow with (`InsertRun`)."""
+    run = conn.execute("SELECT * FROM run WHERE id = ?", (run_id,)).fetchone()
+    owner, repo = runner_db.repository_names(conn, run["repo_id"])
+    full = gitea_context(instance, run, None, owner, repo)
+    return {key: full[key] for key in _PARSE_KEYS} | {"token": ""}
 
 
 def secrets_of_task(run: Row, task_token: str) -> dict[str, str]:

@@ -1,6 +1,6 @@
 """Runs and jobs: insertion, job status updates, the job emitter, cancellation, `needs`.
 
-Sources: Gitea `models/actions/run.go` `InsertRun` (jobs with needs start blocked, the
+Sources: Gitea `services/actions/run.go` `InsertRun` (jobs with needs start blocked, the
 others waiting; a waiting job bumps tasks_version), `models/actions/run_job.go`
 `UpdateRunJob` (tasks_version bumps, run status follows `AggregateJobStatus`),
 `services/actions/job_emitter.go` (blocked → waiting/skipped once all needs are done),
@@ -8,7 +8,8 @@ others waiting; a waiting job bumps tasks_version), `models/actions/run_job.go`
 
 The emitter follows the rule Gitea used until it started evaluating `if:` on the server:
 all needs succeeded → waiting; otherwise a job without `if:` is skipped and a job with
-`if:` becomes waiting so the runner evaluates it (`if: always()` still runs).
+`if:` becomes waiting so the runner evaluates it (`if: always()` still runs). As in
+G-0715 (PR #38100), a need that failed with `continue-on-error: true` counts as succeeded.
 """
 
 from __future__ import annotations
@@ -23,12 +24,13 @@ from dynrunner.doubles.gitea import runners as runner_db
 from dynrunner.doubles.gitea.jobparser import ParsedWorkflow
 from dynrunner.doubles.gitea.status import JobState, Status, aggregate_job_status
 from dynrunner.doubles.gitea.store import Row, dumps, loads
+from dynrunner.doubles.gitea.truncate import ellipsis_display
 
 
 @dataclass(frozen=True, slots=True)
 class NewRun:
     repository: str
-    workflow: ParsedWorkflow
+    workflow: str | Mapping[str, Any]
     workflow_file: str
     event_name: str
     event_payload: Mapping[str, Any]
@@ -41,10 +43,11 @@ class NewRun:
 
 
 def insert_run(conn: sqlite3.Connection, new: NewRun, now: int) -> int:
+    """The run row, numbered per repository (`InsertRun` before it parses the workflow, so
+    that `github.run_id`/`run_number` are known at parse time)."""
     owner_id, repo_id = runner_db.ensure_repository(conn, new.repository)
     conn.execute("UPDATE repository SET run_index = run_index + 1 WHERE id = ?", (repo_id,))
     index = conn.execute("SELECT run_index FROM repository WHERE id = ?", (repo_id,)).fetchone()["run_index"]
-    title = (new.workflow.name or new.workflow_file)[:255]
     cur = conn.execute(
         "INSERT INTO run (repo_id, owner_id, title, workflow_id, idx, trigger_user, ref, commit_sha, event, "
         "event_payload, is_fork_pull_request, status, secrets, vars, created, updated) "
@@ -52,7 +55,7 @@ def insert_run(conn: sqlite3.Connection, new: NewRun, now: int) -> int:
         (
             repo_id,
             owner_id,
-            title,
+            ellipsis_display(new.workflow_file, 255),
             new.workflow_file,
             index,
             new.actor,
@@ -68,9 +71,17 @@ def insert_run(conn: sqlite3.Connection, new: NewRun, now: int) -> int:
             now,
         ),
     )
-    run_id = int(cur.lastrowid or 0)
+    return int(cur.lastrowid or 0)
+
+
+def insert_jobs(conn: sqlite3.Connection, run_id: int, workflow: ParsedWorkflow, now: int) -> None:
+    """`InsertRun`'s second half: the title from `run-name` (else the workflow's name), one
+    job per parsed job (blocked when it has needs), the run's status, and a tasks_version
+    bump when a job is waiting."""
+    run = conn.execute("SELECT * FROM run WHERE id = ?", (run_id,)).fetchone()
+    title = workflow.run_name or workflow.name or run["workflow_id"]
     states = []
-    for job in new.workflow.jobs:
+    for job in workflow.jobs:
         status = Status.BLOCKED if job.needs else Status.WAITING
         states.append(JobState(status, job.continue_on_error))
         conn.execute(
@@ -79,10 +90,10 @@ def insert_run(conn: sqlite3.Connection, new: NewRun, now: int) -> int:
             "updated) VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 run_id,
-                repo_id,
-                owner_id,
-                new.sha,
-                int(new.is_fork_pull_request),
+                run["repo_id"],
+                run["owner_id"],
+                run["commit_sha"],
+                run["is_fork_pull_request"],
                 job.name,
                 job.payload,
                 job.job_id,
@@ -96,10 +107,12 @@ def insert_run(conn: sqlite3.Connection, new: NewRun, now: int) -> int:
                 now,
             ),
         )
-    conn.execute("UPDATE run SET status = ? WHERE id = ?", (int(aggregate_job_status(states)), run_id))
+    conn.execute(
+        "UPDATE run SET title = ?, status = ? WHERE id = ?",
+        (ellipsis_display(title, 255), int(aggregate_job_status(states)), run_id),
+    )
     if any(s.status is Status.WAITING for s in states):
-        runner_db.increase_tasks_version(conn, owner_id, repo_id)
-    return run_id
+        runner_db.increase_tasks_version(conn, run["owner_id"], run["repo_id"])
 
 
 def get_job(conn: sqlite3.Connection, job_id: int) -> Row | None:
@@ -162,13 +175,23 @@ def refresh_run_status(conn: sqlite3.Connection, run_id: int, now: int) -> Statu
     return status
 
 
+def abandoned_jobs(conn: sqlite3.Connection, updated_before: int) -> list[Row]:
+    return list(
+        conn.execute(
+            "SELECT * FROM run_job WHERE status IN (?, ?) AND updated < ? ORDER BY id",
+            (int(Status.WAITING), int(Status.BLOCKED), updated_before),
+        )
+    )
+
+
 # -- the job emitter -----------------------------------------------------------------
 
 
 def resolve_blocked(jobs: Sequence[Mapping[str, Any]]) -> dict[int, Status]:
     """The emitter's pure core: new statuses for blocked jobs, cascading until stable.
 
-    `jobs` items need `id`, `job_id`, `status`, `needs` (list), `has_if`.
+    `jobs` items need `id`, `job_id`, `status`, `needs` (list), `has_if`, and may carry
+    `continue_on_error` (a failure of such a need counts as success, `resolveCheckNeeds`).
     """
     statuses = {int(j["id"]): Status(j["status"]) for j in jobs}
     by_key: dict[str, list[int]] = {}
@@ -176,16 +199,20 @@ def resolve_blocked(jobs: Sequence[Mapping[str, Any]]) -> dict[int, Status]:
         by_key.setdefault(str(j["job_id"]), []).append(int(j["id"]))
     needs = {int(j["id"]): [n for key in j["needs"] for n in by_key.get(key, [])] for j in jobs}
     has_if = {int(j["id"]): bool(j["has_if"]) for j in jobs}
+    continued = {int(j["id"]) for j in jobs if j.get("continue_on_error")}
     changed: dict[int, Status] = {}
     for _ in range(len(statuses)):
         updates: dict[int, Status] = {}
         for job_id, status in statuses.items():
             if status is not Status.BLOCKED:
                 continue
-            need_statuses = [statuses[n] for n in needs[job_id]]
-            if not all(s.is_done() for s in need_statuses):
+            need_statuses = [(n, statuses[n]) for n in needs[job_id]]
+            if not all(s.is_done() for _, s in need_statuses):
                 continue
-            succeeded = all(s not in (Status.FAILURE, Status.CANCELLED, Status.SKIPPED) for s in need_statuses)
+            succeeded = all(
+                s not in (Status.FAILURE, Status.CANCELLED, Status.SKIPPED) or (s is Status.FAILURE and n in continued)
+                for n, s in need_statuses
+            )
             updates[job_id] = Status.WAITING if succeeded or has_if[job_id] else Status.SKIPPED
         if not updates:
             break
@@ -202,8 +229,15 @@ def emit_jobs(conn: sqlite3.Connection, run_id: int, now: int) -> list[int]:
     if blocked is None:
         return []
     jobs = [
-        {"id": j["id"], "job_id": j["job_id"], "status": j["status"], "needs": loads(j["needs"]), "has_if": j["has_if"]}
-        for j in run_jobs(conn, run_id, "id, job_id, status, needs, has_if")
+        {
+            "id": j["id"],
+            "job_id": j["job_id"],
+            "status": j["status"],
+            "needs": loads(j["needs"]),
+            "has_if": j["has_if"],
+            "continue_on_error": j["continue_on_error"],
+        }
+        for j in run_jobs(conn, run_id, "id, job_id, status, needs, has_if, continue_on_error")
     ]
     updated = []
     for job_id, status in resolve_blocked(jobs).items():

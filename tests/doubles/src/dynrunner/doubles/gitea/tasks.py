@@ -211,27 +211,35 @@ def update_task_by_state(conn: sqlite3.Connection, runner_id: int, state: Any, n
     reported = {s.id: s for s in state.steps}
     for step in task_steps(conn, task["id"]):
         result = 0
-        fields = {"log_index": step["log_index"], "log_length": step["log_length"]}
         started = step["started"]
-        stopped = step["stopped"]
+        values = {}
         if step["idx"] in reported:
             given = reported[step["idx"]]
             result = given.result
-            fields = {"log_index": given.log_index, "log_length": given.log_length}
             started = _seconds(given, "started_at")
-            stopped = _seconds(given, "stopped_at")
-        status = Status(step["status"])
+            values = {
+                "log_index": given.log_index,
+                "log_length": given.log_length,
+                "started": started,
+                "stopped": _seconds(given, "stopped_at"),
+            }
         if result != 0:
-            status = Status.from_result(result)
+            values["status"] = int(Status.from_result(result))
         elif started != 0:
-            status = Status.RUNNING
-        conn.execute(
-            "UPDATE task_step SET status = ?, log_index = ?, log_length = ?, started = ?, stopped = ? WHERE id = ?",
-            (int(status), fields["log_index"], fields["log_length"], started, stopped, step["id"]),
-        )
+            values["status"] = int(Status.RUNNING)
+        update_step(conn, step["id"], values)
     fresh = get_task(conn, task["id"])
     assert fresh is not None
     return fresh
+
+
+def update_step(conn: sqlite3.Connection, step_id: int, values: Mapping[str, int]) -> None:
+    """xorm's `Update(step)` without columns: only non-zero fields are written, so a zero
+    (an unreported time, log index or length, an unknown result) keeps the stored value."""
+    written = {k: v for k, v in values.items() if v != 0}
+    if written:
+        sets = ", ".join(f"{k} = ?" for k in written)
+        conn.execute(f"UPDATE task_step SET {sets} WHERE id = ?", (*written.values(), step_id))
 
 
 def _seconds(msg: Any, name: str) -> int:
@@ -274,12 +282,8 @@ def stop_task(conn: sqlite3.Connection, task_id: int, status: Status, now: int) 
     runs.update_run_job(conn, task["job_id"], now, {"status": int(status), "stopped": now})
     _set_task(conn, task, now, {"status": int(status), "stopped": now})
     for step in task_steps(conn, task_id):
-        if Status(step["status"]).is_done():
-            continue
-        conn.execute(
-            "UPDATE task_step SET status = ?, started = ?, stopped = ? WHERE id = ?",
-            (int(status), step["started"] or now, now, step["id"]),
-        )
+        if not Status(step["status"]).is_done():
+            update_step(conn, step["id"], {"status": int(status), "started": step["started"] or now, "stopped": now})
 
 
 def cancel_jobs(conn: sqlite3.Connection, jobs: list[Row], now: int) -> None:
@@ -293,10 +297,13 @@ def cancel_jobs(conn: sqlite3.Connection, jobs: list[Row], now: int) -> None:
             stop_task(conn, job["task_id"], Status.CANCELLING, now)
 
 
-def zombie_tasks(conn: sqlite3.Connection, updated_before: int) -> list[Row]:
-    return list(
-        conn.execute(
-            "SELECT * FROM task WHERE status IN (?, ?) AND updated < ? ORDER BY id",
-            (int(Status.RUNNING), int(Status.CANCELLING), updated_before),
+def tasks_before(conn: sqlite3.Connection, column: str, before: int) -> list[Row]:
+    """Running, then cancelling tasks whose `column` (`updated` or `started`) is older than
+    `before` (`stopTasksByStatuses`)."""
+    assert column in ("updated", "started")
+    found = []
+    for status in (Status.RUNNING, Status.CANCELLING):
+        found.extend(
+            conn.execute(f"SELECT * FROM task WHERE status = ? AND {column} < ? ORDER BY id", (int(status), before))
         )
-    )
+    return found

@@ -38,6 +38,7 @@ class RunView:
     id: int
     repository: str
     number: int
+    title: str
     status: str
     workflow: str
     event: str
@@ -130,6 +131,7 @@ def run_view(conn: sqlite3.Connection, run_id: int) -> RunView:
         id=run["id"],
         repository=f"{owner}/{repo}",
         number=run["idx"],
+        title=run["title"],
         status=Status(run["status"]).word,
         workflow=run["workflow_id"],
         event=run["event"],

@@ -5,14 +5,19 @@ numbers remember their source text, because Gitea keeps raw nodes (`env`, `if`, 
 ...) as written and decodes some fields (`timeout-minutes`, step `with`) into strings,
 which yields the text as written ("1.10", not 1.1).
 Writing: block style, 2-space indent with indented sequences, literal blocks for
-multi-line strings, keys in insertion order — the shape of Gitea's jobparser output
-(`modules/actions/jobparser/testdata/*.out.yaml`).
+multi-line strings — the shape of Gitea's jobparser output
+(`modules/actions/jobparser/testdata/*.out.yaml`). Like go-yaml's encoder, a string that
+would read back as something else (a number, `true`, `null`) or as a YAML 1.1 boolean
+(`on`, `yes`, `n`, ...) is double-quoted, so the `on:` key is written `"on":`. Go maps are
+written in go-yaml's key order (`go_sorted`); struct fields and raw nodes keep theirs.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import yaml
@@ -96,7 +101,8 @@ def go_sprint(value: Any) -> str:
 
 
 def go_value(value: Any) -> Any:
-    """Matrix values are re-encoded from Go values: numbers lose their source text."""
+    """A value decoded into Go's `any` and encoded again: numbers lose their source text,
+    maps come out in go-yaml's key order."""
     if isinstance(value, bool) or value is None:
         return value
     if isinstance(value, int):
@@ -104,10 +110,57 @@ def go_value(value: Any) -> Any:
     if isinstance(value, float):
         return float(value)
     if isinstance(value, dict):
-        return {k: go_value(v) for k, v in value.items()}
+        return go_sorted({k: go_value(v) for k, v in value.items()})
     if isinstance(value, list):
         return [go_value(v) for v in value]
     return value
+
+
+def _key_less(a: str, b: str) -> bool:
+    """go-yaml's `keyList.Less` for string keys: letters in code point order, runs of
+    digits compared as numbers."""
+    digits = False
+    for i in range(min(len(a), len(b))):
+        if a[i] == b[i]:
+            digits = a[i].isdigit()
+            continue
+        al, bl = a[i].isalpha(), b[i].isalpha()
+        if al and bl:
+            return a[i] < b[i]
+        if al or bl:
+            return al if digits else bl
+        an = bn = 0
+        if a[i] == "0" or b[i] == "0":
+            j = i - 1
+            while j >= 0 and a[j].isdigit():
+                if a[j] != "0":
+                    an = bn = 1
+                    break
+                j -= 1
+        ai = i
+        while ai < len(a) and a[ai].isdigit():
+            an = an * 10 + int(a[ai])
+            ai += 1
+        bi = i
+        while bi < len(b) and b[bi].isdigit():
+            bn = bn * 10 + int(b[bi])
+            bi += 1
+        if an != bn:
+            return an < bn
+        if ai != bi:
+            return ai < bi
+        return a[i] < b[i]
+    return len(a) < len(b)
+
+
+def _key_cmp(a: Any, b: Any) -> int:
+    sa, sb = str(a), str(b)
+    return -1 if _key_less(sa, sb) else (1 if _key_less(sb, sa) else 0)
+
+
+def go_sorted(mapping: Mapping[Any, Any]) -> dict[Any, Any]:
+    """A Go map as go-yaml writes it: keys in `keyList` order."""
+    return {k: mapping[k] for k in sorted(mapping, key=functools.cmp_to_key(_key_cmp))}
 
 
 class _Dumper(yaml.SafeDumper):
@@ -117,10 +170,19 @@ class _Dumper(yaml.SafeDumper):
         super().increase_indent(flow, False)
 
 
+_STR = "tag:yaml.org,2002:str"
+# go-yaml's isOldBool: YAML 1.1 booleans that a plain scalar must not look like
+_OLD_BOOLS = frozenset(
+    ["y", "Y", "yes", "Yes", "YES", "on", "On", "ON", "n", "N", "no", "No", "NO", "off", "Off", "OFF"]
+)
+
+
 def _str(dumper: _Dumper, value: str) -> yaml.ScalarNode:
     if "\n" in value:
-        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|")
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value)
+        return dumper.represent_scalar(_STR, value, style="|")
+    if value in _OLD_BOOLS or dumper.resolve(yaml.ScalarNode, value, (True, False)) != _STR:
+        return dumper.represent_scalar(_STR, value, style='"')
+    return dumper.represent_scalar(_STR, value)
 
 
 def _go_int(dumper: _Dumper, value: GoInt) -> yaml.ScalarNode:
