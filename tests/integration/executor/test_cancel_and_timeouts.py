@@ -12,7 +12,10 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from dynrunner.doubles.gitea.views import TaskView
+from dynrunner.executor.steps import StepRun
 from dynrunner.proto.gitea import Result
 from tests.fixtures.executor import ExecutorHarness
 
@@ -179,3 +182,41 @@ jobs:
     assert task.result == Result.FAILURE
     assert [s.status for s in task.steps] == ["failure", "cancelled"]
     assert "##[error]The job reached the deadline set when it was claimed; it was stopped." in task.log_rows
+
+
+async def test_a_step_handler_that_ignores_the_stop_is_cancelled_and_the_job_still_ends(
+    executor_harness: ExecutorHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step kind that does not watch `stop` (here: a stand-in for a slow transfer) is cancelled
+    after the stop graces; the step ends cancelled and the task is finalized, not lost."""
+    from dynrunner.executor import steps
+
+    entered = asyncio.Event()
+
+    async def stubborn(run: StepRun) -> bool:
+        run.log("stubborn step started")
+        entered.set()
+        await asyncio.sleep(600)
+        return True
+
+    monkeypatch.setitem(steps.HANDLERS, "uses", stubborn)
+    workflow = """
+on: push
+jobs:
+  stuck:
+    runs-on: self-hosted
+    steps:
+      - uses: some/action@v1
+      - if: always()
+        run: echo "always after the stuck step"
+"""
+    claimed = await executor_harness.claim(workflow)
+    running = asyncio.create_task(executor_harness.run(claimed))
+    await asyncio.wait_for(entered.wait(), 20)
+    await executor_harness.wait_for_log(claimed.task_id, "stubborn step started")
+    executor_harness.gitea.cancel_run(claimed.run.id)
+    assert await asyncio.wait_for(running, 30) == 0
+    task = executor_harness.gitea.task(claimed.task_id)
+    assert task.result == Result.CANCELLED
+    assert [s.status for s in task.steps] == ["cancelled", "success"]
+    assert rows_of(task, 1)[-1] == "always after the stuck step"

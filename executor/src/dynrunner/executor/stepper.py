@@ -16,7 +16,6 @@ zombie reaper) or reporting has failed for good, the job is aborted: nothing mor
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import os
 from collections.abc import Mapping
@@ -261,10 +260,13 @@ class StepExecutor:
         task = asyncio.create_task(handler_for(step)(run), name=f"step-{i}")
         reason = await self._supervise(task, stop, step, step_deadline, scope)
         ok = False
-        try:
-            ok = task.result()
-        except Exception as err:  # a handler bug must not take the job down unreported
-            self._log(i, f"##[error]The step failed unexpectedly: {type(err).__name__}: {err}")
+        if task.cancelled():  # it did not stop within the graces (see _supervise)
+            self._log(i, "##[error]The step did not stop when asked and was cancelled.")
+        else:
+            try:
+                ok = task.result()
+            except Exception as err:  # a handler bug must not take the job down unreported
+                self._log(i, f"##[error]The step failed unexpectedly: {type(err).__name__}: {err}")
 
         outcome = self._outcome(step, ok, reason, minutes, name)
         outputs = await self._after(step, files, processor, outcome)
@@ -355,8 +357,7 @@ class StepExecutor:
             await asyncio.wait({task}, timeout=t.sigint_grace + t.sigterm_grace + t.drain_after_exit + 2)
             if not task.done():
                 task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+                await asyncio.wait({task})  # our own cancellation still propagates
         return reason
 
     def _still_wanted(self, step: Step, scope: dict[str, object]) -> bool:
