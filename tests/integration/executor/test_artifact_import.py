@@ -97,3 +97,44 @@ async def test_steps_find_the_artifact_cli_on_path(
     assert "hello" in task.log_rows
     [where] = [row for row in task.log_rows if row.startswith("launcher at ")]
     assert where.endswith("/.dynrunner/bin/dynrunner-executor")
+
+
+async def test_a_cancel_stops_an_import_in_progress(
+    executor_harness: ExecutorHarness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The import step watches the stop like a process step does: a cancel ends a long transfer
+    at once instead of after the stop graces (here a minute, longer than the test waits)."""
+    import asyncio
+
+    from dynrunner.executor.job import JobSettings
+    from dynrunner.executor.runtime import JobRuntime
+    from dynrunner.executor.steps.process import StopTimings
+    from tests.fixtures.executor import fast_options
+
+    store = ArtifactStoreOptions(driver="Filesystem", path=str(tmp_path / "store"))
+    (tmp_path / "store").mkdir()
+    build = await executor_harness.claim(WORKFLOW, artifacts=store)
+    assert await executor_harness.run(build) == 0
+    deploy = await executor_harness.claim_waiting(build.run, artifacts=store)
+    transfer = {"started": asyncio.Event(), "cancelled": False}
+
+    async def slow_import(self: JobRuntime, from_: str, path: str, log: object, **kwargs: object) -> None:
+        transfer["started"].set()  # type: ignore[attr-defined]
+        try:
+            await asyncio.sleep(600)
+        except asyncio.CancelledError:
+            transfer["cancelled"] = True
+            raise
+
+    monkeypatch.setattr(JobRuntime, "import_artifact", slow_import)
+    options = fast_options()
+    slow_stop = StopTimings(sigint_grace=60.0, sigterm_grace=60.0, drain_after_exit=1.0, poll=0.02)
+    options = type(options)(job=JobSettings(version="test", timings=slow_stop), reporter=options.reporter)
+    running = asyncio.create_task(executor_harness.run(deploy, options))
+    await asyncio.wait_for(transfer["started"].wait(), 20)  # type: ignore[attr-defined]
+    executor_harness.gitea.cancel_run(deploy.run.id)
+    assert await asyncio.wait_for(running, 30) == 0
+    assert transfer["cancelled"]
+    task = executor_harness.gitea.task(deploy.task_id)
+    assert task.result == Result.CANCELLED
+    assert task.steps[0].status == "cancelled"

@@ -3,10 +3,13 @@
 `uses: dynrunner://artifact-import` with `with: {from: jobs.<job>.artifacts.<name>, path: <rel>}`
 stages an artifact published by a direct need into the workspace (the runtime library does
 the work and the safety checks). Any other `uses:` fails its step with a message naming the
-action, until actions are supported.
+action, until actions are supported. The import stops as soon as the step is told to stop
+(a cancel, a timeout, the deadline): a long transfer does not wait out the stop graces.
 """
 
 from __future__ import annotations
+
+import asyncio
 
 from dynrunner.executor.runtime import ArtifactError
 from dynrunner.executor.steps.base import StepRun
@@ -38,8 +41,19 @@ async def artifact_import(run: StepRun) -> bool:
     if unknown:
         run.log(f"##[error]`uses: {ARTIFACT_IMPORT}` has unknown inputs: {', '.join(unknown)} (it takes from and path)")
         return False
+    importing = asyncio.ensure_future(run.runtime.import_artifact(source, path, run.log))
+    stopping = asyncio.ensure_future(run.stop.wait())
     try:
-        await run.runtime.import_artifact(source, path, run.log)
+        await asyncio.wait({importing, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+        if not importing.done():
+            importing.cancel()  # the transfer's thread stops and cleans up before this returns
+            await asyncio.wait({importing})
+    if importing.cancelled():
+        return False  # stopped: the job loop knows why
+    try:
+        importing.result()
     except (ArtifactError, ValueError) as err:
         run.log(f"##[error]{err}")
         return False
