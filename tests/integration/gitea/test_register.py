@@ -136,6 +136,9 @@ async def test_heartbeats_are_debounced_like_gitea(gitea: GiteaDouble) -> None:
     assert gitea.runners()[0].status == "idle"
 
 
-async def test_runner_name_is_cut_to_255_characters(gitea: GiteaDouble, client: GiteaClient) -> None:
+async def test_runner_name_is_cut_like_gitea_cuts_display_strings(gitea: GiteaDouble, client: GiteaClient) -> None:
+    """`util.EllipsisDisplayString(name, 255)`: 252 columns and "…" (CJK counting two)."""
     info = await client.register(name="n" * 300, registration_token=gitea.registration_token, labels=POD)
-    assert len(info.name) == 255 and info.name.endswith("…")
+    assert info.name == "n" * 252 + "…"
+    wide = await client.register(name="名" * 200, registration_token=gitea.registration_token, labels=POD)
+    assert wide.name == "名" * 126 + "…"

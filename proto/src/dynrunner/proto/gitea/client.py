@@ -217,7 +217,7 @@ class GiteaClient:
     ) -> UpdateTaskResult:
         req = pb.UpdateTaskRequest(state=state.to_proto(), outputs=dict(outputs or {}))
         resp = await self._retrying(lambda: self._runner.update_task(req, headers=self._headers()), retry)
-        return UpdateTaskResult(result=Result(resp.state.result), sent_outputs=frozenset(resp.sent_outputs))
+        return UpdateTaskResult(result=Result.from_wire(resp.state.result), sent_outputs=frozenset(resp.sent_outputs))
 
     async def update_log(
         self,

@@ -34,6 +34,16 @@ class Result(enum.IntEnum):
     def from_word(cls, word: str) -> Result:
         return cls[word.upper()] if word else cls.UNSPECIFIED
 
+    @classmethod
+    def from_wire(cls, value: int) -> Result:
+        """The wire value; one this enum does not know (`TaskNeed.result` is a Gitea status
+        cast to Result, and a newer server may add values) reads as UNSPECIFIED instead of
+        failing a call whose task is already claimed."""
+        try:
+            return cls(value)
+        except ValueError:
+            return cls.UNSPECIFIED
+
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -146,7 +156,7 @@ class Task:
             workflow_payload=task.workflow_payload if task.HasField("workflow_payload") else None,
             context=task.context if task.HasField("context") else None,
             secrets=dict(task.secrets),
-            needs={k: Need(outputs=dict(v.outputs), result=Result(v.result)) for k, v in task.needs.items()},
+            needs={k: Need(outputs=dict(v.outputs), result=Result.from_wire(v.result)) for k, v in task.needs.items()},
             vars=dict(task.vars),
         )
 
@@ -224,7 +234,7 @@ class StepState:
     def from_proto(cls, step: pb.StepState) -> StepState:
         return cls(
             id=step.id,
-            result=Result(step.result),
+            result=Result.from_wire(step.result),
             started_at=ts_from_proto(step, "started_at"),
             stopped_at=ts_from_proto(step, "stopped_at"),
             log_index=step.log_index,
@@ -253,7 +263,7 @@ class TaskState:
     def from_proto(cls, state: pb.TaskState) -> TaskState:
         return cls(
             id=state.id,
-            result=Result(state.result),
+            result=Result.from_wire(state.result),
             started_at=ts_from_proto(state, "started_at"),
             stopped_at=ts_from_proto(state, "stopped_at"),
             steps=[StepState.from_proto(s) for s in state.steps],

@@ -249,8 +249,8 @@ def _matrixes(job_id: str, job: Mapping[str, Any]) -> list[dict[str, Any]]:
     combos: list[dict[str, Any]] = []
     if matrix and all(matrix.values()):
         keys = list(matrix)
-        for values in itertools.product(*(matrix[k] for k in keys)):
-            combo = dict(zip(keys, values, strict=True))
+        for product in itertools.product(*(matrix[k] for k in keys)):
+            combo = dict(zip(keys, product, strict=True))
             if not any(_common_keys_match(combo, ex) for ex in excludes):
                 combos.append(combo)
     unmatched = []

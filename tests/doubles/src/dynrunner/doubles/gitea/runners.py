@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from dynrunner.doubles.gitea.store import Row, dumps, loads
 from dynrunner.doubles.gitea.tokens import SaltedToken, random_alnum
+from dynrunner.doubles.gitea.truncate import ellipsis_display
 
 RUNNER_HEARTBEAT_INTERVAL_S = 30  # last_online is persisted at most this often
 RUNNER_ACTIVE_INTERVAL_S = 5  # last_active likewise
@@ -101,7 +102,7 @@ def create_runner(
         "has_cancelling_support, created, updated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             str(uuidlib.uuid4()),
-            ellipsis(name, 255),
+            ellipsis_display(name, 255),
             version,
             owner_id,
             repo_id,
@@ -115,11 +116,6 @@ def create_runner(
         ),
     )
     return int(cur.lastrowid or 0)
-
-
-def ellipsis(text: str, limit: int) -> str:
-    """`util.EllipsisDisplayString`: at most `limit` characters, "…" marking a cut."""
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def get_runner(conn: sqlite3.Connection, *, uuid: str | None = None, runner_id: int | None = None) -> Row | None:

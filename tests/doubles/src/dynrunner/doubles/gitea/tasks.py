@@ -301,7 +301,7 @@ def tasks_before(conn: sqlite3.Connection, column: str, before: int) -> list[Row
     """Running, then cancelling tasks whose `column` (`updated` or `started`) is older than
     `before` (`stopTasksByStatuses`)."""
     assert column in ("updated", "started")
-    found = []
+    found: list[Row] = []
     for status in (Status.RUNNING, Status.CANCELLING):
         found.extend(
             conn.execute(f"SELECT * FROM task WHERE status = ? AND {column} < ? ORDER BY id", (int(status), before))
