@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from dynrunner.proto.assignment import encode
 from dynrunner.proto.gitea import Result
 from tests.fixtures.executor import ExecutorHarness
@@ -86,6 +88,36 @@ async def test_malformed_payload_fails_with_the_parse_error(executor_harness: Ex
     assert error.startswith(
         "##[error]The workflow Gitea sent for this job cannot be run: the workflow is not valid YAML"
     )
+
+
+async def test_a_self_referring_payload_is_reported_not_crashed_on(executor_harness: ExecutorHarness) -> None:
+    claimed = await executor_harness.claim(SIMPLE)
+    payload = (
+        b"on: push\njobs:\n  build:\n    runs-on: x\n    steps:\n      - run: echo\n        env: &e\n          X: *e\n"
+    )
+    task = dataclasses.replace(claimed.task, workflow_payload=payload)
+    assert await executor_harness.run(claimed.assignment.replace(task=task)) == 0
+    view = executor_harness.gitea.task(claimed.task_id)
+    assert view.result == Result.FAILURE
+    (error,) = errors(view.log_rows)
+    assert "an alias refers to itself" in error
+
+
+async def test_an_unexpected_error_while_parsing_is_reported(
+    executor_harness: ExecutorHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dynrunner.executor import run
+
+    def broken(payload: bytes) -> None:
+        raise KeyError("a parser bug")
+
+    monkeypatch.setattr(run, "parse_workflow", broken)
+    claimed = await executor_harness.claim(SIMPLE)
+    assert await executor_harness.run(claimed) == 0
+    view = executor_harness.gitea.task(claimed.task_id)
+    assert view.result == Result.FAILURE
+    (error,) = errors(view.log_rows)
+    assert "KeyError" in error and "a parser bug" in error
 
 
 async def test_bad_job_key_is_refused(executor_harness: ExecutorHarness) -> None:

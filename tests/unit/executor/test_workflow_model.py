@@ -152,3 +152,20 @@ def test_services_container_and_reusable_calls_are_recognised() -> None:
     assert wf.job.services == {"db": {"image": "postgres"}}
     call = parse_workflow(b"jobs:\n  a:\n    uses: ./.gitea/workflows/x.yml\n")
     assert call.job.uses == "./.gitea/workflows/x.yml" and call.job.steps == ()
+
+
+def test_a_recursive_alias_is_a_workflow_error() -> None:
+    payload = _payload("      - run: echo\n        env: &e\n          X: *e\n")
+    with pytest.raises(WorkflowError, match="an alias refers to itself"):
+        parse_workflow(payload)
+
+
+def test_an_alias_bomb_is_refused_before_it_expands() -> None:
+    """Gitea's YAML library refuses excessive aliasing and its payloads carry no aliases; a payload
+    that does is refused here too instead of expanding into 10^9 nodes."""
+    levels = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    levels += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+    body = "".join(f"  {line}\n" for line in levels)
+    payload = f"on: push\nx:\n{body}jobs:\n  a:\n    runs-on: x\n    steps:\n      - run: echo\n".encode()
+    with pytest.raises(WorkflowError, match=r"not valid YAML: .*nodes"):
+        parse_workflow(payload)

@@ -142,6 +142,9 @@ async def run_assignment(data: bytes, options: RunOptions | None = None) -> int:
         workflow = parse_workflow(assignment.task.workflow_payload or b"")
     except WorkflowError as err:
         problem = f"The workflow Gitea sent for this job cannot be run: {err}"
+    except Exception as err:  # a parser bug: report it rather than die before reporting anything
+        log.error("task %d: internal error while parsing\n%s", assignment.task.id, traceback.format_exc())
+        problem = f"The executor failed to read the workflow: {type(err).__name__}: {err}"
     try:
         await reporter.start(len(workflow.job.steps) if workflow else 0)
     except GiteaError as err:

@@ -27,6 +27,9 @@ _INT16 = re.compile(r"^0x[0-9a-fA-F]+$")
 _FLOAT = re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$")
 _INF = re.compile(r"^[-+]?\.(?:inf|Inf|INF)$")
 _NAN = re.compile(r"^\.(?:nan|NaN|NAN)$")
+MAX_NODES = 250_000
+"""Nodes a document may expand to. Gitea's payloads carry no aliases (its YAML library expands
+them, and refuses excessive aliasing); this keeps an alias bomb from expanding forever here."""
 
 
 class YamlError(ValueError):
@@ -68,12 +71,22 @@ def _where(node: yaml.Node) -> str:
     return f"line {mark.line + 1}, column {mark.column + 1}"
 
 
-def _convert(node: yaml.Node, keep_text: bool) -> Any:
+class _Budget:
+    __slots__ = ("left",)
+
+    def __init__(self) -> None:
+        self.left = MAX_NODES
+
+
+def _convert(node: yaml.Node, keep_text: bool, budget: _Budget) -> Any:
+    budget.left -= 1
+    if budget.left < 0:
+        raise YamlError(f"the document expands to more than {MAX_NODES} nodes (through aliases)")
     if isinstance(node, yaml.ScalarNode):
         value = _plain(node.value) if not node.style else node.value
         return Scalar(value, node.value) if keep_text else value
     if isinstance(node, yaml.SequenceNode):
-        return [_convert(item, keep_text) for item in node.value]
+        return [_convert(item, keep_text, budget) for item in node.value]
     if isinstance(node, yaml.MappingNode):
         out: dict[Any, Any] = {}
         merged: dict[Any, Any] = {}
@@ -81,19 +94,19 @@ def _convert(node: yaml.Node, keep_text: bool) -> Any:
             if key_node.tag == "tag:yaml.org,2002:merge":
                 sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
                 for source in sources:
-                    part = _convert(source, keep_text)
+                    part = _convert(source, keep_text, budget)
                     if not isinstance(part, dict):
                         raise YamlError(f"a merge key (<<) needs a mapping at {_where(source)}")
                     for k, v in part.items():
                         merged.setdefault(k, v)
                 continue
-            key = _convert(key_node, False)
+            key = _convert(key_node, False, budget)
             if isinstance(key, (dict, list)):
                 raise YamlError(f"a mapping key must be a scalar at {_where(key_node)}")
             key = "" if key is None else key if isinstance(key, str) else key_node.value
             if key in out:
                 raise YamlError(f"key {key!r} is defined twice at {_where(key_node)}")
-            out[key] = _convert(value_node, keep_text)
+            out[key] = _convert(value_node, keep_text, budget)
         for k, v in merged.items():
             out.setdefault(k, v)
         return out
@@ -109,7 +122,10 @@ def load(text: str | bytes, *, keep_text: bool = False) -> Any:
         raise YamlError(str(err)) from err
     if node is None:
         return None
-    return _convert(node, keep_text)
+    try:
+        return _convert(node, keep_text, _Budget())
+    except RecursionError:
+        raise YamlError("the document nests too deeply (or an alias refers to itself)") from None
 
 
 def plain(value: Any) -> Any:
