@@ -312,3 +312,12 @@ def test_yaml_11_booleans_decode_into_step_continue_on_error_and_empty_steps_are
     [job] = parse_workflow("jobs:\n  j:\n    steps:\n      - {run: a, continue-on-error: yes}\n      -\n").jobs
     assert load(job.payload.decode())["jobs"]["j"]["steps"] == [{"run": "a", "continue-on-error": True}]
     assert job.step_names == ("Run a",)
+
+
+def test_raw_nodes_keep_their_scalar_style_and_go_strings_are_quoted() -> None:
+    """go-yaml writes a raw `yaml.Node` (step `env`, `if`) back in the style it was read in,
+    while a value decoded into a Go string (`with`) is encoded anew."""
+    text = "jobs:\n  j:\n    steps:\n      - run: x\n        env: {A: yes, B: 'no', C: \"on\"}\n        with: {d: yes}"
+    payload = payload_of(text)
+    assert "A: yes\n" in payload and "B: 'no'\n" in payload and 'C: "on"\n' in payload
+    assert 'd: "yes"\n' in payload

@@ -65,7 +65,7 @@ def interpolate(text: str, scope: Mapping[str, Any]) -> str:
         except _Unsupported:
             return match.group(0)
 
-    return _EXPR.sub(replace, text)
+    return str(_EXPR.sub(replace, text))
 
 
 def evaluate_node(value: Any, scope: Mapping[str, Any]) -> Any:

@@ -41,6 +41,18 @@ class GoFloat(float):
         return obj
 
 
+class GoStr(str):
+    """A string scalar of a raw node, with the style it was written in (None = plain):
+    go-yaml writes raw nodes back in their own style, unlike Go strings it encodes."""
+
+    style: str | None
+
+    def __new__(cls, value: str, style: str | None) -> GoStr:
+        obj = super().__new__(cls, value)
+        obj.style = style
+        return obj
+
+
 class _Loader(yaml.SafeLoader):
     pass
 
@@ -61,8 +73,13 @@ def _float(loader: _Loader, node: yaml.ScalarNode) -> GoFloat:
     return GoFloat(yaml.SafeLoader.construct_yaml_float(loader, node), node.value)
 
 
+def _text(loader: _Loader, node: yaml.ScalarNode) -> GoStr:
+    return GoStr(loader.construct_scalar(node), node.style)
+
+
 _Loader.add_constructor("tag:yaml.org,2002:int", _int)
 _Loader.add_constructor("tag:yaml.org,2002:float", _float)
+_Loader.add_constructor("tag:yaml.org,2002:str", _text)
 
 
 def load(text: str) -> Any:
@@ -105,6 +122,8 @@ def go_value(value: Any) -> Any:
     maps come out in go-yaml's key order."""
     if isinstance(value, bool) or value is None:
         return value
+    if isinstance(value, str):
+        return str(value)
     if isinstance(value, int):
         return int(value)
     if isinstance(value, float):
@@ -199,7 +218,14 @@ def _float_plain(dumper: _Dumper, value: float) -> yaml.ScalarNode:
     return dumper.represent_scalar("tag:yaml.org,2002:float", repr(value))
 
 
+def _go_str(dumper: _Dumper, value: GoStr) -> yaml.ScalarNode:
+    if value.style is None:
+        return dumper.represent_scalar(_STR, str(value))  # plain unless the emitter must quote it
+    return dumper.represent_scalar(_STR, str(value), style=value.style)
+
+
 _Dumper.add_representer(str, _str)
+_Dumper.add_representer(GoStr, _go_str)
 _Dumper.add_representer(GoInt, _go_int)
 _Dumper.add_representer(GoFloat, _go_float)
 _Dumper.add_representer(float, _float_plain)
