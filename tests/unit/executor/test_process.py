@@ -26,6 +26,15 @@ def test_splitter_handles_every_line_ending_and_chunk_boundaries() -> None:
     assert s.close() == []
 
 
+def test_a_crlf_at_the_end_of_a_chunk_ends_one_line() -> None:
+    """A program printing `line\\r\\n` in one write hands over chunks ending in CRLF: one row each."""
+    s = LineSplitter()
+    assert s.feed(b"a\r\n") == ["a"]
+    assert s.feed(b"b\r\n") == ["b"]
+    assert s.feed(b"c\r\r\n") == ["c", ""]  # a lone CR, then an empty CRLF line
+    assert s.close() == []
+
+
 def test_splitter_bounds_a_line_without_newline() -> None:
     s = LineSplitter()
     assert s.feed(b"x" * (1 << 20)) == ["x" * (1 << 20)]
@@ -106,3 +115,9 @@ async def test_background_process_holding_the_pipe_does_not_block_the_step(tmp_p
         assert time.monotonic() - started < FAST.drain_after_exit + 2
     finally:
         os.killpg(int((tmp_path / "pgid").read_text()), signal.SIGKILL)  # the test's own leftover group
+
+
+async def test_crlf_output_gives_one_row_per_line(tmp_path: Path) -> None:
+    code, _, lines = await _run("printf 'a\\r\\n'; sleep 0.05; printf 'b\\r\\n'; sleep 0.05; printf 'c\\n'", tmp_path)
+    assert code == 0
+    assert lines == ["a", "b", "c"]

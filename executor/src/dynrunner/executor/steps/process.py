@@ -63,6 +63,8 @@ class LineSplitter:
             return []
         self._pending = data[cut + 1 :]
         self._skip_lf = data[cut : cut + 1] == b"\r"
+        if data[cut - 1 : cut + 1] == b"\r\n":
+            cut -= 1  # a CRLF ends the last line: its CR is not a line of its own
         text = data[:cut].decode("utf-8", "replace")
         if "\r" in text:
             text = text.replace("\r\n", "\n").replace("\r", "\n")
