@@ -73,6 +73,7 @@ async def test_a_fetch_racing_earlier_fails_to_reload_the_runner(gitea: GiteaDou
         caught.value.wire
         == f"rpc error: code = Internal desc = get runner: runner with uuid {uuid}: resource does not exist"
     )
+    assert not caught.value.transient  # the runner is gone: retrying FetchTask with it cannot help
 
 
 async def test_an_unused_ephemeral_runner_stays_registered(gitea: GiteaDouble) -> None:

@@ -112,6 +112,7 @@ async def test_another_runners_task_is_refused(gitea: GiteaDouble) -> None:
     with pytest.raises(Internal) as caught:
         await intruder.update_log(task_id, 0, rows("x"), retry=NO_RETRY)
     assert caught.value.wire == "rpc error: code = Internal desc = invalid runner for task"
+    assert not caught.value.transient
 
 
 async def test_an_unknown_task_is_refused(gitea: GiteaDouble) -> None:
@@ -119,6 +120,7 @@ async def test_an_unknown_task_is_refused(gitea: GiteaDouble) -> None:
     with pytest.raises(Internal) as caught:
         await runner.update_log(4242, 0, rows("x"), retry=NO_RETRY)
     assert caught.value.wire == "rpc error: code = Internal desc = get task: task with id 4242: resource does not exist"
+    assert not caught.value.transient
 
 
 async def test_appending_rows_refreshes_the_zombie_clock_but_an_empty_call_does_not(gitea: GiteaDouble) -> None:

@@ -39,6 +39,7 @@ async def test_an_unknown_task_is_an_internal_error(gitea: GiteaDouble) -> None:
     with pytest.raises(Internal) as caught:
         await runner.update_task(TaskState(id=999), retry=NO_RETRY)
     assert caught.value.wire == "rpc error: code = Internal desc = update task: resource does not exist"
+    assert not caught.value.transient
 
 
 async def test_steps_are_updated_by_index(gitea: GiteaDouble) -> None:
