@@ -36,9 +36,17 @@ def test_a_crlf_at_the_end_of_a_chunk_ends_one_line() -> None:
 
 
 def test_splitter_bounds_a_line_without_newline() -> None:
+    """The first MiB of an over-long line is passed on; the rest of that line is dropped (a row
+    starting mid-line could show the tail of a secret the cut split)."""
     s = LineSplitter()
-    assert s.feed(b"x" * (1 << 20)) == ["x" * (1 << 20)]
-    assert s.feed(b"y\n") == ["y"]
+    assert s.feed(b"x" * (1 << 20) + b"zz") == ["x" * (1 << 20)]
+    assert s.feed(b"y" * 1000) == []
+    assert s.feed(b"y\nnext\n") == ["next"]
+    assert s.feed(b"w" * (1 << 20)) == ["w" * (1 << 20)]
+    assert s.feed(b"more\r") == []  # the over-long line ends at a lone CR, as any line
+    assert s.feed(b"\nafter\r\n") == ["after"]  # ... and its LF is not an empty line
+    assert s.feed(b"v" * (1 << 20) + b"\r\nlast") == ["v" * (1 << 20)]
+    assert s.close() == ["last"]
 
 
 async def _run(script: str, tmp_path: Path, stop: asyncio.Event | None = None) -> tuple[int, bool, list[str]]:

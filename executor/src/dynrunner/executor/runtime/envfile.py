@@ -20,8 +20,10 @@ from dataclasses import dataclass
 from typing import BinaryIO, NoReturn
 
 _BOM = b"\xef\xbb\xbf"
-_SHOWN = 200
-"""How much of an offending line an error message repeats."""
+_SHOWN = 1 << 20
+"""How much of an offending line an error message repeats: more than a log row shows (64 KiB),
+because the reporter masks secrets in the whole message before it cuts the row. Cut shorter
+here, a secret quoted across the cut (a token echoed into $GITHUB_ENV) would show in part."""
 
 
 class EnvFileError(ValueError):

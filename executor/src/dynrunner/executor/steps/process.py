@@ -41,24 +41,42 @@ class StopTimings:
 
 
 class LineSplitter:
-    """Bytes in, complete lines out; keeps a partial last line for the next chunk."""
+    """Bytes in, complete lines out; keeps a partial last line for the next chunk.
 
-    __slots__ = ("_pending", "_skip_lf")
+    A line longer than `MAX_LINE` is passed on as its first `MAX_LINE` bytes (far more than a
+    log row shows) and the rest of it, up to its end, is dropped: a row of its own starting at
+    an arbitrary byte could begin with the tail of a secret the cut split, which no mask matches.
+    """
+
+    __slots__ = ("_dropping", "_pending", "_skip_lf")
 
     def __init__(self) -> None:
         self._pending = b""
         self._skip_lf = False
+        self._dropping = False
 
     def feed(self, chunk: bytes) -> list[str]:
         if self._skip_lf and chunk[:1] == b"\n":
             chunk = chunk[1:]
         self._skip_lf = False
+        if self._dropping:
+            ends = [i for i in (chunk.find(b"\n"), chunk.find(b"\r")) if i >= 0]
+            if not ends:
+                return []
+            first = min(ends)
+            self._dropping = False
+            if chunk[first : first + 2] == b"\r\n":
+                first += 1
+            elif first == len(chunk) - 1 and chunk[first:] == b"\r":
+                self._skip_lf = True
+            chunk = chunk[first + 1 :]
         data = self._pending + chunk if self._pending else chunk
         cut = max(data.rfind(b"\n"), data.rfind(b"\r"))
         if cut < 0:
             if len(data) >= MAX_LINE:
                 self._pending = b""
-                return [data.decode("utf-8", "replace")]
+                self._dropping = True
+                return [data[:MAX_LINE].decode("utf-8", "replace")]
             self._pending = data
             return []
         self._pending = data[cut + 1 :]

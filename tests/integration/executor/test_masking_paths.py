@@ -1,0 +1,69 @@
+"""Secrets on the less travelled paths to the job log: error messages that quote what a step
+wrote, and lines too long for one row."""
+
+from __future__ import annotations
+
+from dynrunner.proto.gitea import Result
+from tests.fixtures.executor import ExecutorHarness
+
+# A JWT-like token: long, one line, no '=' (base64url without padding).
+TOKEN = "eyJhbGciOiJSUzI1NiJ9." + "".join(f"{i:03d}abcXYZ" for i in range(60)) + ".signature-part-0123456789"
+
+TOKEN_INTO_ENV = """
+on: push
+jobs:
+  envfile:
+    runs-on: self-hosted
+    steps:
+      - env:
+          T: ${{ secrets.T }}
+        run: echo "$T" >> "$GITHUB_ENV"
+"""
+
+
+async def test_a_secret_written_malformed_to_an_env_file_is_masked_in_the_error(
+    executor_harness: ExecutorHarness,
+) -> None:
+    """A classic mistake: the error quotes the line, and the quote must not show a piece of the token."""
+    claimed = await executor_harness.claim(TOKEN_INTO_ENV, secrets={"T": TOKEN})
+    assert await executor_harness.run(claimed) == 0
+    task = executor_harness.gitea.task(claimed.task_id)
+    assert task.result == Result.FAILURE
+    log = "\n".join(task.log_rows)
+    assert "Invalid format '***'" in log
+    assert TOKEN[:30] not in log
+
+
+LONG_LINE = """
+on: push
+jobs:
+  long:
+    runs-on: self-hosted
+    steps:
+      - env:
+          S: ${{ secrets.S }}
+        shell: python
+        run: |
+          import os, sys, time
+          s = os.environ["S"].encode()
+          out = sys.stdout.buffer
+          out.write(b"a" * ((1 << 20) - 10) + s[:10])
+          out.flush()
+          time.sleep(0.5)
+          out.write(s[10:] + b" and the rest of the line\\n")
+          out.flush()
+          print("after the long line", flush=True)
+"""
+
+
+async def test_a_secret_across_the_cut_of_an_over_long_line_is_not_shown(executor_harness: ExecutorHarness) -> None:
+    """A line longer than the reader keeps is cut; the part after the cut must not start a row of
+    its own, where the tail of a secret spanning the cut would escape the mask."""
+    secret = "s3cr3t-spanning-the-cut-0123456789abcdef"
+    claimed = await executor_harness.claim(LONG_LINE, secrets={"S": secret})
+    assert await executor_harness.run(claimed) == 0
+    task = executor_harness.gitea.task(claimed.task_id)
+    assert task.result == Result.SUCCESS
+    log = "\n".join(task.log_rows)
+    assert secret[10:] not in log
+    assert "after the long line" in task.log_rows
