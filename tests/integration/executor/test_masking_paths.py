@@ -67,3 +67,28 @@ async def test_a_secret_across_the_cut_of_an_over_long_line_is_not_shown(executo
     log = "\n".join(task.log_rows)
     assert secret[10:] not in log
     assert "after the long line" in task.log_rows
+
+
+KEY_INTO_OUTPUT = """
+on: push
+jobs:
+  outputs:
+    runs-on: self-hosted
+    steps:
+      - env:
+          B: ${{ secrets.B }}
+        run: echo "$B" >> "$GITHUB_OUTPUT"
+"""
+
+
+async def test_a_secret_written_as_an_output_name_is_masked_in_the_error(executor_harness: ExecutorHarness) -> None:
+    """A base64 secret ends in '=': written alone to $GITHUB_OUTPUT it becomes a name over 255 bytes,
+    and the error naming it must not show its first characters."""
+    key = "".join(f"LS0tLS1CRUdJTi{i:04d}" for i in range(30)) + "=="
+    claimed = await executor_harness.claim(KEY_INTO_OUTPUT, secrets={"B": key})
+    assert await executor_harness.run(claimed) == 0
+    task = executor_harness.gitea.task(claimed.task_id)
+    assert task.result == Result.FAILURE
+    log = "\n".join(task.log_rows)
+    assert "the limit for an output name is 255 bytes" in log
+    assert key[:30] not in log

@@ -64,9 +64,10 @@ def test_bytes_not_characters_are_counted(tmp_path: Path) -> None:
 def test_a_name_over_the_limit_is_refused(tmp_path: Path) -> None:
     path = write(tmp_path, "n" * 256 + "=1\n")
     with pytest.raises(
-        OutputLimitError, match=r"output name 'n{64}…' is 256 bytes; the limit for an output name is 255"
-    ):
+        OutputLimitError, match=r"^an output name of 256 bytes was written; the limit for an output name is 255 bytes"
+    ) as info:
         read_output_file(path, OutputLimits())
+    assert "nnnn" not in str(info.value)  # not quoted: it may be a secret written without `name=`
 
 
 def test_a_huge_value_is_counted_without_being_loaded(tmp_path: Path) -> None:

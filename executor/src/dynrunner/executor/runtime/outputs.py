@@ -57,9 +57,11 @@ def read_output_file(path: Path, limits: OutputLimits, *, source: str = "GITHUB_
 def check_output(name: str, value: str, limits: OutputLimits) -> None:
     key_size = len(name.encode())
     if key_size > limits.key_bytes:
-        shown = name if len(name) <= 64 else name[:64] + "…"
+        # Not quoted, not even in part: a name that long is usually a value written without `name=`
+        # (a base64 secret ending in '=' becomes the name), and a piece of a secret escapes masking.
         raise OutputLimitError(
-            f"output name '{shown}' is {key_size} bytes; the limit for an output name is {limits.key_bytes} bytes",
+            f"an output name of {key_size} bytes was written; the limit for an output name is {limits.key_bytes} "
+            "bytes (the name is not shown: a name that long is usually a value written without `name=`)",
             key=name,
             size=key_size,
             limit=limits.key_bytes,
