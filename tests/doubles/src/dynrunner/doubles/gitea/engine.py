@@ -302,6 +302,9 @@ class Engine:
         """`CancelAbandonedJobs`: waiting or blocked jobs not updated within the abandoned
         timeout (24 h) are cancelled (`CancelJobs`); returns their ids."""
         now = self.clock.now()
+        with self.store.read() as conn:
+            if not runs.abandoned_jobs(conn, now - int(self.options.abandoned_job_timeout_s)):
+                return []
         with self.store.write() as conn:
             jobs = runs.abandoned_jobs(conn, now - int(self.options.abandoned_job_timeout_s))
             tasks.cancel_jobs(conn, jobs, now)
