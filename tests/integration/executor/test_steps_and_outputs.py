@@ -269,3 +269,34 @@ async def test_the_environment_a_gitea_runner_gives(executor_harness: ExecutorHa
         "event refs/heads/main",
         "runner Linux self-hosted job envcheck status success",
     ]
+
+
+NUL_ENV = """
+on: push
+jobs:
+  nul:
+    runs-on: self-hosted
+    steps:
+      - run: printf 'BAD=a\\0b\\nGOOD=fine\\n' >> "$GITHUB_ENV"
+      - run: echo "next step sees GOOD=$GOOD"
+      - if: always()
+        env:
+          "A=B": x
+        run: echo "never started"
+      - if: always()
+        run: echo "cleanup runs"
+"""
+
+
+async def test_a_nul_in_github_env_fails_the_writing_step_not_every_later_one(
+    executor_harness: ExecutorHarness,
+) -> None:
+    claimed = await executor_harness.claim(NUL_ENV)
+    assert await executor_harness.run(claimed) == 0
+    task = executor_harness.gitea.task(claimed.task_id)
+    assert task.result == Result.FAILURE
+    assert [s.status for s in task.steps] == ["failure", "skipped", "failure", "success"]
+    log = "\n".join(task.log_rows)
+    assert "##[error]$GITHUB_ENV: variable 'BAD' contains a NUL character" in task.log_rows
+    assert "illegal environment variable name in its environment" in log
+    assert "cleanup runs" in task.log_rows

@@ -75,11 +75,17 @@ def read_step_files(runtime: JobRuntime, files: StepFiles, command_outputs: dict
             if source == "GITHUB_ENV" and name.upper() in BLOCKED_ENV:
                 effects.error(f"Can't store {name.upper()} output parameter using '$GITHUB_ENV' command.", fail=False)
                 continue
+            if source == "GITHUB_ENV" and "\0" in name + value:
+                # A process environment cannot hold a NUL: every later step would fail to start.
+                effects.error(f"${source}: variable '{name.replace(chr(0), '')}' contains a NUL character")
+                continue
             target[name] = value
 
     for raw in _read(files.path, effects, "GITHUB_PATH").decode("utf-8", "replace").split("\n"):
         entry = raw.rstrip("\r")
-        if entry:
+        if "\0" in entry:
+            effects.error("$GITHUB_PATH: an entry contains a NUL character")
+        elif entry:
             effects.path.append(entry)
 
     summary = _read(files.summary, effects, "GITHUB_STEP_SUMMARY")

@@ -80,6 +80,9 @@ async def run_script(run: StepRun) -> bool:
     except OSError as err:
         run.log(f"##[error]An error occurred trying to start process '{shell.executable}': {err.strerror or err}")
         return False
+    except ValueError as err:  # a NUL or an '=' in a variable name, from `env:` or an expression
+        run.log(f"##[error]An error occurred trying to start process '{shell.executable}': {err} in its environment")
+        return False
     if code != 0 and not stopped:
         run.log(f"##[error]Process completed with exit code {code}.")
     return code == 0 and not stopped
