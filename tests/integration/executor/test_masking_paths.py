@@ -3,6 +3,10 @@ wrote, and lines too long for one row."""
 
 from __future__ import annotations
 
+import logging
+
+import pytest
+
 from dynrunner.proto.gitea import Result
 from tests.fixtures.executor import ExecutorHarness
 
@@ -92,3 +96,25 @@ async def test_a_secret_written_as_an_output_name_is_masked_in_the_error(executo
     log = "\n".join(task.log_rows)
     assert "the limit for an output name is 255 bytes" in log
     assert key[:30] not in log
+
+
+async def test_an_internal_error_is_masked_in_the_job_log_and_on_stderr(
+    executor_harness: ExecutorHarness, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The executor's own stderr (its traceback) is what the controller shows when the executor
+    dies: it is masked with the task's secrets like the job log."""
+    from dynrunner.executor import job
+
+    secret = "internal-error-secret-4711"
+
+    async def broken(self: object) -> None:
+        raise RuntimeError(f"engine bug while holding {secret}")
+
+    monkeypatch.setattr(job.JobRunner, "run", broken)
+    claimed = await executor_harness.claim(TOKEN_INTO_ENV, secrets={"T": secret})
+    with caplog.at_level(logging.ERROR, logger="dynrunner.executor"):
+        assert await executor_harness.run(claimed) == 0
+    task = executor_harness.gitea.task(claimed.task_id)
+    assert "##[error]The executor failed unexpectedly: RuntimeError: engine bug while holding ***" in task.log_rows
+    assert "internal error" in caplog.text
+    assert secret not in caplog.text

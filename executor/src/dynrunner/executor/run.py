@@ -143,7 +143,7 @@ async def run_assignment(data: bytes, options: RunOptions | None = None) -> int:
     except WorkflowError as err:
         problem = f"The workflow Gitea sent for this job cannot be run: {err}"
     except Exception as err:  # a parser bug: report it rather than die before reporting anything
-        log.error("task %d: internal error while parsing\n%s", assignment.task.id, traceback.format_exc())
+        log.error("task %d: internal error while parsing\n%s", assignment.task.id, masker.mask(traceback.format_exc()))
         problem = f"The executor failed to read the workflow: {type(err).__name__}: {err}"
     try:
         await reporter.start(len(workflow.job.steps) if workflow else 0)
@@ -191,7 +191,7 @@ async def _run(
         runner = JobRunner(assignment, workflow, reporter, masker, options.job, shutdown=shutdown)
         return await runner.run()
     except Exception as err:  # an engine bug: report it in the job log rather than lose the task
-        log.error("task %d: internal error\n%s", assignment.task.id, traceback.format_exc())
+        log.error("task %d: internal error\n%s", assignment.task.id, masker.mask(traceback.format_exc()))
         reporter.log(f"##[error]The executor failed unexpectedly: {type(err).__name__}: {err}")
         return JobResult(Result.FAILURE)
 
