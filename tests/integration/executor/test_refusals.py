@@ -171,6 +171,34 @@ async def test_nothing_runs_when_gitea_refuses_the_credentials(executor_harness:
     assert task.status == "running" and task.log_rows == []  # left for the controller to finalize
 
 
+async def test_a_job_not_run_because_gitea_was_unreachable_says_so(
+    executor_harness: ExecutorHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Gitea did not answer within the start timeout: nothing runs, and once Gitea answers again
+    (the close retries) the log says why the job failed without running."""
+    from dynrunner.executor.reporter import Reporter
+    from dynrunner.proto.gitea import Unavailable
+
+    handshake = Reporter._handshake
+    calls = []
+
+    async def unreachable_at_first(self: Reporter, deadline: float) -> None:
+        calls.append(deadline)
+        if len(calls) == 1:
+            raise Unavailable("no answer within 120s")
+        await handshake(self, deadline)
+
+    monkeypatch.setattr(Reporter, "_handshake", unreachable_at_first)
+    claimed = await executor_harness.claim(SIMPLE)
+    assert await executor_harness.run(claimed) == 0
+    view = executor_harness.gitea.task(claimed.task_id)
+    assert view.result == Result.FAILURE
+    assert errors(view.log_rows) == [
+        "##[error]The job was not run: Gitea could not be reached to report it (Unavailable: no answer within 120s)."
+    ]
+    assert [s.status for s in view.steps] == ["cancelled"]
+
+
 async def test_unsupported_action_fails_its_step_by_name(executor_harness: ExecutorHarness) -> None:
     workflow = """
 on: push

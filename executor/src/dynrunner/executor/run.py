@@ -150,6 +150,7 @@ async def run_assignment(data: bytes, options: RunOptions | None = None) -> int:
     except GiteaError as err:
         # Nothing runs that could not be reported; close() tries Gitea once more.
         log.error("task %d: cannot report to Gitea, the job is not run: %s", assignment.task.id, err)
+        reporter.log(f"##[error]The job was not run: Gitea could not be reached to report it ({err}).")
         finalized = await reporter.close(Result.FAILURE)
         return EXIT_FINALIZED if finalized else EXIT_NOT_FINALIZED
     _signal_ready()
