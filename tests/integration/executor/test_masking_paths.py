@@ -118,3 +118,30 @@ async def test_an_internal_error_is_masked_in_the_job_log_and_on_stderr(
     assert "##[error]The executor failed unexpectedly: RuntimeError: engine bug while holding ***" in task.log_rows
     assert "internal error" in caplog.text
     assert secret not in caplog.text
+
+
+HUGE_MASK = """
+on: push
+jobs:
+  mask:
+    runs-on: self-hosted
+    steps:
+      - shell: python
+        run: |
+          import base64
+          value = base64.b64encode(bytes(range(256)) * 2048).decode()  # 700 KB on one line
+          print("::add-mask::" + value, flush=True)
+          print("value=" + value, flush=True)
+          print("head=" + value[:300], flush=True)
+"""
+
+
+async def test_a_huge_add_mask_value_is_masked(executor_harness: ExecutorHarness) -> None:
+    """A whole base64 file registered with ::add-mask:: (hundreds of KiB, one line) is masked
+    without taking the executor down."""
+    claimed = await executor_harness.claim(HUGE_MASK)
+    assert await executor_harness.run(claimed) == 0
+    task = executor_harness.gitea.task(claimed.task_id)
+    assert task.result == Result.SUCCESS
+    assert "value=***" in task.log_rows
+    assert any(row.startswith("head=AAECAwQF") for row in task.log_rows)  # a part of a value is not the value

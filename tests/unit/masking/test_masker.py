@@ -200,3 +200,30 @@ def test_a_long_line_of_near_misses() -> None:
     m = Masker([secret])
     line = "a" * 65_000 + "b"
     assert m.mask(line) == "a" * (65_000 - 30) + MASK
+
+
+def test_a_huge_value_is_masked_without_a_huge_expression() -> None:
+    """`::add-mask::$(base64 -w0 file)` registers one value of hundreds of KiB: its forms are
+    matched as literals, not spelled out character by character in a trie (which took seconds and
+    hundreds of MiB for 300 KiB and would take the executor down for a few MiB)."""
+    import tracemalloc
+
+    value = base64.b64encode(bytes(range(256)) * 900).decode()  # 307 200 characters
+    tracemalloc.start()
+    try:
+        m = Masker(["short-secret", value[:40]])
+        m.add(value)
+        masked = m.mask(f"<{value}> <{value[:40]}> <short-secret>")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert masked == "<***> <***> <***>"
+    assert m.mask(base64.b64encode(value.encode()).decode()) == MASK
+    assert peak < 64 * 1024 * 1024, f"{peak / 2**20:.0f} MiB"
+
+
+def test_a_long_value_wins_over_a_short_one_it_starts_with() -> None:
+    long = "k" * 300 + "-tail"
+    m = Masker(["kkkk", long])
+    assert m.mask(f"[{long}]") == "[***]"
+    assert m.mask("[kkkk-x]") == "[***-x]"

@@ -30,6 +30,10 @@ _MIN_SHIFTED = 8
 # or a quarter of the main one, so a stream of ::add-mask:: lines never recompiles
 # everything per line.
 _RECENT_MIN = 64
+# Forms longer than this are found with str.find, not through a regular expression: spelling a
+# value of a few hundred KiB (`::add-mask::` of a whole base64 file) into a pattern costs
+# seconds and hundreds of MiB in the regex compiler, while only a handful of such forms exist.
+_LITERAL_MIN = 257
 
 
 def _command_escape(value: str) -> str:
@@ -159,6 +163,7 @@ class Masker:
         self._main_rx: tuple[re.Pattern[str], re.Pattern[str]] | None = None
         self._recent_rx: tuple[re.Pattern[str], re.Pattern[str]] | None = None
         self._active: list[tuple[re.Pattern[str], re.Pattern[str]]] = []
+        self._long: list[str] = []  # forms of at least _LITERAL_MIN characters, longest first
         self._values: set[str] = set()
         for value in values:
             self.add(value)
@@ -170,13 +175,17 @@ class Masker:
     @property
     def forms(self) -> frozenset[str]:
         """Every string currently masked (for tests and diagnostics)."""
-        return frozenset(self._main | self._recent | self._pending)
+        return frozenset(self._main | self._recent | self._pending | set(self._long))
 
     def add(self, value: str) -> None:
         if not value or value in self._values:
             return
         self._values.add(value)
-        self._pending |= secret_forms(value) - self._main - self._recent
+        forms = secret_forms(value)
+        long = {f for f in forms if len(f) >= _LITERAL_MIN}
+        if long:
+            self._long = sorted(set(self._long) | long, key=len, reverse=True)
+        self._pending |= forms - long - self._main - self._recent
 
     def _compile_pending(self) -> None:
         """Compile what `add` collected, at first use: values added together (all task
@@ -196,7 +205,7 @@ class Masker:
         """Whether `text` shows any registered value in any masked form."""
         if self._pending:
             self._compile_pending()
-        return any(finder.search(text) for finder, _ in self._active)
+        return any(finder.search(text) for finder, _ in self._active) or any(f in text for f in self._long)
 
     def mask(self, text: str) -> str:
         """`text` with every occurrence of every registered form replaced by ``***``."""
@@ -207,9 +216,14 @@ class Masker:
             found = finder.search(text)
             if found is not None and (first < 0 or found.start() < first):
                 first = found.start()
+        long_spans = [span for form in self._long for span in _occurrences(text, form)]
+        if long_spans:
+            start = min(span[0] for span in long_spans)
+            first = start if first < 0 else min(first, start)
         if first < 0:
             return text
         spans = [(m.start(), m.end(1)) for _, overlap in self._active for m in overlap.finditer(text, first)]
+        spans += long_spans
         spans.sort()
         out: list[str] = []
         pos = 0
@@ -226,3 +240,13 @@ class Masker:
         out.append(MASK)
         out.append(text[cur_end:])
         return "".join(out)
+
+
+def _occurrences(text: str, form: str) -> list[tuple[int, int]]:
+    """Every (start, end) of `form` in `text`, overlapping ones included."""
+    spans = []
+    at = text.find(form)
+    while at >= 0:
+        spans.append((at, at + len(form)))
+        at = text.find(form, at + 1)
+    return spans
