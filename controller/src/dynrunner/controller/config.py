@@ -105,6 +105,9 @@ class GiteaConfig(_Model):
             raise ValueError("must be an http:// or https:// URL with a host, e.g. https://gitea.example.com")
         if parts.query or parts.fragment:
             raise ValueError("must not carry a query or fragment")
+        if parts.username is not None or parts.password is not None:
+            # It becomes every job's GITHUB_SERVER_URL and github.server_url, for any step to print.
+            raise ValueError("must not carry credentials (user:password@): every job sees this URL")
         return value.rstrip("/")
 
     @model_validator(mode="after")

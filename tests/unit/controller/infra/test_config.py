@@ -173,6 +173,7 @@ INVALID = [
     ("pools", _DELETE, "pools: required"),
     ("gitea", _DELETE, "gitea: required"),
     ("gitea.url", "gitea.example.com", "gitea.url: must be an http:// or https:// URL with a host"),
+    ("gitea.url", "https://proxy-user:pw-Zx9@gitea.example.com", "gitea.url: must not carry credentials"),
     ("gitea.credentialMode", "global", "gitea.credentialMode: must be one of 'ephemeral' or 'shared'"),
     ("gitea.requestTimeoutSeconds", 30, "gitea.requestTimeoutSeconds: must be ≥ 55 (got 30)"),
     ("gitea.fetchIntervalSeconds", 0, "gitea.fetchIntervalSeconds: must be > 0 (got 0)"),
@@ -236,6 +237,16 @@ def test_secrets_are_not_echoed_in_errors(tmp_path: Path) -> None:
     text = str(info.value)
     assert TOKEN not in text and "pw-Hq2" not in text
     assert "'lots'" in text  # harmless values are echoed
+
+
+def test_credentials_in_the_gitea_url_are_refused_without_echo(tmp_path: Path) -> None:
+    """The Gitea URL reaches every job (GITHUB_SERVER_URL): a proxy password in it would too."""
+    data = minimal(tmp_path)
+    data["gitea"]["url"] = "https://proxy-user:pw-Zx9@gitea.example.com"
+    with pytest.raises(ConfigError) as info:
+        load(tmp_path, data)
+    assert "gitea.url: must not carry credentials" in str(info.value)
+    assert "pw-Zx9" not in str(info.value)
 
 
 def test_wrong_type_of_token_is_not_echoed(tmp_path: Path) -> None:
