@@ -92,3 +92,23 @@ def test_summary_is_shown_in_the_log_and_bounded(runtime: JobRuntime) -> None:
     assert found.rows == [
         "##[error]$GITHUB_STEP_SUMMARY upload aborted, supports content up to a size of 1024k, got 1024k."
     ]
+
+
+def test_an_oversized_summary_is_refused_without_being_read(runtime: JobRuntime) -> None:
+    """A step that dumps a big log into $GITHUB_STEP_SUMMARY must not make the
+    executor hold it all: the size is known before reading."""
+    import tracemalloc
+
+    files = runtime.step_files(7)
+    with files.summary.open("wb") as fp:
+        fp.truncate(48 << 20)  # 48 MiB, sparse
+    tracemalloc.start()
+    try:
+        found = read_step_files(runtime, files, {})
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert found.rows == [
+        "##[error]$GITHUB_STEP_SUMMARY upload aborted, supports content up to a size of 1024k, got 49152k."
+    ]
+    assert peak < 4 << 20, f"{peak / 2**20:.0f} MiB"

@@ -40,15 +40,22 @@ class FileEffects:
         self.failed = self.failed or fail
 
 
-def _read(path: Path, effects: FileEffects, source: str) -> bytes:
+def _size(path: Path) -> int:
     try:
-        size = path.stat().st_size
+        return path.stat().st_size
     except FileNotFoundError:
-        return b""
+        return 0
+
+
+def _read(path: Path, effects: FileEffects, source: str) -> bytes:
+    size = _size(path)
     if size > ENV_FILE_LIMIT:
         effects.error(f"${source} is {size} bytes; this runner reads at most {ENV_FILE_LIMIT} bytes of it")
         return b""
-    return path.read_bytes() if size else b""
+    if not size:
+        return b""
+    with path.open("rb") as fp:
+        return fp.read(ENV_FILE_LIMIT)  # a file still growing (a background writer) stays bounded
 
 
 def read_step_files(runtime: JobRuntime, files: StepFiles, command_outputs: dict[str, str]) -> FileEffects:
@@ -88,14 +95,18 @@ def read_step_files(runtime: JobRuntime, files: StepFiles, command_outputs: dict
         elif entry:
             effects.path.append(entry)
 
-    summary = _read(files.summary, effects, "GITHUB_STEP_SUMMARY")
-    if len(summary) > SUMMARY_LIMIT:
+    size = _size(files.summary)
+    summary = b""
+    if size > SUMMARY_LIMIT:  # refused before it is read: a big summary never sits in memory
         effects.error(
             f"$GITHUB_STEP_SUMMARY upload aborted, supports content up to a size of {SUMMARY_LIMIT // 1024}k, "
-            f"got {len(summary) // 1024}k.",
+            f"got {size // 1024}k.",
             fail=False,
         )
-    elif summary.strip():
+    elif size:
+        with files.summary.open("rb") as fp:
+            summary = fp.read(SUMMARY_LIMIT)
+    if summary.strip():
         effects.rows.append("##[group]Step summary")
         effects.rows.extend(summary.decode("utf-8", "replace").rstrip("\n").split("\n"))
         effects.rows.append("##[endgroup]")
