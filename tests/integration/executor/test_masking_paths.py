@@ -4,6 +4,7 @@ wrote, and lines too long for one row."""
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 
@@ -145,3 +146,26 @@ async def test_a_huge_add_mask_value_is_masked(executor_harness: ExecutorHarness
     assert task.result == Result.SUCCESS
     assert "value=***" in task.log_rows
     assert any(row.startswith("head=AAECAwQF") for row in task.log_rows)  # a part of a value is not the value
+
+
+INTERNAL_ENV = """
+on: push
+jobs:
+  env:
+    runs-on: self-hosted
+    steps:
+      - run: |
+          env | grep '^DYNRUNNER_' | cut -d= -f1 | sort | sed 's/^/internal: /'
+"""
+
+
+async def test_the_executors_own_settings_do_not_reach_steps(
+    executor_harness: ExecutorHarness, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("DYNRUNNER_READY_FILE", str(tmp_path / "ready"))
+    monkeypatch.setenv("DYNRUNNER_GITEA_REGISTRATION_TOKEN", "registration-token-must-stay-home")
+    claimed = await executor_harness.claim(INTERNAL_ENV)
+    assert await executor_harness.run(claimed) == 0
+    rows = executor_harness.gitea.task(claimed.task_id).log_rows
+    assert [row for row in rows if row.startswith("internal: ")] == ["internal: DYNRUNNER_RUNTIME_DIR"]
+    assert (tmp_path / "ready").exists()
