@@ -132,12 +132,17 @@ class Launcher:
     # -- one delivery ------------------------------------------------------------------------
 
     async def _launch(self, delivery: Delivery) -> None:
+        """One delivery, as a task nobody awaits: every failure is logged here (an unanswered
+        delivery simply comes back after ack-wait)."""
         sealed = delivery.assignment
         with log_context(assignment_id=sealed.assignment_id, task_id=sealed.task.id, pool=self.pool):
             try:
                 assignment = self._sealer.unseal_assignment(sealed)
             except SealingError as err:
-                await self._unopenable(delivery, err)
+                try:
+                    await self._unopenable(delivery, err)
+                except Exception:
+                    log.exception("answering the delivery of an unopenable assignment failed")
                 return
             self._capacity.adopt(assignment.assignment_id)
             self.launching.add(assignment.assignment_id)

@@ -228,3 +228,33 @@ async def test_a_redelivery_after_the_job_already_ran_starts_nothing(gitea: Gite
     assert await backend.find(sealed.assignment_id) is None
     starts = (tmp_path / "starts.log").read_text().splitlines()
     assert len(starts) == 1
+
+
+class UnansweredDelivery(FakeDelivery):
+    """NATS does not confirm the launcher's answer (a timeout while it restarts)."""
+
+    async def nak(self, delay_s: float | None = None) -> None:
+        raise TimeoutError("nats: timeout")
+
+    async def term(self) -> None:
+        raise TimeoutError("nats: timeout")
+
+
+async def test_an_unconfirmed_answer_to_an_unopenable_assignment_is_logged_not_raised(
+    gitea: GiteaDouble, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A launch runs as a task nobody awaits: its failures must be logged where they happen
+    (the message simply comes back after ack-wait), not left as an unretrieved task exception."""
+    sealed = await claimed_assignment(gitea)
+    other_key = Launcher(
+        "local",
+        backend=LocalBackend("local", tmp_path / "root", fake_executor_command()),
+        source=None,  # type: ignore[arg-type]
+        sealer=Sealer(b"x" * 32),
+        gitea=GiteaClient(gitea.url),
+        capacity=Capacity("local", 1),
+        metrics=Metrics(),
+    )
+    await other_key._launch(UnansweredDelivery(sealed, num_delivered=1))  # type: ignore[arg-type]
+    await other_key._launch(UnansweredDelivery(sealed, num_delivered=3))  # type: ignore[arg-type]
+    assert caplog.text.count("nats: timeout") >= 2
