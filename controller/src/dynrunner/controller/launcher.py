@@ -188,6 +188,7 @@ class Launcher:
                         )
 
                     await self._backend.create(assignment, before_start)
+                    await heartbeat.stop()  # in case the backend found it started and never called before_start
                     self._metrics.claimed_to_launched.labels(pool=self.pool).observe(
                         (datetime.now(UTC) - assignment.claimed_at).total_seconds()
                     )

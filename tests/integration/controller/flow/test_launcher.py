@@ -258,3 +258,26 @@ async def test_an_unconfirmed_answer_to_an_unopenable_assignment_is_logged_not_r
     await other_key._launch(UnansweredDelivery(sealed, num_delivered=1))  # type: ignore[arg-type]
     await other_key._launch(UnansweredDelivery(sealed, num_delivered=3))  # type: ignore[arg-type]
     assert caplog.text.count("nats: timeout") >= 2
+
+
+class StartedElsewhere(Gate):
+    """`create` finds the environment made by a concurrent attempt and does not start it again,
+    so the launcher's `before_start` is never called."""
+
+    async def create(self, assignment: Assignment, before_start: BeforeStart) -> Environment:
+        async def nothing() -> None:
+            return None
+
+        return await self.inner.create(assignment, nothing)
+
+
+async def test_the_heartbeat_stops_even_when_the_backend_started_nothing(gitea: GiteaDouble, tmp_path: Path) -> None:
+    """Left beating, the controller's UpdateTask (without the executor's steps) would make the
+    executor's finished steps look running again in Gitea."""
+    sealed = await claimed_assignment(gitea)
+    backend = StartedElsewhere(LocalBackend("local", tmp_path / "root", fake_executor_command()))
+    delivery = FakeDelivery(sealed)
+    await launcher(gitea, backend, Capacity("local", 1), Metrics())._launch(delivery)  # type: ignore[arg-type]
+    assert delivery.calls == ["ack"]
+    await asyncio.sleep(0.2)
+    assert [t.get_name() for t in asyncio.all_tasks() if t.get_name().startswith("heartbeat-")] == []
