@@ -8,8 +8,10 @@ step states, the job outputs (every workflow here maps `<step>__<name>` to that 
 so both sides compare step outputs), and the log rows of each step without the header and
 the runner's own `##[...]` rows. Workflows print no paths, since the two workspaces differ.
 
-Known difference left out here: act 0.2.89 drops the output lines between `::stop-commands::`
-and its token; GitHub and Gitea's runner print them, as we do (see the integration tests).
+Known differences left out here: act 0.2.89 drops the output lines between `::stop-commands::`
+and its token; GitHub and Gitea's runner print them, as we do (see the integration tests). act
+keeps the CR of a CRLF line end in the row and lets a line without `=` or `<<` in $GITHUB_ENV
+pass; GitHub's runner splits on CRLF and fails the step, as we do (unit tests).
 """
 
 from __future__ import annotations
@@ -221,6 +223,25 @@ jobs:
           echo "compare=${{ 'ABC' == 'abc' }} number=${{ 0x10 == 16 }} null=${{ null == '' }}"
           echo "joined=${{ join(fromJSON(env.NAMES), '+') }}" >> "$GITHUB_OUTPUT"
           echo "ternary=${{ github.event_name == 'push' && 'is-push' || 'other' }}"
+""",
+    "env-file-edges-and-skips": """
+on: push
+jobs:
+  build:
+    runs-on: self-hosted
+    outputs:
+      gone__missing: ${{ steps.never.outputs.x }}
+    steps:
+      - id: write
+        run: |
+          { echo "BODY<<EOF"; echo "first"; echo "EOF"; echo "INJECTED=yes"; } >> "$GITHUB_ENV"
+      - id: skip
+        if: false
+        run: echo "never"
+      - id: read
+        run: |
+          echo "body=$BODY injected=$INJECTED"
+          echo "skip=${{ steps.skip.outcome }}/${{ steps.skip.conclusion }}"
 """,
     "workflow-commands": """
 on: push
