@@ -31,6 +31,7 @@ WRAPPER = """\
 dir=$1; shift
 echo $$ > "$dir/pid"
 cd "$dir/workspace" || exit 125
+unset OLDPWD
 "$@" < /dev/null
 status=$?
 echo "$status" > "$dir/exit-status"
