@@ -95,6 +95,38 @@ def test_steps_keep_their_fields_and_get_ids() -> None:
     assert uses.display_name() == "Run actions/setup-go@v3"
 
 
+def test_steps_without_an_id_get_githubs_generated_action_names() -> None:
+    """`github.action`/`GITHUB_ACTION` of a step without an id: GitHub's docs name the first script
+    `__run` and the second `__run_2`; actions are named after `owner/repo` (non-name characters
+    become `_`), local actions `__self`, docker images after the image. (A user's id cannot
+    collide: ids starting with `__` are reserved here.)"""
+    steps = parse_workflow(
+        _payload(
+            "      - run: a\n"
+            "      - uses: actions/checkout@v4\n"
+            "      - id: run_2x\n        run: b\n"
+            "      - id: Named\n        run: c\n"
+            "      - run: d\n"
+            "      - uses: actions/checkout/sub@v4\n"
+            "      - uses: ./local/action\n"
+            "      - uses: docker://alpine:3.20\n"
+            "      - run: e\n"
+        )
+    ).job.steps
+    assert [s.action for s in steps] == [
+        "__run",
+        "__actions_checkout",
+        "run_2x",
+        "Named",
+        "__run_2",
+        "__actions_checkout_2",
+        "__self",
+        "__alpine_3_20",
+        "__run_3",
+    ]
+    assert [s.id for s in steps][:3] == ["__0", "__1", "run_2x"]
+
+
 def test_yaml_12_scalars() -> None:
     doc = load("a: on\nb: yes\nc: true\nd: 0o17\ne: 0x1F\nf: .inf\ng: ~\nh: '1'\ni: 1e3\nj: 2024-01-01\n")
     assert doc["a"] == "on" and doc["b"] == "yes" and doc["c"] is True
@@ -126,6 +158,7 @@ def _payload(steps: str, job: str = "build", extra: str = "") -> bytes:
         (_payload("      - id: 1x\n        run: a\n"), "invalid id '1x'"),
         (_payload('      - id: "x\\n"\n        run: a\n'), "has the invalid id 'x"),
         (_payload("      - id: __0\n        run: a\n"), "reserved"),
+        (_payload("      - id: Build\n        run: a\n      - id: build\n        run: b\n"), "ignoring case"),
         (_payload("      - run: a\n        colour: red\n"), "unknown keys: colour"),
         (_payload("      - run: [a]\n"), "step 1.run must be a string"),
         (_payload("      - run: a\n        env: [x]\n"), "step 1.env must be a mapping"),

@@ -173,7 +173,7 @@ class StepExecutor:
 
     def _github(self, step: Step, files: StepFiles | None = None) -> dict[str, object]:
         github = dict(self.contexts.github)
-        github["action"] = step.id
+        github["action"] = step.action
         if files is not None:
             github["env"] = str(files.env)
             github["path"] = str(files.path)
@@ -296,7 +296,7 @@ class StepExecutor:
         env = dict(self.base_env)
         env.update(self.contexts.env)
         env.update(self.runner_env)
-        env["GITHUB_ACTION"] = step.id
+        env["GITHUB_ACTION"] = step.action
         env.update(step_env)
         step_files = files.env_vars()
         step_files.setdefault("GITEA_STATE", step_files["GITHUB_STATE"])

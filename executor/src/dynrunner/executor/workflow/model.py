@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dynrunner.executor.workflow.yaml12 import Scalar, YamlError, as_written, load, plain
@@ -32,7 +32,9 @@ class RunDefaults:
 @dataclass(frozen=True, slots=True)
 class Step:
     """One entry of `steps:`. `id` is the user's id or a generated `__<n>` that never
-    appears in the `steps` context. Expression-bearing fields are raw strings."""
+    appears in the `steps` context. `action` is the step's name for `github.action` and
+    `GITHUB_ACTION`: the user's id, else the name GitHub generates (`__run`, `__run_2`, ...,
+    see `_action_names`). Expression-bearing fields are raw strings."""
 
     index: int
     id: str
@@ -47,6 +49,7 @@ class Step:
     if_: str = ""
     continue_on_error: Any = False
     timeout_minutes: Any = None
+    action: str = ""
 
     @property
     def kind(self) -> str:
@@ -192,9 +195,11 @@ def _step(index: int, raw: Any, seen: set[str]) -> Step:
             )
         if user_id.startswith(AUTO_ID_PREFIX):
             raise WorkflowError(f"{where} has the id {user_id!r}: ids starting with {AUTO_ID_PREFIX} are reserved")
-        if user_id in seen:
-            raise WorkflowError(f"{where} repeats the step id {user_id!r}; step ids must be unique in a job")
-        seen.add(user_id)
+        if user_id.lower() in seen:
+            raise WorkflowError(
+                f"{where} repeats the step id {user_id!r}; step ids must be unique in a job (ignoring case)"
+            )
+        seen.add(user_id.lower())
     with_raw = raw.get("with")
     if with_raw is not None and not isinstance(with_raw, dict):
         raise WorkflowError(f"{where}.with must be a mapping")
@@ -213,6 +218,47 @@ def _step(index: int, raw: Any, seen: set[str]) -> Step:
         continue_on_error=plain(raw.get("continue-on-error", False)),
         timeout_minutes=plain(raw.get("timeout-minutes")),
     )
+
+
+_MAX_NAME = 100  # GitHub's longest node name; a generated one is cut to fit its `_<n>` suffix
+_NAME_CHAR_RE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def _action_names(steps: tuple[Step, ...], taken: set[str]) -> tuple[Step, ...]:
+    """Name each step for `github.action`/`GITHUB_ACTION` as GitHub's workflow converter does:
+    a step with an id keeps it; the others, in order, get `__` and what they run (`run` for a
+    script, `owner/repo` of an action, `self` for a local one, a docker image), every character
+    outside `[A-Za-z0-9_-]` made `_`, and `_2`, `_3`, ... when an earlier step has the name
+    (ignoring case): `__run`, `__run_2`, `__actions_checkout`. The ids are taken first, as on
+    GitHub, though here none can collide (ids starting with `__` are reserved)."""
+    named = []
+    for step in steps:
+        if step.user_id:
+            named.append(replace(step, action=step.id))
+            continue
+        base = _NAME_CHAR_RE.sub("_", f"__{_runs_what(step)}")
+        attempt = 1
+        while True:
+            suffix = f"_{attempt}" if attempt > 1 else ""
+            candidate = base[: _MAX_NAME - len(suffix)] + suffix
+            if candidate.lower() not in taken:
+                break
+            attempt += 1
+        taken.add(candidate.lower())
+        named.append(replace(step, action=candidate))
+    return tuple(named)
+
+
+def _runs_what(step: Step) -> str:
+    uses = step.uses
+    if uses is None:
+        return "run"
+    if uses.startswith("docker://"):
+        return uses.removeprefix("docker://")
+    if uses.startswith(("./", ".\\")):
+        return "self"
+    name = uses.split("://", 1)[-1].split("@", 1)[0]
+    return "/".join(name.split("/")[:2]) or "run"
 
 
 def _run_text(value: Any, where: str) -> str | None:
@@ -288,7 +334,7 @@ def parse_workflow(payload: bytes | str) -> Workflow:
     if not isinstance(steps_raw, list):
         raise WorkflowError(f"{job_where}.steps must be a list")
     seen: set[str] = set()
-    steps = tuple(_step(i, s, seen) for i, s in enumerate(steps_raw))
+    steps = _action_names(tuple(_step(i, s, seen) for i, s in enumerate(steps_raw)), seen)
     if not steps and uses is None:
         raise WorkflowError(f"{job_where} has no steps")
     job = Job(
