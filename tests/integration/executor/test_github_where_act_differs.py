@@ -4,8 +4,9 @@ against the Gitea double instead. Each test says what GitHub documents and what 
 
 from __future__ import annotations
 
+from dynrunner.proto.gitea import Result
 from tests.fixtures.executor import ExecutorHarness
-from tests.integration.executor.test_steps_and_outputs import output_rows
+from tests.integration.executor.test_steps_and_outputs import output_rows, step_rows
 
 ACTION_NAMES = """
 on: push
@@ -32,3 +33,65 @@ async def test_a_step_without_an_id_is_named_run_then_run_2(executor_harness: Ex
         ["GITHUB_ACTION=given github.action=given"],
         ["GITHUB_ACTION=__run_2 github.action=__run_2"],
     ]
+
+
+EVALUATION_ERRORS = """
+on: push
+jobs:
+  errors:
+    runs-on: self-hosted
+    steps:
+      - id: bad-run
+        continue-on-error: true
+        run: echo "${{ format('{0', 1) }}"
+      - id: bad-timeout
+        timeout-minutes: ${{ fromJSON('not a number') }}
+        run: echo "runs without a timeout"
+      - id: report
+        run: echo "${{ steps.bad-run.outcome }}/${{ steps.bad-run.conclusion }} ${{ steps.bad-timeout.outcome }}"
+      - id: bad-if
+        continue-on-error: true
+        if: fromJSON('{')
+        run: echo "never"
+      - id: skipped
+        run: echo "never"
+      - id: bad-env
+        if: always()
+        continue-on-error: true
+        env:
+          X: ${{ fromJSON('[') }}
+        run: echo "never"
+      - id: last
+        if: always()
+        run: |
+          echo "if: ${{ steps.bad-if.outcome }}/${{ steps.bad-if.conclusion }}"
+          echo "env: ${{ steps.bad-env.outcome }}/${{ steps.bad-env.conclusion }} job: ${{ job.status }}"
+"""
+
+
+async def test_expression_errors_fail_the_step_as_githubs_runner_does(executor_harness: ExecutorHarness) -> None:
+    """GitHub's runner (`StepsRunner`): an error in `run:` fails the started step, and
+    `continue-on-error` makes its conclusion a success; an error in the step's `env:` or `if:`
+    fails it before it starts, without consulting `continue-on-error`, so the job fails; a
+    `timeout-minutes` it cannot evaluate is reported and the step runs without a timeout.
+    act runs a step whose `run:` fails to evaluate as an empty script (success) and reports
+    a step whose `if:` fails as skipped."""
+    claimed = await executor_harness.claim(EVALUATION_ERRORS)
+    assert await executor_harness.run(claimed) == 0
+    task = executor_harness.gitea.task(claimed.task_id)
+    assert [s.status for s in task.steps] == [
+        "failure",
+        "success",
+        "success",
+        "failure",
+        "skipped",
+        "failure",
+        "success",
+    ]
+    assert task.result == Result.FAILURE
+    rows = step_rows(task, 1)
+    assert rows[0] == "##[error]An error occurred when attempting to determine the step timeout."
+    assert rows[1].startswith("##[error]Error parsing null value.")
+    assert output_rows(task, 1) == ["runs without a timeout"]
+    assert output_rows(task, 2) == ["failure/success success"]
+    assert output_rows(task, 6) == ["if: failure/failure", "env: failure/failure job: failure"]

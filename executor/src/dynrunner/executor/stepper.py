@@ -208,10 +208,15 @@ class StepExecutor:
         except ExpressionError:
             name = step.display_name()  # the display name is best effort, as on GitHub
         try:
+            minutes = ev.minutes(scopes.STEP_TIMEOUT, step.timeout_minutes, **scope)
+        except ExpressionError as err:  # GitHub's runner reports it and runs the step without a timeout
+            self._log(i, "##[error]An error occurred when attempting to determine the step timeout.")
+            self._log(i, f"##[error]{err}")
+            minutes = None
+        try:
             with_ = ev.strings(scopes.STEP_WITH, step.with_, **scope)
             workdir = self._working_directory(step, scope)
             shell = self._shell(step, scope)
-            minutes = ev.minutes(scopes.STEP_TIMEOUT, step.timeout_minutes, **scope)
         except ExpressionError as err:
             self._log(i, f"##[error]{err}")
             self._finish(step, "failure", {}, scope)
@@ -404,9 +409,20 @@ class StepExecutor:
                 failed = True
         return None if failed else found.outputs
 
-    def _finish(self, step: Step, outcome: str, outputs: dict[str, str], scope: dict[str, object]) -> None:
+    def _finish(
+        self,
+        step: Step,
+        outcome: str,
+        outputs: dict[str, str],
+        scope: dict[str, object],
+        *,
+        may_continue: bool = True,
+    ) -> None:
+        """Record the step's end. `continue-on-error` turns a failed outcome into a successful
+        conclusion only for a step that started (`may_continue`): GitHub's runner fails a step
+        whose `env:` or `if:` cannot be evaluated without consulting it."""
         conclusion = outcome
-        if outcome == "failure" and step.continue_on_error:
+        if outcome == "failure" and may_continue and step.continue_on_error:
             try:
                 if self.evaluator.flag(scopes.STEP_CONTINUE, step.continue_on_error, **scope):
                     conclusion = "success"
@@ -421,7 +437,7 @@ class StepExecutor:
     def _fail_before_start(self, step: Step, message: str) -> None:
         self.reporter.step_started(step.index)
         self._log(step.index, f"##[error]{message}")
-        self._finish(step, "failure", {}, {"env": self.contexts.env, "github": self._github(step)})
+        self._finish(step, "failure", {}, {"env": self.contexts.env, "github": self._github(step)}, may_continue=False)
 
     def _record(self, step: Step, outcome: str, conclusion: str, outputs: dict[str, str]) -> None:
         if step.user_id:
