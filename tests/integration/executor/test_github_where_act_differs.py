@@ -95,3 +95,64 @@ async def test_expression_errors_fail_the_step_as_githubs_runner_does(executor_h
     assert output_rows(task, 1) == ["runs without a timeout"]
     assert output_rows(task, 2) == ["failure/success success"]
     assert output_rows(task, 6) == ["if: failure/failure", "env: failure/failure job: failure"]
+
+
+CONTEXTS = """
+on: push
+env:
+  FROM_WORKFLOW: w
+jobs:
+  contexts:
+    runs-on: self-hosted
+    steps:
+      - id: first
+        env:
+          FROM_STEP: s
+        run: |
+          echo "env=${{ toJSON(env) }}"
+          echo "steps=${{ toJSON(steps) }}"
+          echo "runner.environment=${{ runner.environment }}"
+          echo "strategy=${{ strategy.job-index }}/${{ strategy.job-total }}"
+          echo 'object=${{ toJSON(fromJSON('{"b": 1, "a": {"z": 1, "y": 2}}')) }}'
+      - run: echo "no id"
+      - id: last
+        run: echo 'steps=${{ toJSON(steps) }}'
+"""
+
+
+async def test_contexts_hold_what_github_documents(executor_harness: ExecutorHarness) -> None:
+    """GitHub's docs: the `env` context holds the workflow's, job's and step's `env:` (and
+    GITHUB_ENV's additions), not the variables the runner sets (act adds `GITHUB_WORKSPACE` and
+    the rest); `steps` holds the steps with an id that have finished (act adds the running step
+    and steps without an id, by index); `runner.environment` is `self-hosted` and a job without
+    a matrix has `strategy.job-index` 0 of `job-total` 1 (act leaves them empty). Objects keep
+    their keys in order — the runner's dictionaries keep insertion order, `outputs`, `outcome`,
+    `conclusion` for a step — where act's Go maps sort them."""
+    claimed = await executor_harness.claim(CONTEXTS)
+    assert await executor_harness.run(claimed) == 0
+    task = executor_harness.gitea.task(claimed.task_id)
+    assert output_rows(task, 0) == [
+        "env={",
+        "  FROM_WORKFLOW: w,",
+        "  FROM_STEP: s",
+        "}",
+        "steps={}",
+        "runner.environment=self-hosted",
+        "strategy=0/1",
+        "object={",
+        '  "b": 1,',
+        '  "a": {',
+        '    "z": 1,',
+        '    "y": 2',
+        "  }",
+        "}",
+    ]
+    assert output_rows(task, 2) == [
+        "steps={",
+        '  "first": {',
+        '    "outputs": {},',
+        '    "outcome": "success",',
+        '    "conclusion": "success"',
+        "  }",
+        "}",
+    ]
