@@ -37,6 +37,8 @@ proved in `tests/integration/executor/test_github_where_act_differs.py` or the u
   `if: ''` (GitHub: `success()`) is a schema error in act.
 - Masking: two adjacent occurrences of a secret become one `***` on GitHub (its masker
   merges touching matches); act prints `******`.
+- act's `toJSON` writes `<`, `>` and `&` as `\\u003c`, `\\u003e`, `\\u0026`; GitHub's (Newtonsoft's)
+  leaves them alone.
 - act leaves `::group::`/`::endgroup::` lines out of a step's raw output; we pass them to
   Gitea, which folds the log on them. We show `$GITHUB_STEP_SUMMARY` in the step's log (Gitea
   stores no summaries); act ignores it.
@@ -841,6 +843,42 @@ jobs:
           echo "   leading and trailing spaces   "
           printf 'tab\\there\\n'
           printf 'no newline at the end'
+""",
+    "job-env-and-defaults-from-the-matrix": """
+on: push
+jobs:
+  build:
+    runs-on: self-hosted
+    strategy:
+      matrix:
+        dir: [sub]
+    env:
+      FROM_MATRIX: m-${{ matrix.dir }}
+      MULTI: "line1\\nline2"
+    defaults:
+      run:
+        working-directory: ${{ matrix.dir }}
+    steps:
+      - id: mk
+        working-directory: .
+        run: mkdir -p sub && echo made
+      - id: in-sub
+        run: |
+          echo "dir=$(basename "$PWD") from=$FROM_MATRIX"
+          echo "$MULTI"
+          printf '%s\\n' "${{ env.MULTI }}"
+      - id: interleaved
+        run: |
+          echo out-1
+          echo err-1 >&2
+          echo out-2
+          echo err-2 >&2
+      - id: json-escapes
+        run: |
+          cat <<'EOF'
+          ${{ toJSON(fromJSON('{"quote": "\\"", "tab": "\\t", "u": "\\u00e9\\u2028"}')) }}
+          ${{ toJSON('a"b\\c''d') }}
+          EOF
 """,
 }
 

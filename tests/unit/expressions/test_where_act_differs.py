@@ -24,3 +24,9 @@ def test_an_empty_if_means_success() -> None:
     """GitHub's runner reads an empty condition as `success()`; act's schema refuses `if: ''`."""
     assert evaluate_if("", EvalEnv(job_status="success")) is True
     assert evaluate_if("", EvalEnv(job_status="failure")) is False
+
+
+def test_tojson_leaves_html_characters_alone() -> None:
+    """Newtonsoft's default escaping, as GitHub's runner serializes; act's Go encoder writes
+    `<`, `>` and `&` as `\\u003c`, `\\u003e`, `\\u0026`."""
+    assert ev("toJSON('a<b>&c')") == '"a<b>&c"'
