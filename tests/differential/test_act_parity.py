@@ -20,6 +20,8 @@ proved in `tests/integration/executor/test_github_where_act_differs.py` or the u
   $GITHUB_ENV pass; GitHub's runner splits on CRLF and fails the step, as we do (unit tests).
 - `GITHUB_ACTION`/`github.action` of a step without an id: act uses the step's index; GitHub
   names it `__run`, `__run_2`, ...
+- A step's `env:` overwrites `GITHUB_*`/`RUNNER_*` variables in act (and `$GITHUB_ENV` the
+  `RUNNER_*` ones); GitHub documents that they cannot be overwritten, and that `CI` can.
 - The `env` context: act puts the runner's variables in it (`env.GITHUB_WORKSPACE`); GitHub's
   holds only the workflow's, job's and step's `env:` and GITHUB_ENV's additions.
 - The `steps` context: act has the running step and steps without an id in it; GitHub only
@@ -591,10 +593,16 @@ jobs:
           echo 'TEMPLATED=${{ github.event_name }}' >> "$GITHUB_ENV"
           echo "spaced = value " >> "$GITHUB_OUTPUT"
           echo "lower=1" >> "$GITHUB_ENV"
+      - id: names
+        run: |
+          echo "my-out=hyphen" >> "$GITHUB_OUTPUT"
+          echo "a.b=dotted" >> "$GITHUB_OUTPUT"
+          echo "_u=underscore" >> "$GITHUB_OUTPUT"
       - id: two
         env:
           OWN: own-value
         run: |
+          echo "${{ steps.names.outputs.my-out }} ${{ steps.names.outputs['a.b'] }} ${{ steps.names.outputs._u }}"
           echo "answer=${{ steps.one.outputs.answer }} ANSWER=${{ steps.one.outputs.ANSWER }}"
           echo "both=${{ steps.one.outputs.both }}"
           echo "tmpl=${{ steps.one.outputs.tmpl }} TEMPLATED=$TEMPLATED"

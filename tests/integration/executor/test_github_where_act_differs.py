@@ -156,3 +156,41 @@ async def test_contexts_hold_what_github_documents(executor_harness: ExecutorHar
         "  }",
         "}",
     ]
+
+
+FIXED_VARIABLES = """
+on: push
+env:
+  GITHUB_EVENT_NAME: from-workflow
+jobs:
+  fixed:
+    runs-on: self-hosted
+    steps:
+      - id: write
+        env:
+          GITHUB_JOB: from-step
+          RUNNER_OS: from-step
+          CI: from-step
+        run: |
+          echo "job=$GITHUB_JOB os=$RUNNER_OS ci=$CI event=$GITHUB_EVENT_NAME ctx=${{ env.GITHUB_JOB }}"
+          echo "GITHUB_REF=from-file" >> "$GITHUB_ENV"
+          echo "RUNNER_ARCH=from-file" >> "$GITHUB_ENV"
+          echo "CI=from-file" >> "$GITHUB_ENV"
+      - id: read
+        run: echo "ref=$GITHUB_REF arch=$RUNNER_ARCH ci=$CI ctx=${{ env.GITHUB_REF }} ${{ env.RUNNER_ARCH }}"
+"""
+
+
+async def test_github_and_runner_variables_cannot_be_overwritten(executor_harness: ExecutorHarness) -> None:
+    """GitHub's docs (variables): "You can't overwrite the value of the default environment
+    variables named GITHUB_* and RUNNER_*. Currently you can overwrite the value of the CI
+    variable." Its runner sets them from its contexts after the `env:` layers. The `env`
+    context still shows what the workflow set. act lets a step's `env:` (and `$GITHUB_ENV`,
+    for RUNNER_*) overwrite them."""
+    claimed = await executor_harness.claim(FIXED_VARIABLES)
+    assert await executor_harness.run(claimed) == 0
+    task = executor_harness.gitea.task(claimed.task_id)
+    arch = output_rows(task, 1)[0].split()[1]
+    assert output_rows(task, 0) == ["job=fixed os=Linux ci=from-step event=push ctx=from-step"]
+    assert output_rows(task, 1) == [f"ref=refs/heads/main {arch} ci=from-file ctx=from-file from-file"]
+    assert arch in ("arch=X64", "arch=ARM64", "arch=X86", "arch=ARM")

@@ -36,6 +36,8 @@ from dynrunner.executor.steps.shell import script_extension
 from dynrunner.executor.workflow import Job, Step, Workflow
 from dynrunner.proto.gitea import Result
 
+_FIXED = ("GITHUB_", "RUNNER_")  # the runner's variables a workflow cannot overwrite (GitHub's docs)
+
 
 class Stop(enum.Enum):
     CANCELLED = "cancelled"
@@ -90,8 +92,11 @@ class StepExecutor:
         self.reporter = reporter
         self.masker = masker
         self.runtime = runtime
-        self.base_env = dict(base_env)
-        self.runner_env = dict(runner_env)
+        # The layers of a step's environment (see _process_env): GitHub documents that the
+        # GITHUB_* and RUNNER_* variables the runner sets cannot be overwritten, and that CI can.
+        self.base_env = {**base_env, "CI": runner_env.get("CI", "true")}
+        self.runner_env = {k: v for k, v in runner_env.items() if k != "CI" and not k.startswith(_FIXED)}
+        self.fixed_env = {k: v for k, v in runner_env.items() if k.startswith(_FIXED)}
         self.step_debug = step_debug
         self.deadlines = deadlines
         self.timings = settings_timings
@@ -298,11 +303,16 @@ class StepExecutor:
         return self.runtime.workspace.path / raw if raw else self.runtime.workspace.path
 
     def _process_env(self, step: Step, step_env: Mapping[str, str], files: StepFiles) -> dict[str, str]:
+        """From lowest to highest: the executor's environment and CI, the env context (workflow,
+        job, GITHUB_ENV), the other variables a Gitea runner sets (GITEA_*, ACTIONS_*), the
+        step's `env:`, the runner's GITHUB_* and RUNNER_* (not overwritable, as on GitHub, whose
+        runner sets them from its contexts last), the step's file variables; then PATH."""
         env = dict(self.base_env)
         env.update(self.contexts.env)
         env.update(self.runner_env)
-        env["GITHUB_ACTION"] = step.action
         env.update(step_env)
+        env.update(self.fixed_env)
+        env["GITHUB_ACTION"] = step.action
         step_files = files.env_vars()
         step_files.setdefault("GITEA_STATE", step_files["GITHUB_STATE"])
         step_files.setdefault("GITEA_STEP_SUMMARY", step_files["GITHUB_STEP_SUMMARY"])
