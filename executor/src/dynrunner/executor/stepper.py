@@ -83,6 +83,7 @@ class StepExecutor:
         deadlines: Deadlines,
         settings_timings: StopTimings,
         cleanup_s: float,
+        minute_s: float,
         shutdown: asyncio.Event,
     ) -> None:
         self.job = job
@@ -101,6 +102,7 @@ class StepExecutor:
         self.deadlines = deadlines
         self.timings = settings_timings
         self.cleanup_s = cleanup_s
+        self.minute_s = minute_s
         self.prepend_path: list[str] = []
         self.aborted = False
         self._cancel_seen = False
@@ -266,7 +268,7 @@ class StepExecutor:
             timings=self.timings,
             backpressure=self.reporter.throttle,
         )
-        step_deadline = self._now() + minutes * 60 if minutes else None
+        step_deadline = self._now() + minutes * self.minute_s if minutes else None
         task = asyncio.create_task(handler_for(step)(run), name=f"step-{i}")
         reason = await self._supervise(task, stop, step, step_deadline, scope)
         ok = False
