@@ -40,7 +40,8 @@ proved in `tests/integration/executor/test_github_where_act_differs.py` or the u
 - act's evaluator errors where GitHub's gives a value: integer literals beyond 32 bits are a
   workflow error, `fromJSON('1e400')` (Infinity) and comparing two arrays (false) fail, and a
   string like `'.1'` does not convert to a number (documented in docs/expressions.md);
-  `.*` on an object does not give its values (`join(obj.*)` is `Object`).
+  `.*` on an object does not give its values (`join(obj.*)` is `Object`); `join` with an
+  array as separator uses `Array` (GitHub: a non-primitive separator means `,`).
   `if: ''` (GitHub: `success()`) is a schema error in act.
 - Masking: two adjacent occurrences of a secret become one `***` on GitHub (its masker
   merges touching matches); act prints `******`.
@@ -349,6 +350,13 @@ jobs:
             "true true true"
           check "${{ endsWith('x', '') }} ${{ startsWith('', 'a') }} ${{ startsWith(fromJSON('[1]'), 1) }}" \\
             "true false false"
+      - id: separators-and-loose-contains
+        run: |
+          check() { echo "$1"; [ "$1" = "$2" ] || { echo "expected: $2"; exit 1; }; }
+          check "${{ join(fromJSON('["a","b"]'), 1) }} ${{ join(fromJSON('["a","b"]'), null) }}" "a1b ab"
+          check "${{ contains(fromJSON('[1, 2]'), '1.0') }} ${{ contains(fromJSON('[true]'), 1) }}" "true true"
+          check "${{ contains(fromJSON('[null]'), 0) }} ${{ format('{0}', fromJSON('1.10')) }}" "true 1.1"
+          check "${{ 'a' < 'B' }} ${{ 'Z' > 'a' }} ${{ 1 < '2' }} ${{ '10' > '9' }}" "true true true false"
 """,
     "expression-numbers-and-operators": """
 on: push
