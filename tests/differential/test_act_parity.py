@@ -16,8 +16,11 @@ proved in `tests/integration/executor/test_github_where_act_differs.py` or the u
 
 - act 0.2.89 drops the output lines between `::stop-commands::` and its token; GitHub and
   Gitea's runner print them, as we do (integration tests).
-- act keeps the CR of a CRLF line end in the row and lets a line without `=` or `<<` in
-  $GITHUB_ENV pass; GitHub's runner splits on CRLF and fails the step, as we do (unit tests).
+- act keeps the CR of a CRLF line end, or a lone CR (a progress bar), in the row and lets a
+  line without `=` or `<<` in $GITHUB_ENV pass; GitHub's runner splits rows on CRLF and CR
+  and fails the step, as we do (unit tests).
+- act masks a multi-line `::add-mask::` value (`%0A`) only as a whole, which never matches a
+  row; GitHub's runner also masks each line of it, as we do (unit tests).
 - Environment files: act fails the job at a blank line in $GITHUB_OUTPUT or $GITHUB_ENV (and
   drops the step's outputs) and lets an unterminated heredoc or an empty name pass; GitHub
   skips blank lines and fails the step for the other two (tests/unit/runtime/test_envfile.py).
@@ -712,6 +715,14 @@ jobs:
         run: |
           false | true
           echo "never"
+      - id: bytes-and-escapes
+        run: |
+          printf 'bad \\xff byte\\n'
+          printf '   \\n'
+          printf '\\033[31mred\\033[0m\\n'
+          echo "::set-output name=v::a%0Ab%25c"
+      - id: read-escaped
+        run: echo "${{ steps.bytes-and-escapes.outputs.v }}"
       - id: bash-no-e
         shell: bash {0}
         run: |
