@@ -50,6 +50,10 @@ proved in `tests/integration/executor/test_github_where_act_differs.py` or the u
   merges touching matches); act prints `******`.
 - act's `toJSON` writes `<`, `>` and `&` as `\\u003c`, `\\u003e`, `\\u0026`; GitHub's (Newtonsoft's)
   leaves them alone.
+- Workflow commands: act drops a line naming an unknown command (`::foo::bar`; GitHub prints
+  it), does not recognise a command after leading blanks, and lets the disabled `::set-env`
+  and `::add-path` pass; GitHub fails the step for them unless
+  ACTIONS_ALLOW_UNSECURE_COMMANDS is true, as we do (unit tests).
 - act leaves `::group::`/`::endgroup::` lines out of a step's raw output; we pass them to
   Gitea, which folds the log on them. We show `$GITHUB_STEP_SUMMARY` in the step's log (Gitea
   stores no summaries); act ignores it.
@@ -878,6 +882,15 @@ jobs:
           echo "   leading and trailing spaces   "
           printf 'tab\\there\\n'
           printf 'no newline at the end'
+      - id: command-lookalikes
+        run: |
+          echo "x ::warning::not a command, it does not start the line"
+          echo "::WARNING::command names ignore case"
+          echo "::warning"
+          echo "##[set-output name=legacy;]the legacy form"
+          echo "##[warning]a legacy warning"
+      - id: read-legacy
+        run: echo "legacy=${{ steps.command-lookalikes.outputs.legacy }}"
 """,
     "job-env-and-defaults-from-the-matrix": """
 on: push
