@@ -936,8 +936,8 @@ async def test_same_outcomes_outputs_and_lines_as_act(
     name: str, executor_harness: ExecutorHarness, tmp_path: Path
 ) -> None:
     workflow = WORKFLOWS[name]
-    theirs = await run_act(tmp_path / "act", workflow)
-    ours = await run_ours(executor_harness, workflow)
+    # Both at once: act is a child process, our executor runs in this event loop.
+    theirs, ours = await asyncio.gather(run_act(tmp_path / "act", workflow), run_ours(executor_harness, workflow))
     assert ours.outcomes == theirs.outcomes
     assert ours.outputs == theirs.outputs
     assert ours.result == theirs.result
