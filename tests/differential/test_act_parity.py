@@ -30,6 +30,8 @@ proved in `tests/integration/executor/test_github_where_act_differs.py` or the u
   names it `__run`, `__run_2`, ...
 - A step's `env:` overwrites `GITHUB_*`/`RUNNER_*` variables in act (and `$GITHUB_ENV` the
   `RUNNER_*` ones); GitHub documents that they cannot be overwritten, and that `CI` can.
+- act evaluates the job's `defaults.run` for every step (seeing `$GITHUB_ENV` and the step's
+  `env:`); GitHub's runner evaluates them once, as the job starts.
 - The `env` context: act puts the runner's variables in it (`env.GITHUB_WORKSPACE`); GitHub's
   holds only the workflow's, job's and step's `env:` and GITHUB_ENV's additions.
 - The `steps` context: act has the running step and steps without an id in it; GitHub only

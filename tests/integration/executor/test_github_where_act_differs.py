@@ -194,3 +194,37 @@ async def test_github_and_runner_variables_cannot_be_overwritten(executor_harnes
     assert output_rows(task, 0) == ["job=fixed os=Linux ci=from-step event=push ctx=from-step"]
     assert output_rows(task, 1) == [f"ref=refs/heads/main {arch} ci=from-file ctx=from-file from-file"]
     assert arch in ("arch=X64", "arch=ARM64", "arch=X86", "arch=ARM")
+
+
+JOB_DEFAULTS = """
+on: push
+jobs:
+  defaults:
+    runs-on: self-hosted
+    env:
+      DIR: a
+    defaults:
+      run:
+        working-directory: ${{ env.DIR }}
+    steps:
+      - working-directory: .
+        run: |
+          mkdir -p a b
+          echo "DIR=b" >> "$GITHUB_ENV"
+      - run: echo "in $(basename "$PWD") DIR=$DIR"
+      - env:
+          DIR: b
+        run: echo "in $(basename "$PWD") DIR=$DIR"
+"""
+
+
+async def test_job_defaults_are_evaluated_once_as_the_job_starts(executor_harness: ExecutorHarness) -> None:
+    """GitHub's runner evaluates `jobs.<id>.defaults.run` once, when it sets up the job, with
+    the workflow's and job's `env`; act evaluates it for every step, with what `$GITHUB_ENV`
+    and the step's `env:` have set since."""
+    claimed = await executor_harness.claim(JOB_DEFAULTS)
+    assert await executor_harness.run(claimed) == 0
+    task = executor_harness.gitea.task(claimed.task_id)
+    assert [s.status for s in task.steps] == ["success", "success", "success"]
+    assert output_rows(task, 1) == ["in a DIR=b"]
+    assert output_rows(task, 2) == ["in a DIR=b"]

@@ -44,7 +44,7 @@ from dynrunner.executor.runtime.outputs import OutputLimits
 from dynrunner.executor.scopes import Evaluator, ExpressionError
 from dynrunner.executor.stepper import Deadlines, StepExecutor
 from dynrunner.executor.steps.process import StopTimings
-from dynrunner.executor.workflow import Workflow
+from dynrunner.executor.workflow import RunDefaults, Workflow
 from dynrunner.proto.assignment import JOB_KEY_RE, Assignment
 from dynrunner.proto.gitea import Need, Result
 
@@ -168,6 +168,12 @@ class JobRunner:
             contexts.env = evaluator.strings(scopes.WORKFLOW_ENV, self.workflow.env, env={})
             contexts.env.update(evaluator.strings(scopes.JOB_ENV, job.env, env=contexts.env))
             timeout = evaluator.minutes(scopes.JOB_TIMEOUT, job.timeout_minutes) or DEFAULT_TIMEOUT_MINUTES
+            # GitHub's runner evaluates the job's `defaults.run` once, as the job starts: a later
+            # $GITHUB_ENV or a step's `env:` does not change them.
+            job_defaults = RunDefaults(
+                shell=evaluator.text(scopes.JOB_DEFAULTS_RUN, job.defaults.shell) or None,
+                working_directory=evaluator.text(scopes.JOB_DEFAULTS_RUN, job.defaults.working_directory) or None,
+            )
         except ExpressionError as err:
             self.error(str(err))
             return JobResult(Result.FAILURE)
@@ -199,6 +205,7 @@ class JobRunner:
             settings_timings=self.settings.timings,
             cleanup_s=self.settings.cleanup_s,
             minute_s=self.settings.minute_s,
+            job_defaults=job_defaults,
             shutdown=self.shutdown,
         )
         try:

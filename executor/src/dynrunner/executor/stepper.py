@@ -33,7 +33,7 @@ from dynrunner.executor.steps import StepRun, handler_for
 from dynrunner.executor.steps.files import read_step_files
 from dynrunner.executor.steps.process import StopTimings
 from dynrunner.executor.steps.shell import script_extension
-from dynrunner.executor.workflow import Job, Step, Workflow
+from dynrunner.executor.workflow import Job, RunDefaults, Step, Workflow
 from dynrunner.proto.gitea import Result
 
 _FIXED = ("GITHUB_", "RUNNER_")  # the runner's variables a workflow cannot overwrite (GitHub's docs)
@@ -85,6 +85,7 @@ class StepExecutor:
         cleanup_s: float,
         minute_s: float,
         shutdown: asyncio.Event,
+        job_defaults: RunDefaults | None = None,
     ) -> None:
         self.job = job
         self.workflow = workflow
@@ -102,6 +103,9 @@ class StepExecutor:
         self.deadlines = deadlines
         self.timings = settings_timings
         self.cleanup_s = cleanup_s
+        # The job's `defaults.run`, evaluated once when the job started (as GitHub's runner
+        # does); None: the job has none with an expression to evaluate.
+        self.job_defaults = job_defaults or job.defaults
         self.minute_s = minute_s
         self.prepend_path: list[str] = []
         self.aborted = False
@@ -113,7 +117,7 @@ class StepExecutor:
 
     def _scripts_of(self, step: Step) -> tuple[str, ...]:
         """The script a `run:` step will write, when its shell is known before the step runs."""
-        shell = step.shell or self.job.defaults.shell or self.workflow.defaults.shell
+        shell = step.shell or self.job_defaults.shell or self.workflow.defaults.shell
         if step.run is None or (shell and "${{" in shell):
             return ()
         return (f"{step.id}{script_extension(shell)}",)
@@ -289,19 +293,15 @@ class StepExecutor:
     def _shell(self, step: Step, scope: dict[str, object]) -> str | None:
         if step.shell:
             return self.evaluator.text(scopes.STEP_RUN, step.shell, **scope)
-        if self.job.defaults.shell:
-            return self.evaluator.text(scopes.JOB_DEFAULTS_RUN, self.job.defaults.shell, **scope)
-        return self.workflow.defaults.shell
+        return self.job_defaults.shell or self.workflow.defaults.shell
 
     def _working_directory(self, step: Step, scope: dict[str, object]) -> Path:
         ev = self.evaluator
         raw = step.working_directory
         if raw is None:
-            raw = ev.text(scopes.JOB_DEFAULTS_RUN, self.job.defaults.working_directory, **scope) or None
+            raw = self.job_defaults.working_directory or self.workflow.defaults.working_directory
         else:
             raw = ev.text(scopes.STEP_WORKING_DIRECTORY, raw, **scope)
-        if raw is None:
-            raw = self.workflow.defaults.working_directory
         return self.runtime.workspace.path / raw if raw else self.runtime.workspace.path
 
     def _process_env(self, step: Step, step_env: Mapping[str, str], files: StepFiles) -> dict[str, str]:
