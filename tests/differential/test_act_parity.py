@@ -930,6 +930,34 @@ jobs:
           ${{ toJSON('a"b\\c''d') }}
           EOF
 """,
+    "if-block-scalars": """
+on: push
+jobs:
+  build:
+    runs-on: self-hosted
+    steps:
+      - id: multi-line
+        if: |
+          github.event_name == 'push' &&
+          startsWith(github.ref, 'refs/heads/')
+        run: echo "multi-line condition"
+      - id: folded
+        if: >-
+          github.event_name == 'pull_request'
+          || false
+        run: echo "never"
+      - id: block-expression
+        if: |
+          ${{ false }}
+        run: echo "block with a trailing newline"
+      - id: folded-expression
+        if: >-
+          ${{ false }}
+        run: echo "never, folded without newline"
+      - id: spaced
+        if: "  ${{ false }}  "
+        run: echo "spaces around"
+""",
 }
 
 
