@@ -84,8 +84,8 @@ class StepExecutor:
         settings_timings: StopTimings,
         cleanup_s: float,
         minute_s: float,
+        job_defaults: RunDefaults,
         shutdown: asyncio.Event,
-        job_defaults: RunDefaults | None = None,
     ) -> None:
         self.job = job
         self.workflow = workflow
@@ -103,9 +103,8 @@ class StepExecutor:
         self.deadlines = deadlines
         self.timings = settings_timings
         self.cleanup_s = cleanup_s
-        # The job's `defaults.run`, evaluated once when the job started (as GitHub's runner
-        # does); None: the job has none with an expression to evaluate.
-        self.job_defaults = job_defaults or job.defaults
+        # The job's `defaults.run`, evaluated once when the job started, as GitHub's runner does.
+        self.job_defaults = job_defaults
         self.minute_s = minute_s
         self.prepend_path: list[str] = []
         self.aborted = False
