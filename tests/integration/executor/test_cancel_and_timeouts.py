@@ -17,9 +17,7 @@ import pytest
 from dynrunner.doubles.gitea.views import TaskView
 from dynrunner.executor.steps import StepRun
 from dynrunner.proto.gitea import Result
-from tests.fixtures.executor import ExecutorHarness, fast_options
-
-SHORT_MINUTES = fast_options(minute_s=0.6)  # `timeout-minutes` counts whole minutes; these last 0.6 s
+from tests.fixtures.executor import ExecutorHarness
 
 
 def rows_of(task: TaskView, index: int) -> list[str]:
@@ -116,24 +114,24 @@ jobs:
     runs-on: self-hosted
     steps:
       - name: Slow step
-        timeout-minutes: 2
+        timeout-minutes: 0.02
         run: |
           {long_step(pid_file)}
       - if: failure()
         run: echo "failure() after the timeout"
-      - timeout-minutes: ${{{{ 1 }}}}
+      - timeout-minutes: ${{{{ 0.01 }}}}
         continue-on-error: true
         run: sleep 30
 """
     claimed = await executor_harness.claim(workflow)
     started = time.monotonic()
-    assert await executor_harness.run(claimed, SHORT_MINUTES) == 0
+    assert await executor_harness.run(claimed) == 0
     assert time.monotonic() - started < 15
     assert gone(pid_file)
     task = executor_harness.gitea.task(claimed.task_id)
     assert task.result == Result.FAILURE
     assert [s.status for s in task.steps] == ["failure", "success", "skipped"]
-    assert rows_of(task, 0)[-1] == "##[error]The action 'Slow step' has timed out after 2 minutes."
+    assert rows_of(task, 0)[-1] == "##[error]The action 'Slow step' has timed out after 0.02 minutes."
     assert rows_of(task, 1)[-1] == "failure() after the timeout"
 
 
@@ -146,7 +144,7 @@ on: push
 jobs:
   bounded:
     runs-on: self-hosted
-    timeout-minutes: 3
+    timeout-minutes: 0.03
     steps:
       - run: |
           {long_step(pid_file)}
@@ -155,12 +153,12 @@ jobs:
         run: echo "cleanup with status ${{{{ job.status }}}}"
 """
     claimed = await executor_harness.claim(workflow)
-    assert await asyncio.wait_for(executor_harness.run(claimed, SHORT_MINUTES), 30) == 0
+    assert await asyncio.wait_for(executor_harness.run(claimed), 30) == 0
     assert gone(pid_file)
     task = executor_harness.gitea.task(claimed.task_id)
     assert task.result == Result.FAILURE
     assert [s.status for s in task.steps] == ["failure", "skipped", "success"]
-    assert any("has exceeded the maximum execution time of 3 minutes" in row for row in rows_of(task, 0))
+    assert any("has exceeded the maximum execution time of 0.03 minutes" in row for row in rows_of(task, 0))
     assert rows_of(task, 2)[-1] == "cleanup with status failure"
 
 

@@ -73,11 +73,10 @@ def test_flags(ev: Evaluator) -> None:
 def test_minutes(ev: Evaluator) -> None:
     assert ev.minutes(scopes.STEP_TIMEOUT, None) is None
     assert ev.minutes(scopes.STEP_TIMEOUT, 0) is None  # GitHub's runner: no timeout
-    # GitHub's docs: "Fractional values are not supported"; its converter casts to an integer.
-    assert ev.minutes(scopes.STEP_TIMEOUT, 1.5) == 1.0
-    assert ev.minutes(scopes.STEP_TIMEOUT, 2.99) == 2.0
-    assert ev.minutes(scopes.STEP_TIMEOUT, 0.5) is None  # 0 minutes: no timeout at all
-    assert ev.minutes(scopes.STEP_TIMEOUT, "${{ 0.01 }}") is None
+    # Fractions are honoured (GitHub truncates, act ignores them: a bound must stay a bound).
+    assert ev.minutes(scopes.STEP_TIMEOUT, 1.5) == 1.5
+    assert ev.minutes(scopes.STEP_TIMEOUT, 0.5) == 0.5
+    assert ev.minutes(scopes.STEP_TIMEOUT, "${{ 0.01 }}") == 0.01
     assert ev.minutes(scopes.JOB_TIMEOUT, float("inf")) == float("inf")
     assert ev.minutes(scopes.STEP_TIMEOUT, "${{ vars.LIMIT }}") == 3.0
     assert ev.minutes(scopes.STEP_TIMEOUT, "${{ fromJSON(vars.LIMIT) }}") == 3.0

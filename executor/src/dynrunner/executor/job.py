@@ -57,8 +57,6 @@ class JobSettings:
     timings: StopTimings = field(default_factory=StopTimings)
     cleanup_s: float = 300.0
     """How long steps may run, in total, after the job timed out."""
-    minute_s: float = 60.0
-    """The length of a minute of `timeout-minutes` (tests shorten it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,9 +177,7 @@ class JobRunner:
             return JobResult(Result.FAILURE)
 
         loop = asyncio.get_running_loop()
-        deadlines = Deadlines(
-            job=loop.time() + timeout * self.settings.minute_s, job_minutes=timeout, hard=_when(a.deadline)
-        )
+        deadlines = Deadlines(job=loop.time() + timeout * 60, job_minutes=timeout, hard=_when(a.deadline))
         base_env = process_base_env()
         base_env_runner = runner_env(
             github,
@@ -204,7 +200,6 @@ class JobRunner:
             deadlines=deadlines,
             settings_timings=self.settings.timings,
             cleanup_s=self.settings.cleanup_s,
-            minute_s=self.settings.minute_s,
             job_defaults=job_defaults,
             shutdown=self.shutdown,
         )

@@ -106,9 +106,10 @@ class Evaluator:
         raise ExpressionError(f"{where}: expected a boolean, got {text!r}")
 
     def minutes(self, where: str, value: Any, **scope: Any) -> float | None:
-        """A `timeout-minutes` field in whole minutes; None when unset or 0 (no timeout, as
-        GitHub's runner reads it). GitHub supports no fractions: its converter casts the number
-        to an integer, so `1.5` is 1 minute and `0.5` no timeout at all. Raises
+        """A `timeout-minutes` field; None when unset or 0 (no timeout, as GitHub's runner
+        reads it). Fractions are honoured: GitHub documents none (its converter truncates,
+        act ignores them), and a sub-minute timeout is what short steps and quick tests ask
+        for — truncating `0.5` to "no timeout at all" would turn a bound into none. Raises
         ExpressionError for anything but a non-negative number."""
         if value is None or value == "":
             return None
@@ -120,4 +121,4 @@ class Evaluator:
                 raise ExpressionError(f"{where}: expected a number of minutes, got {result!r}") from None
         if isinstance(result, bool) or not isinstance(result, (int, float)) or result < 0 or math.isnan(result):
             raise ExpressionError(f"{where}: expected a number of minutes, got {result!r}")
-        return float(result if math.isinf(result) else math.trunc(result)) or None
+        return float(result) or None

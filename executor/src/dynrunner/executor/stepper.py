@@ -83,7 +83,6 @@ class StepExecutor:
         deadlines: Deadlines,
         settings_timings: StopTimings,
         cleanup_s: float,
-        minute_s: float,
         job_defaults: RunDefaults,
         shutdown: asyncio.Event,
     ) -> None:
@@ -105,7 +104,6 @@ class StepExecutor:
         self.cleanup_s = cleanup_s
         # The job's `defaults.run`, evaluated once when the job started, as GitHub's runner does.
         self.job_defaults = job_defaults
-        self.minute_s = minute_s
         self.prepend_path: list[str] = []
         self.aborted = False
         self._cancel_seen = False
@@ -271,7 +269,7 @@ class StepExecutor:
             timings=self.timings,
             backpressure=self.reporter.throttle,
         )
-        step_deadline = self._now() + minutes * self.minute_s if minutes else None
+        step_deadline = self._now() + minutes * 60 if minutes else None
         task = asyncio.create_task(handler_for(step)(run), name=f"step-{i}")
         reason = await self._supervise(task, stop, step, step_deadline, scope)
         ok = False
