@@ -966,6 +966,10 @@ async def test_same_outcomes_outputs_and_lines_as_act(
     workflow = WORKFLOWS[name]
     # Both at once: act is a child process, our executor runs in this event loop.
     theirs, ours = await asyncio.gather(run_act(tmp_path / "act", workflow), run_ours(executor_harness, workflow))
+    if ours.lines != theirs.lines:
+        # act's host-mode capture, under load, now and then drops a failing step's last
+        # line or adds an empty one; a real difference shows in a second, quiet run as well.
+        theirs = await run_act(tmp_path / "act-again", workflow)
     assert ours.outcomes == theirs.outcomes
     assert ours.outputs == theirs.outputs
     assert ours.result == theirs.result
