@@ -87,6 +87,10 @@ class Registrations:
         self._retiring: asyncio.Future[None] | None = None
         """The spent runner's removal from the store, under way: the next runner is registered
         alongside and stored once it is done."""
+        self._unstored: ArmedRegistration | None = None
+        """Registered in Gitea, but the store did not take it (NATS down): the next arm stores
+        this one instead of registering another (Gitea never removes a runner that claimed
+        nothing, so every retry would leave one behind)."""
 
     @property
     def ephemeral(self) -> bool:
@@ -99,6 +103,10 @@ class Registrations:
         """The registration to claim with: the current one, the stored one if Gitea still
         knows it, or a newly registered one (stored before it is used)."""
         if self._current is not None:
+            return self._current
+        if self._unstored is not None:
+            await self._store_new(self._unstored, store_after=self._retiring)
+            self._current, self._unstored, self._retiring = self._unstored, None, None
             return self._current
         if self._retiring is not None:
             # The key holds only the spent runner: register the next one while it is removed.
@@ -208,9 +216,27 @@ class Registrations:
             labels=tuple(self.labels),
             created_at=datetime.now(UTC),
         )
+        self._unstored = reg
+        await self._store_new(reg, store_after)
+        self._unstored = None
+        return reg
+
+    async def _store_new(self, reg: ArmedRegistration, store_after: asyncio.Future[None] | None) -> None:
+        """Store a newly registered runner (after `store_after`, the spent runner's removal
+        from the same key, which must not delete it). A failure leaves it in `_unstored`."""
         if store_after is not None:
             await asyncio.wait([store_after])  # it never fails: a failed removal is overwritten here
         self._store_empty = False  # a put whose answer was lost may still have stored it
-        await self._store.put(self.key, reg)
+        try:
+            await self._store.put(self.key, reg)
+        except Exception as err:
+            log.warning(
+                "pool %s: runner %s (id %s) is registered but could not be stored (%s); it is stored, "
+                "not replaced, on the next attempt",
+                self.pool,
+                reg.name,
+                reg.id,
+                err or type(err).__name__,
+            )
+            raise
         log.info("pool %s: registered %s runner %s (id %s)", self.pool, self.mode, reg.name, reg.id)
-        return reg

@@ -10,7 +10,7 @@ import pytest
 from dynrunner.controller.assignments import AssignmentLog
 from dynrunner.controller.config import NatsConfig
 from dynrunner.controller.registrations import GiteaTooOld, Registrations
-from dynrunner.controller.registrations_store import RegistrationStore
+from dynrunner.controller.registrations_store import ArmedRegistration, RegistrationStore
 from dynrunner.controller.sealing import Sealer
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.proto.gitea import GiteaClient, RunnerInfo
@@ -150,3 +150,41 @@ async def test_the_next_runner_is_registered_while_the_spent_one_leaves_the_stor
     second = await arming
     assert second.id != first.id and await store.get("local") == second
     assert await regs.armed() == second
+
+
+async def test_a_runner_the_store_did_not_take_is_stored_later_not_registered_again(
+    gitea: GiteaDouble, store: RegistrationStore
+) -> None:
+    """NATS down for longer than a KV request waits: Register succeeded, the put did not.
+    Each retry of the claim loop stores that same runner instead of registering another
+    (Gitea never removes an ephemeral runner that claimed nothing), and it is used only
+    once stored."""
+    regs = registrations(gitea, store)
+    original = store.put
+    failures = [3]
+
+    async def failing_put(key: str, reg: ArmedRegistration) -> int:
+        if failures[0]:
+            failures[0] -= 1
+            raise TimeoutError("nats: timeout")
+        return await original(key, reg)
+
+    store.put = failing_put  # type: ignore[method-assign]
+    for _ in range(3):
+        with pytest.raises(TimeoutError):
+            await regs.armed()
+    armed = await regs.armed()
+    assert [r.id for r in live_runners(gitea)] == [armed.id]
+    assert await store.get("local") == armed
+    # Also after a claim, while the spent runner leaves the store.
+    retired: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    retired.set_result(None)
+    regs.spend(retired)
+    failures[0] = 2
+    for _ in range(2):
+        with pytest.raises(TimeoutError):
+            await regs.armed()
+    second = await regs.armed()
+    assert second.id != armed.id
+    assert [r.id for r in live_runners(gitea) if r.id != armed.id] == [second.id]
+    assert await store.get("local") == second
