@@ -192,7 +192,6 @@ class Launcher:
                     self._metrics.claimed_to_launched.labels(pool=self.pool).observe(
                         (datetime.now(UTC) - assignment.claimed_at).total_seconds()
                     )
-            await delivery.ack()
         except TaskEnded as ended:
             await heartbeat.stop()
             await self._ended_before_start(delivery, assignment, client, ended)
@@ -218,6 +217,24 @@ class Launcher:
                     _describe(err),
                 )
                 await delivery.nak(delay)
+        else:
+            await self._acknowledge(delivery)
+
+    async def _acknowledge(self, delivery: Delivery) -> None:
+        """The environment exists (its executor may be running the job): acknowledge. An ack
+        NATS does not confirm (down, restarting) is not a failed launch — nak'ing it, or on
+        the last attempt finalizing the task and removing the environment, would stop a job
+        that runs. The delivery comes back after ack-wait, finds the environment, and is
+        acknowledged then."""
+        try:
+            await delivery.ack()
+        except Exception as err:
+            self._metrics.errors.labels(pool=self.pool, kind="nats").inc()
+            log.warning(
+                "the environment exists but NATS did not confirm the ack (%s); the assignment comes back "
+                "after ack-wait and is acknowledged then",
+                _describe(err),
+            )
 
     async def _give_up(self, delivery: Delivery, assignment: Assignment, client: GiteaClient, reason: str) -> None:
         """Last attempt failed: tell the user why, remove what was made, never deliver again."""

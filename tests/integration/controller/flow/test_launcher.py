@@ -281,3 +281,32 @@ async def test_the_heartbeat_stops_even_when_the_backend_started_nothing(gitea: 
     assert delivery.calls == ["ack"]
     await asyncio.sleep(0.2)
     assert [t.get_name() for t in asyncio.all_tasks() if t.get_name().startswith("heartbeat-")] == []
+
+
+class AckLost(FakeDelivery):
+    """NATS does not confirm the ack (down for longer than the confirmation waits)."""
+
+    async def ack(self) -> None:
+        self.calls.append("ack failed")
+        raise TimeoutError("nats: timeout")
+
+
+@pytest.mark.parametrize("attempt", [1, 3])
+async def test_an_unconfirmed_ack_leaves_the_started_job_alone(
+    gitea: GiteaDouble, tmp_path: Path, attempt: int
+) -> None:
+    """The environment exists and its executor runs: an ack NATS did not confirm is no launch
+    failure. The delivery is left to come back after ack-wait (it then finds the environment
+    and only acknowledges); it is neither nak'ed nor, on the last attempt, finalized failed
+    with the running environment removed."""
+    sealed = await claimed_assignment(gitea)
+    backend = LocalBackend("local", tmp_path / "root", fake_executor_command())
+    capacity, metrics = Capacity("local", 2), Metrics()
+    delivery = AckLost(sealed, num_delivered=attempt)
+    await launcher(gitea, backend, capacity, metrics)._launch(delivery)  # type: ignore[arg-type]
+    assert all(call == "ack failed" for call in delivery.calls), delivery.calls
+    assert await backend.find(sealed.assignment_id) is not None
+    assert capacity.holds(sealed.assignment_id)
+    await wait_for(lambda: gitea.task(sealed.task.id).status == "success", what="the job ran")
+    assert not metrics.sample("dynrunner_finalized_failed_total", pool="local", reason="launch")
+    assert not metrics.sample("dynrunner_errors_total", pool="local", kind="launch")
