@@ -5,4 +5,5 @@ pytest_plugins = [
     "tests.fixtures.executor",
     "tests.fixtures.nats",
     "tests.fixtures.s3",
+    "tests.fixtures.faults",
 ]
