@@ -131,6 +131,27 @@ async def test_a_gitea_outage_while_idle_backs_off_and_claims_promptly_afterward
     assert_only_armed_runners(gitea)
 
 
+async def test_a_controller_started_while_gitea_is_down_says_so_and_claims_once_it_is_back(
+    gitea: GiteaDouble, gitea_proxy: FaultProxy, nats_url: str, tmp_path: Path
+) -> None:
+    """A controller (re)started during a Gitea outage starts anyway — its reaper and launchers
+    need no Gitea to run, and exiting would only add a crash-loop backoff to the outage — and
+    is not ready until a claim loop reaches Gitea."""
+    cfg = config(gitea, gitea_proxy.url, nats_url, tmp_path / "state")
+    await gitea_proxy.down()
+    started = time.monotonic()
+    async with in_process(cfg) as running, aiohttp.ClientSession() as http:
+        health = running.controller.health_url
+        assert time.monotonic() - started < 5, "the start waited for Gitea"
+        _, body = await wait_for_async(lambda: readyz(http, health), lambda r: r[0] == 503, within=1)
+        assert "claiming keeps failing in pools local" in body and "Unavailable" in body, body
+        run = gitea.submit("owner/repo", ONE_JOB)
+        await gitea_proxy.up()
+        assert (await wait_run_done(gitea, run.id)).status == "success"
+        await wait_for_async(lambda: readyz(http, health), lambda r: r[0] == 200, within=5)
+    assert_only_armed_runners(gitea)
+
+
 LINES = 30
 PRINTING = f"""
 on: push

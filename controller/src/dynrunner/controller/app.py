@@ -33,11 +33,15 @@ from dynrunner.controller.registrations_store import RegistrationStore
 from dynrunner.controller.sealing import Sealer, ensure_key_file
 from dynrunner.controller.stagelog import ClaimedLines
 from dynrunner.proto.assignment import ExecutorOptions, IdentityWait
-from dynrunner.proto.gitea import GiteaClient
+from dynrunner.proto.gitea import GiteaClient, GiteaError
+from dynrunner.proto.gitea.client import NO_RETRY
 
 log = logging.getLogger(__name__)
 
 READY_ERROR_LIMIT = 5
+"""A claim loop is failing (for /readyz) after this many errors in a row — or after one,
+while it has not reached Gitea since the start."""
+GITEA_PROBE_TIMEOUT_S = 10.0
 CLAIM_LOOPS = 2
 """Claim loops per pool in ephemeral mode, each with its own armed runner: while one waits
 for Gitea, the other claims. Fixed, so a restarted controller finds every armed runner."""
@@ -116,7 +120,7 @@ class Controller:
             stack.push_async_callback(self._log.close)
             store = await RegistrationStore.open(self._log, sealer)
             gitea = GiteaClient(cfg.gitea.url, timeout_s=cfg.gitea.request_timeout_s)
-            await gitea.ping()
+            await self._probe_gitea()
             for pool_cfg in cfg.pools:
                 pool = await self._build_pool(pool_cfg, gitea, store, sealer)
                 stack.push_async_callback(pool.backend.aclose)
@@ -141,6 +145,21 @@ class Controller:
                 self.health_url = health.url
             await self._run_loops(stop, reaper)
         log.info("controller stopped")
+
+    async def _probe_gitea(self) -> None:
+        """Ping Gitea once. A Gitea that does not answer (down, restarting, a proxy's 502) does
+        not stop the start: the reaper and the launchers need no Gitea, the claim loops retry
+        with backoff, and /readyz says what fails. Exiting instead would add a restart
+        backoff to the outage. An answer that is no RunnerService's (a wrong `gitea.url`)
+        stops it."""
+        url = self.cfg.gitea.url
+        probe = GiteaClient(url, timeout_s=min(GITEA_PROBE_TIMEOUT_S, self.cfg.gitea.request_timeout_s), retry=NO_RETRY)
+        try:
+            await probe.ping()
+        except GiteaError as err:
+            if not err.transient:
+                raise StartupError(f"Gitea at {url} does not answer as Gitea's runner API: {err}") from err
+            log.warning("Gitea at %s does not answer (%s); starting anyway, claiming once it does", url, err)
 
     async def _build_pool(
         self, pool_cfg: PoolConfig, gitea: GiteaClient, store: RegistrationStore, sealer: Sealer
@@ -254,9 +273,16 @@ class Controller:
             return False, "starting"
         if self._log is None or not self._log.nc.is_connected:
             return False, "not connected to NATS"
-        failing = [
-            name for name, p in self.pools.items() if all(c.consecutive_errors >= READY_ERROR_LIMIT for c in p.claimers)
-        ]
+        failing = [name for name, p in self.pools.items() if all(_failing(c) for c in p.claimers)]
         if failing:
-            return False, f"claiming keeps failing in pools {', '.join(failing)} (see the log)"
+            last = next((c.last_error for c in self.pools[failing[0]].claimers if c.last_error), "")
+            return False, f"claiming keeps failing in pools {', '.join(failing)} (last error: {last}; see the log)"
         return True, ""
+
+
+def _failing(claimer: Claimer) -> bool:
+    """Failing again and again — or failing from the start: a controller started during a
+    Gitea outage is not ready until it reached Gitea (a loop waiting for capacity, with no
+    attempt yet, is not failing)."""
+    errors = claimer.consecutive_errors
+    return errors >= READY_ERROR_LIMIT or (errors > 0 and not claimer.reached_gitea)

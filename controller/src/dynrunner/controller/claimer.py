@@ -164,6 +164,10 @@ class Claimer:
         self._stopping = asyncio.Event()
         self._claims: set[asyncio.Task[None]] = set()
         self.consecutive_errors = 0
+        self.reached_gitea = False
+        """A FetchTask of this loop was answered since the start (for /readyz)."""
+        self.last_error = ""
+        """The kind and text of the last error (for /readyz)."""
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -246,6 +250,7 @@ class Claimer:
             elapsed = loop.time() - started
             self._metrics.fetch_duration.labels(pool=self.pool).observe(elapsed)
             self.consecutive_errors = 0
+            self.reached_gitea = True
             self._error_backoff.reset()
             if result.task is not None:
                 self._metrics.fetch_calls.labels(pool=self.pool, outcome="task").inc()
@@ -348,7 +353,9 @@ class Claimer:
     def _error(self, kind: str, err: BaseException) -> None:
         self.consecutive_errors += 1
         self._metrics.errors.labels(pool=self.pool, kind=kind).inc()
-        log.warning("pool %s: %s failed: %s", self.pool, kind, err)
+        text = str(err) or type(err).__name__  # a bare TimeoutError says nothing
+        self.last_error = f"{kind}: {text}"
+        log.warning("pool %s: %s failed: %s", self.pool, kind, text)
 
     async def _sleep(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):

@@ -9,8 +9,10 @@ import sys
 from pathlib import Path
 
 import aiohttp
+import pytest
 import yaml
 
+from dynrunner.controller.app import StartupError
 from dynrunner.controller.checks import run_checks
 from dynrunner.doubles.gitea import GiteaDouble
 from tests.e2e.harness import build_config, config_data, in_process, wait_for, wait_run_done
@@ -134,3 +136,18 @@ async def test_graceful_stop_leaves_running_jobs_alone(gitea: GiteaDouble, nats_
     assert env_dir.exists()  # nobody reaped it yet
     async with in_process(cfg):
         await wait_for(lambda: not env_dir.exists(), what="the next controller reaped it")
+
+
+async def test_a_gitea_url_that_is_not_gitea_stops_the_start(gitea: GiteaDouble, nats_url: str, tmp_path: Path) -> None:
+    """A Gitea that does not answer lets the controller start (tests/e2e/test_outages.py); one
+    that answers, but not as the runner API (a wrong path in gitea.url), is a configuration
+    mistake and stops it."""
+    cfg = build_config(
+        gitea_url=f"{gitea.url}/not-gitea",
+        registration_token=gitea.registration_token,
+        state_dir=tmp_path / "s",
+        nats_url=nats_url,
+    )
+    with pytest.raises(StartupError, match=r"does not answer as Gitea's runner API: Unimplemented"):
+        async with in_process(cfg):
+            pass
