@@ -29,7 +29,14 @@ from dynrunner.controller.logs import log_context
 from dynrunner.controller.loops import Backoff
 from dynrunner.controller.metrics import Metrics
 from dynrunner.controller.sealing import Sealer, SealingError
-from dynrunner.controller.stagelog import HEARTBEAT_INTERVAL_S, ClaimedLines, Heartbeat, StageLog, TaskEnded
+from dynrunner.controller.stagelog import (
+    HEARTBEAT_INTERVAL_S,
+    LAST_STAGE_RETRY,
+    ClaimedLines,
+    Heartbeat,
+    StageLog,
+    TaskEnded,
+)
 from dynrunner.proto.assignment import Assignment
 from dynrunner.proto.gitea import GiteaClient, GiteaError, LogRow, Result, RunnerCredentials
 
@@ -184,7 +191,9 @@ class Launcher:
                         name = contract.environment_name(assignment.assignment_id)
                         claimed = await self._take_claimed_line(assignment.assignment_id)
                         await StageLog(client, task_id, next_index=0 if claimed else 1).write(
-                            f"environment {name} created ({self._backend.name}); starting the executor", before=claimed
+                            f"environment {name} created ({self._backend.name}); starting the executor",
+                            before=claimed,
+                            retry=LAST_STAGE_RETRY,
                         )
 
                     await self._backend.create(assignment, before_start)

@@ -1,11 +1,12 @@
 """What the controller tells Gitea about a task before its executor takes over.
 
 * `StageLog` appends short lines to the job log ("claimed by pool … as runner …"), so a user
-  sees why a job is waiting. Best effort: a line that cannot be written is logged here and
-  dropped; it never fails a launch.
+  sees why a job is waiting. Best effort: a line that cannot be written (retried within a
+  `RetryPolicy`) is logged here and dropped; it never fails a launch.
 * `ClaimedLines` holds the claimer's line of each claim for a moment, so the launcher's first
   line takes it along: a fast launch costs Gitea one UpdateLog, not two. A line nobody took
-  within `CLAIMED_LINE_DELAY_S` is written on its own (a slow launch still shows the claim).
+  within `CLAIMED_LINE_DELAY_S` is written on its own (a slow launch still shows the claim);
+  if Gitea does not take it then, it is kept for the launcher's line.
 * `Heartbeat` sends a non-final UpdateTask every few seconds, so Gitea's zombie reaper never
   fails a slow start, and notices when the task ended meanwhile (a user cancelled the run).
 
@@ -30,6 +31,9 @@ from dynrunner.proto.gitea.client import RetryPolicy
 log = logging.getLogger(__name__)
 
 STAGE_RETRY = RetryPolicy(attempts=3, max_delay_s=10.0, initial_s=0.2, max_backoff_s=2.0)
+LAST_STAGE_RETRY = RetryPolicy(attempts=100, max_delay_s=60.0, initial_s=0.2, max_backoff_s=2.0)
+"""For the lines written right before the executor starts: the executor can do nothing until
+Gitea answers either, so waiting out a short Gitea outage here costs nothing and keeps them."""
 HEARTBEAT_INTERVAL_S = 5.0
 CLAIMED_LINE_DELAY_S = 1.0
 
@@ -53,13 +57,13 @@ class StageLog:
     def next_index(self) -> int:
         return self._next
 
-    async def write(self, *lines: str, before: Sequence[LogRow] = ()) -> bool:
+    async def write(self, *lines: str, before: Sequence[LogRow] = (), retry: RetryPolicy = STAGE_RETRY) -> bool:
         """Append `before` (rows made earlier, with their own times) and `lines`; False if Gitea
-        could not take them (the launch goes on regardless)."""
+        could not take them within `retry` (the launch goes on regardless)."""
         new_rows = [*before, *rows(lines)]
         try:
             for _ in range(3):
-                ack = await self._client.update_log(self._task_id, self._next, new_rows, retry=STAGE_RETRY)
+                ack = await self._client.update_log(self._task_id, self._next, new_rows, retry=retry)
                 if ack == self._next + len(new_rows):
                     self._next = ack
                     return True
@@ -158,7 +162,8 @@ class ClaimedLines:
     The claimer `defer`s its line (stamped with the claim time); the launcher `take`s it and
     writes it together with its own first line at index 0. A line still here `delay_s` after
     the claim is written alone, and `take` then waits for that write, so the two writers never
-    race for one index. `flush` writes whatever is left (at shutdown).
+    race for one index; a line that write could not get into Gitea (down) stays here for the
+    launcher to take along. `flush` writes whatever is left (at shutdown).
     """
 
     def __init__(self, delay_s: float = CLAIMED_LINE_DELAY_S) -> None:
@@ -191,7 +196,8 @@ class ClaimedLines:
             return None
         if pending.writing is not None:
             await asyncio.wait([pending.writing])  # shielded from our caller's cancellation, never raises
-            return None
+            if self._pending.get(key) is not pending:
+                return None  # written
         del self._pending[key]
         if pending.timer is not None:
             pending.timer.cancel()
@@ -215,7 +221,11 @@ class ClaimedLines:
         writing.add_done_callback(self._writes.discard)
 
     async def _write(self, key: str, pending: _Pending) -> None:
+        written = False
         try:
-            await StageLog(pending.client, pending.task_id, next_index=0).write(before=pending.rows)
+            written = await StageLog(pending.client, pending.task_id, next_index=0).write(before=pending.rows)
         finally:
-            self._pending.pop(key, None)
+            if written:
+                self._pending.pop(key, None)
+            else:
+                pending.writing = None  # kept: the launcher's write takes it along

@@ -8,9 +8,10 @@ from datetime import UTC, datetime
 import pytest
 
 from dynrunner.controller.finalize import FinalizeOutcome, finalize_failed
-from dynrunner.controller.stagelog import ClaimedLines, Heartbeat, StageLog, TaskEnded
+from dynrunner.controller.stagelog import LAST_STAGE_RETRY, ClaimedLines, Heartbeat, StageLog, TaskEnded
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.proto.gitea import GiteaClient, LogRow, Result, RunnerCredentials, Task, TaskState
+from tests.fixtures.faults import fault_proxy
 
 WORKFLOW = """
 on: push
@@ -168,3 +169,25 @@ async def test_flush_and_write_send_what_is_still_held(gitea: GiteaDouble) -> No
     await lines.flush()  # shutdown
     assert gitea.task(other.id).log_rows == ["[dynrunner] claimed two"]
     assert len(lines) == 0
+
+
+async def test_a_claim_line_gitea_did_not_take_is_taken_along_by_the_launcher(gitea: GiteaDouble) -> None:
+    """Gitea down when the held-back line is written alone: the line is kept, and the
+    launcher's write (which waits out a short outage) puts both at index 0."""
+    client, task = await claim(gitea)
+    assert client.credentials is not None
+    async with fault_proxy(gitea.url) as proxy:
+        via_proxy = GiteaClient(proxy.url, client.credentials)
+        await proxy.down()
+        lines = ClaimedLines(delay_s=0)
+        lines.defer("a1", via_proxy, task.id, "claimed")
+        await asyncio.sleep(0)  # the timer fires; its write fails after STAGE_RETRY
+        taken = await lines.take("a1")
+        assert [r.content for r in taken] == ["[dynrunner] claimed"]
+        assert gitea.task(task.id).log_rows == []
+        stage = StageLog(via_proxy, task.id, next_index=0)
+        writing = asyncio.create_task(stage.write("environment created", before=taken, retry=LAST_STAGE_RETRY))
+        await asyncio.sleep(0.3)
+        await proxy.up()
+        assert await writing
+    assert gitea.task(task.id).log_rows == ["[dynrunner] claimed", "[dynrunner] environment created"]
