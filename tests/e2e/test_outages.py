@@ -153,6 +153,7 @@ async def test_a_controller_started_while_gitea_is_down_says_so_and_claims_once_
 
 
 LINES = 20
+UPDATE_LOG = "/api/actions/runner.v1.RunnerService/UpdateLog"
 PRINTING = f"""
 on: push
 jobs:
@@ -187,7 +188,7 @@ async def test_a_gitea_outage_during_a_job_loses_no_row_and_reports_the_result(
     gitea: GiteaDouble, gitea_proxy: FaultProxy, nats_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Gitea refuses connections while the controller heartbeats a slow launch and the real
-    executor starts, and later answers 503 while the executor reports the step's output. The
+    executor starts, and later answers 503/500 while the executor reports the step's output. The
     job succeeds, its log holds the controller's stage lines and every printed line once and
     in order (resent from Gitea's ack index), and the claiming runner is gone."""
     cfg = config(gitea, gitea_proxy.url, nats_url, tmp_path / "state", executor_command=[REAL_EXECUTOR])
@@ -212,9 +213,14 @@ async def test_a_gitea_outage_during_a_job_loses_no_row_and_reports_the_result(
         await gitea_proxy.up()
         rows = lambda: gitea.task(job.task_id).log_rows  # noqa: E731
         await wait_for(lambda: "line 5" in rows(), what="the step printing")
-        # Outage 2, while the executor reports the step's output and heartbeats.
+        # Outage 2, while the executor reports the step's output and heartbeats: a reverse proxy
+        # answers 500 with its own error page (no Connect body) until the executor met one,
+        # then 503 for the rest of the outage.
+        started = time.monotonic()
+        gitea_proxy.fail_with(500)
+        await wait_for(lambda: (500, UPDATE_LOG) in gitea_proxy.answered, within=OUTAGE_S, what="a 500 to UpdateLog")
         gitea_proxy.fail_with(503)
-        await asyncio.sleep(OUTAGE_S)
+        await asyncio.sleep(max(0.0, OUTAGE_S - (time.monotonic() - started)))
         failed = dict(gitea_proxy.failed)
         gitea_proxy.heal()
         done = await wait_run_done(gitea, run.id)
@@ -229,10 +235,10 @@ async def test_a_gitea_outage_during_a_job_loses_no_row_and_reports_the_result(
         assert "dynrunner executor" in view.log_rows[2], text
         assert sum(r.startswith("[dynrunner]") for r in view.log_rows) == 2, text
         assert view.log_archived
-        print(f"{len(view.log_rows)} log rows; answered 503: {failed}")
+        print(f"{len(view.log_rows)} log rows; answered 503/500: {failed}")
         # The outages hit what they were meant to hit.
         assert "heartbeat failed: Unavailable" in caplog.text
-        assert failed.get("/api/actions/runner.v1.RunnerService/UpdateLog", 0) >= 1, failed
+        assert (503, UPDATE_LOG) in gitea_proxy.answered, failed
         await wait_for(lambda: not any(root.iterdir()), what="environment reaped")
         assert running.controller.pools["local"].capacity.in_use == 0
     runner = {r.id: r for r in gitea.runners(include_deleted=True)}[view.runner_id]

@@ -95,3 +95,13 @@ def test_forgejo_runner_removed_has_same_type_as_gitea():
 def test_str_names_code_and_message():
     err = e.from_connect(ConnectError(Code.UNKNOWN, "rpc error: code = Unauthenticated desc = unregistered runner"))
     assert str(err) == "Unauthenticated: unregistered runner"
+
+
+def test_a_bare_http_500_is_a_transient_internal_error():
+    """A proxy's (or Gitea's panic) 500 page has no Connect body: the client sees `unknown` with
+    the status phrase. DESIGN §7: 5xx is retried."""
+    err = e.from_connect(ConnectError(Code.UNKNOWN, "Internal Server Error"))
+    assert type(err) is e.Internal and err.transient
+    assert err.wire == "Internal Server Error"
+    # Gitea's own errors keep their meaning.
+    assert not e.from_connect(ConnectError(Code.UNKNOWN, "runner registration token not found")).transient

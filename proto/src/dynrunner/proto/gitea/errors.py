@@ -13,7 +13,7 @@ Hierarchy::
     ├── NotFound
     ├── AlreadyExists              e.g. "log file has been archived"
     ├── Unimplemented              the server lacks the RPC (Gitea too old)
-    ├── Internal                   server-side failure; transient unless the text says otherwise
+    ├── Internal                   server-side failure (or a bare HTTP 500); transient unless the text says otherwise
     │   └── RunnerRemoved          an ephemeral runner whose task finished ("runner has been removed")
     └── Unavailable                network errors, timeouts, 502/503/504 (always transient)
 """
@@ -21,6 +21,7 @@ Hierarchy::
 from __future__ import annotations
 
 import re
+from http import HTTPStatus
 
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
@@ -66,6 +67,8 @@ _CONNECT_TO_NAME = {
     Code.UNAUTHENTICATED: "Unauthenticated",
 }
 
+_BARE_500 = HTTPStatus.INTERNAL_SERVER_ERROR.phrase
+"""What the Connect client makes of an HTTP 500 without a Connect error body."""
 _TRANSIENT_CODES = {"Unavailable", "DeadlineExceeded", "ResourceExhausted", "Aborted", "Canceled"}
 # Internal errors whose text shows they will never succeed on retry.
 _PERMANENT_INTERNAL = ("invalid runner for task", "runner has been removed", "task with id", "resource does not exist")
@@ -157,7 +160,14 @@ def classify(code: str, message: str, wire: str = "") -> GiteaError:
 
 
 def from_connect(err: ConnectError) -> GiteaError:
-    """Read a ConnectError in either shape: Gitea's ``unknown`` + gRPC text, or a proper code."""
+    """Read a ConnectError in either shape: Gitea's ``unknown`` + gRPC text, or a proper code.
+
+    An HTTP 500 whose body is no Connect error (a reverse proxy's page, or Gitea's own after a
+    panic) reaches us as ``unknown`` with the bare status phrase: it is read as a transient
+    Internal error, like the 502/503/504 the Connect protocol already maps to Unavailable.
+    Gitea's own errors always carry a Connect body, so they never look like that."""
+    if err.code is Code.UNKNOWN and err.message == _BARE_500 and not err.details:
+        return Internal("HTTP 500 without a Connect error (an error page)", wire=err.message)
     if err.code is Code.UNKNOWN:
         match = _GRPC_TEXT.match(err.message)
         if match:
