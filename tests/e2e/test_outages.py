@@ -83,7 +83,8 @@ async def test_a_gitea_outage_while_idle_backs_off_and_claims_promptly_afterward
     async with in_process(cfg) as running, aiohttp.ClientSession() as http:
         metrics = running.controller.metrics
         health = running.controller.health_url
-        await wait_for(lambda: len(live_runners(gitea)) == 2, what="both claim loops armed")
+        # Both claim loops armed, and their Register answers received (none in flight to be cut).
+        await wait_for(lambda: metrics.sample("dynrunner_registrations_total", pool="local") == 2, what="armed")
 
         async def ready() -> bool:
             return (await readyz(http, health))[0] == 200
@@ -203,8 +204,10 @@ async def test_a_gitea_outage_during_a_job_loses_no_row_and_reports_the_result(
         job = await wait_for(lambda: (j := gitea.jobs(run.id)[0]).task_id and j, what="claim")
         await asyncio.wait_for(backend.waiting.wait(), 10)
         # No Register in flight when the connections are reset: a Register whose answer is lost
-        # leaves a runner behind in Gitea, which nothing can prevent (docs/operations.md).
-        await wait_for(lambda: len(live_runners(gitea)) == 3, what="the claiming runner and two armed ones")
+        # leaves a runner behind in Gitea, which nothing can prevent (docs/operations.md). The
+        # metric counts answers received: the claiming runner and the two armed ones.
+        metrics = running.controller.metrics
+        await wait_for(lambda: metrics.sample("dynrunner_registrations_total", pool="local") == 3, what="re-armed")
         # Outage 1, while the controller writes stage lines and heartbeats and the executor starts.
         await gitea_proxy.down()
         await asyncio.sleep(OUTAGE_S / 2)
