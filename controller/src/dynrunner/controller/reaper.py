@@ -5,7 +5,8 @@ Every sweep lists each pool's environments and observes them:
 * succeeded (the executor finalized its task) → delete the environment, release the permit;
 * failed (ended — or stuck past its deadline — before the executor finalized) → finalize the
   task failed with the diagnosis in the job log, then delete it and release the permit;
-  when Gitea cannot be reached the environment stays, and the next sweep tries again;
+  when Gitea cannot be reached the environment stays, and the next sweep tries again (after
+  one such failure a round finalizes nothing more, but still reaps what needs no Gitea);
 * gone (it vanished under us) → release the permit; without the environment there are no
   credentials to report with, so Gitea's zombie reaper ends that task.
 
@@ -92,6 +93,9 @@ class Reaper:
         self._orphan_interval_s = orphan_interval_s
         self._seen: dict[str, set[str]] = {p.name: set() for p in self._pools}
         self._ready_noted: dict[str, set[str]] = {p.name: set() for p in self._pools}
+        self._gitea_down = False
+        """Set when a finalize outlasted the client's retries in this round: the other failed
+        environments wait for the next round instead of each spending the retry budget."""
         self._stopping = asyncio.Event()
 
     def stop(self) -> None:
@@ -101,6 +105,7 @@ class Reaper:
         loop = asyncio.get_running_loop()
         next_orphans = loop.time() + self._orphan_interval_s
         while not self._stopping.is_set():
+            self._gitea_down = False
             for pool in self._pools:
                 try:
                     await self.sweep(pool)
@@ -122,7 +127,11 @@ class Reaper:
             if env.assignment_id in launching:
                 continue
             with log_context(assignment_id=env.assignment_id, task_id=env.task_id, pool=pool.name):
-                await self._handle(pool, env)
+                try:
+                    await self._handle(pool, env)
+                except Exception as err:  # one environment's trouble must not hold up the others
+                    self._metrics.errors.labels(pool=pool.name, kind="reaper").inc()
+                    log.exception("environment %s: reaping failed: %s", env.name, err)
         # An environment seen before that vanished outside our control (and was not reaped here).
         seen = self._seen[pool.name]
         for assignment_id in seen - present - launching:
@@ -151,7 +160,7 @@ class Reaper:
             pool.capacity.adopt(env.assignment_id)
             return
         if observation.phase is Phase.FAILED:
-            if not await self._finalize(pool, env, observation):
+            if self._gitea_down or not await self._finalize(pool, env, observation):
                 return  # Gitea unreachable: keep the environment (and its credentials) for the next sweep
         elif observation.phase is Phase.SUCCEEDED:
             self._metrics.results.labels(pool=pool.name, result="reported").inc()
@@ -187,6 +196,7 @@ class Reaper:
         except GiteaError as err:
             self._metrics.errors.labels(pool=pool.name, kind="finalize").inc()
             log.warning("task %s could not be finalized yet: %s", assignment.task.id, err)
+            self._gitea_down = True
             return False
         if outcome is FinalizeOutcome.FINALIZED:
             self._metrics.finalized_failed.labels(pool=pool.name, reason=reason).inc()
