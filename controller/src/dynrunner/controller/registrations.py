@@ -126,26 +126,27 @@ class Registrations:
         """The armed runner claimed a task: never hand it out again (in shared mode the runner
         stays). `retiring` is its removal from the store (`spent()`) running elsewhere: the
         next `armed()` registers the next runner meanwhile and stores it once that is done."""
-        if not self.ephemeral:
-            return
-        if self._current is not None:
-            self._spent.add(self._current.id)
-            self._current = None
-        self._store_empty = False
-        self._retiring = retiring
+        if self._forget_current():
+            self._retiring = retiring
 
     async def spent(self) -> None:
         """The armed runner claimed a task: the next claim needs another, and the spent one
         leaves the store. The id is remembered first, so even if removing it from the store
         fails it is never armed again from there."""
-        if not self.ephemeral:
+        if not self._forget_current():
             return
+        await self._store.delete(self.key)
+        self._store_empty = True
+
+    def _forget_current(self) -> bool:
+        """Never arm the current runner again; False in shared mode, where it stays armed."""
+        if not self.ephemeral:
+            return False
         if self._current is not None:
             self._spent.add(self._current.id)
             self._current = None
         self._store_empty = False
-        await self._store.delete(self.key)
-        self._store_empty = True
+        return True
 
     async def forget(self, reg: ArmedRegistration) -> None:
         """Remove the spent `reg` from the store if it is still the stored one (a retry of
