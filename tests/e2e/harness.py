@@ -42,6 +42,7 @@ def config_data(
     executor_command: Sequence[str] | None = None,
     max_concurrency: int = 4,
     labels: Sequence[str] = ("self-hosted", "local"),
+    artifacts: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A controller configuration (YAML keys) for tests: fast polling, metrics off, a sealing
     key under `state_dir` (made here, as an admin would for a controller with external NATS)."""
@@ -70,6 +71,8 @@ def config_data(
         "logging": {"level": "info", "json": False},
         "stateDir": str(state_dir),
     }
+    if artifacts is not None:
+        data["artifacts"] = artifacts
     if nats_url is None:
         data["nats"].pop("url")
     return data
@@ -77,6 +80,38 @@ def config_data(
 
 def build_config(**kwargs: Any) -> ControllerConfig:
     return ControllerConfig.model_validate(config_data(**kwargs))
+
+
+def real_executor_config(gitea: GiteaDouble, nats_url: str, state_dir: Path, **kwargs: Any) -> ControllerConfig:
+    """A controller for `gitea` whose local backend runs the real `dynrunner-executor`."""
+    return build_config(
+        gitea_url=gitea.url,
+        registration_token=gitea.registration_token,
+        state_dir=state_dir,
+        nats_url=nats_url,
+        executor_command=[REAL_EXECUTOR],
+        **kwargs,
+    )
+
+
+def recording_workflow(ran: Path, jobs: int = 1, *, sleep: float = 0, name: str = "job", suffix: str = "") -> str:
+    """`jobs` parallel jobs, each appending `<name><i><suffix>` to `ran` and then sleeping: a
+    record of which jobs ran, and how often, that outlives their environments."""
+    body = "\n".join(
+        f"""  {name}{i}:
+    runs-on: [self-hosted, local]
+    steps:
+      - run: |
+          echo "{name}{i}{suffix}" >> {ran}
+          sleep {sleep}"""
+        for i in range(jobs)
+    )
+    return f"on: push\njobs:\n{body}\n"
+
+
+def recorded(ran: Path) -> list[str]:
+    """What the jobs of `recording_workflow` appended so far."""
+    return ran.read_text().splitlines() if ran.exists() else []
 
 
 class InProcess:

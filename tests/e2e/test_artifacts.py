@@ -13,8 +13,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from dynrunner.controller.config import ControllerConfig
 from dynrunner.doubles.gitea import GiteaDouble
-from tests.e2e.harness import REAL_EXECUTOR, config_data, in_process, wait_run_done
+from tests.e2e.harness import in_process, real_executor_config, wait_run_done
 
 BUILD_AND_DEPLOY = """
 on: push
@@ -61,19 +62,10 @@ jobs:
 """
 
 
-def _config(gitea: GiteaDouble, nats_url: str, tmp_path: Path) -> Any:
-    from dynrunner.controller.config import ControllerConfig
-
-    data = config_data(
-        gitea_url=gitea.url,
-        registration_token=gitea.registration_token,
-        state_dir=tmp_path / "state",
-        nats_url=nats_url,
-        executor_command=[REAL_EXECUTOR],
-    )
+def _config(gitea: GiteaDouble, nats_url: str, tmp_path: Path) -> ControllerConfig:
     (tmp_path / "artifact-store").mkdir()
-    data["artifacts"] = {"driver": "Filesystem", "path": str(tmp_path / "artifact-store")}
-    return ControllerConfig.model_validate(data)
+    store = {"driver": "Filesystem", "path": str(tmp_path / "artifact-store")}
+    return real_executor_config(gitea, nats_url, tmp_path / "state", artifacts=store)
 
 
 def _found(root: Path, name: str) -> list[Path]:

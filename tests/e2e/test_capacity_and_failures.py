@@ -8,56 +8,34 @@ would show twice.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection
 from pathlib import Path
 
-from dynrunner.controller.backends.base import BeforeStart, Environment, Observation
+from dynrunner.controller.backends.base import BeforeStart, Environment
 from dynrunner.controller.backends.local.backend import LocalBackend
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.proto.assignment import Assignment
 from tests.e2e.harness import (
     REAL_EXECUTOR,
     assert_only_armed_runners,
-    build_config,
     in_process,
     live_runners,
+    real_executor_config,
+    recorded,
+    recording_workflow,
     wait_for,
     wait_run_done,
 )
+from tests.fixtures.backends import DelegatingBackend
 from tests.fixtures.nats import NatsServer
 
 
 def workflow(ran: Path, jobs: int = 1, sleep: float = 0) -> str:
-    body = "\n".join(
-        f"""  job{i}:
-    runs-on: [self-hosted, local]
-    steps:
-      - run: |
-          echo "job{i} run $GITHUB_RUN_ID" >> {ran}
-          sleep {sleep}"""
-        for i in range(jobs)
-    )
-    return f"on: push\njobs:\n{body}\n"
-
-
-def ran_lines(ran: Path) -> list[str]:
-    return ran.read_text().splitlines() if ran.exists() else []
-
-
-def config(gitea: GiteaDouble, nats_url: str, state: Path, **kwargs: object):  # type: ignore[no-untyped-def]
-    return build_config(
-        gitea_url=gitea.url,
-        registration_token=gitea.registration_token,
-        state_dir=state,
-        nats_url=nats_url,
-        executor_command=[REAL_EXECUTOR],
-        **kwargs,  # type: ignore[arg-type]
-    )
+    return recording_workflow(ran, jobs, sleep=sleep, suffix=" run $GITHUB_RUN_ID")
 
 
 async def test_capacity_limit_holds(gitea: GiteaDouble, nats_url: str, tmp_path: Path) -> None:
     ran = tmp_path / "ran.log"
-    cfg = config(gitea, nats_url, tmp_path / "state", max_concurrency=2)
+    cfg = real_executor_config(gitea, nats_url, tmp_path / "state", max_concurrency=2)
     root = cfg.pools[0].backend.root_dir
     assert root is not None
     peak = 0
@@ -80,14 +58,14 @@ async def test_capacity_limit_holds(gitea: GiteaDouble, nats_url: str, tmp_path:
             sampler.cancel()
         assert done.status == "success"
     assert peak == 2
-    assert sorted(ran_lines(ran)) == sorted(f"job{i} run {run.id}" for i in range(6))
+    assert sorted(recorded(ran)) == sorted(f"job{i} run {run.id}" for i in range(6))
 
 
 async def test_a_publish_failure_after_the_claim_finalizes_the_task(
     gitea: GiteaDouble, nats_server: NatsServer, tmp_path: Path
 ) -> None:
     ran = tmp_path / "ran.log"
-    cfg = config(gitea, nats_server.url, tmp_path / "s", nats={"publishTimeoutSeconds": 1.0})
+    cfg = real_executor_config(gitea, nats_server.url, tmp_path / "s", nats={"publishTimeoutSeconds": 1.0})
     async with in_process(cfg) as running:
         # Make sure the armed runner is in place before NATS goes away.
         await wait_for(lambda: live_runners(gitea), what="armed runner")
@@ -101,16 +79,15 @@ async def test_a_publish_failure_after_the_claim_finalizes_the_task(
         rows = gitea.task(done.jobs[0].task_id).log_rows
         assert any("the job failed: the controller could not queue the job for launch" in r for r in rows), rows
         assert running.controller.metrics.sample("dynrunner_finalized_failed_total", pool="local", reason="publish")
-    assert ran_lines(ran) == []
+    assert recorded(ran) == []
 
 
-class CrashAfterCreate:
+class CrashAfterCreate(DelegatingBackend):
     """A LocalBackend whose first `create` makes the environment and then hangs, as if the
     launcher died before acknowledging; the test then kills that launcher."""
 
     def __init__(self, inner: LocalBackend) -> None:
-        self.inner = inner
-        self.name = inner.name
+        super().__init__(inner)
         self.created = asyncio.Event()
         self.crashed = False
 
@@ -122,33 +99,12 @@ class CrashAfterCreate:
             await asyncio.Event().wait()  # hangs until cancelled: no ack, no nak
         return env
 
-    async def find(self, assignment_id: str) -> Environment | None:
-        return await self.inner.find(assignment_id)
-
-    async def list_owned(self) -> list[Environment]:
-        return await self.inner.list_owned()
-
-    async def observe(self, env: Environment) -> Observation:
-        return await self.inner.observe(env)
-
-    async def load_assignment(self, env: Environment) -> Assignment:
-        return await self.inner.load_assignment(env)
-
-    async def delete(self, env: Environment) -> None:
-        await self.inner.delete(env)
-
-    async def collect_orphans(self, launching: Collection[str]) -> list[str]:
-        return await self.inner.collect_orphans(launching)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
 
 async def test_redelivery_after_a_launcher_crash_runs_the_job_once(
     gitea: GiteaDouble, nats_url: str, tmp_path: Path
 ) -> None:
     ran = tmp_path / "ran.log"
-    cfg = config(gitea, nats_url, tmp_path / "s", nats={"ackWaitSeconds": 1.0})
+    cfg = real_executor_config(gitea, nats_url, tmp_path / "s", nats={"ackWaitSeconds": 1.0})
     pool = cfg.pools[0]
     assert pool.backend.root_dir is not None
     crashing = CrashAfterCreate(LocalBackend("local", pool.backend.root_dir, [REAL_EXECUTOR]))
@@ -167,12 +123,12 @@ async def test_redelivery_after_a_launcher_crash_runs_the_job_once(
         done = await wait_run_done(gitea, run.id)
         assert done.status == "success"
         await wait_for(lambda: not any(pool.backend.root_dir.iterdir()), what="environment reaped")  # type: ignore[union-attr]
-    assert ran_lines(ran) == [f"job0 run {run.id}"]
+    assert recorded(ran) == [f"job0 run {run.id}"]
     assert_only_armed_runners(gitea)
 
 
 async def test_no_registrations_pile_up_across_restarts(gitea: GiteaDouble, nats_url: str, tmp_path: Path) -> None:
-    cfg = config(gitea, nats_url, tmp_path / "s")
+    cfg = real_executor_config(gitea, nats_url, tmp_path / "s")
     for _ in range(3):
         async with in_process(cfg):
             await wait_for(lambda: live_runners(gitea), what="armed runner")
@@ -183,7 +139,7 @@ async def test_an_invalid_job_key_fails_the_job_with_a_clear_message(
     gitea: GiteaDouble, nats_url: str, tmp_path: Path
 ) -> None:
     ran = tmp_path / "ran.log"
-    cfg = config(gitea, nats_url, tmp_path / "s")
+    cfg = real_executor_config(gitea, nats_url, tmp_path / "s")
     bad = "on: push\njobs:\n  9lives:\n    runs-on: [self-hosted, local]\n    steps:\n      - run: echo\n"
     async with in_process(cfg) as running:
         run = gitea.submit("owner/repo", bad)
@@ -203,4 +159,4 @@ async def test_an_invalid_job_key_fails_the_job_with_a_clear_message(
             running.controller.metrics.sample("dynrunner_finalized_failed_total", pool="local", reason="invalid-task")
             == 1.0
         )
-    assert ran_lines(ran) == [f"job0 run {ok.id}"]  # only the valid job ran
+    assert recorded(ran) == [f"job0 run {ok.id}"]  # only the valid job ran

@@ -31,6 +31,8 @@ from tests.e2e.harness import (
     config_data,
     in_process,
     live_runners,
+    recorded,
+    recording_workflow,
     wait_for,
     wait_run_done,
 )
@@ -250,23 +252,6 @@ async def test_a_gitea_outage_during_a_job_loses_no_row_and_reports_the_result(
     assert_only_armed_runners(gitea)
 
 
-def ran_lines(ran: Path) -> list[str]:
-    return ran.read_text().splitlines() if ran.exists() else []
-
-
-def jobs_workflow(ran: Path, name: str, jobs: int, sleep: float) -> str:
-    body = "\n".join(
-        f"""  {name}{i}:
-    runs-on: [self-hosted, local]
-    steps:
-      - run: |
-          echo "{name}{i}" >> {ran}
-          sleep {sleep}"""
-        for i in range(jobs)
-    )
-    return f"on: push\njobs:\n{body}\n"
-
-
 async def test_a_nats_restart_while_jobs_are_queued_claimed_and_running_loses_and_repeats_nothing(
     gitea: GiteaDouble, nats_server: NatsServer, tmp_path: Path
 ) -> None:
@@ -286,13 +271,13 @@ async def test_a_nats_restart_while_jobs_are_queued_claimed_and_running_loses_an
     )
     async with in_process(cfg) as running, aiohttp.ClientSession() as http:
         metrics = running.controller.metrics
-        first = gitea.submit("owner/repo", jobs_workflow(ran, "first", 2, sleep=0.8))
-        await wait_for(lambda: len(ran_lines(ran)) == 2, what="the first jobs running")
+        first = gitea.submit("owner/repo", recording_workflow(ran, 2, sleep=0.8, name="first"))
+        await wait_for(lambda: len(recorded(ran)) == 2, what="the first jobs running")
         # The two claiming runners, and the next one armed by the loop that holds the free permit.
         await wait_for(lambda: len(live_runners(gitea)) == 3, what="a claim loop armed again")
         nats_server.stop()
         started = time.monotonic()
-        second = gitea.submit("owner/repo", jobs_workflow(ran, "second", 3, sleep=0.1))
+        second = gitea.submit("owner/repo", recording_workflow(ran, 3, sleep=0.1, name="second"))
         _, body = await wait_for_async(lambda: readyz(http, running.controller.health_url), lambda r: r[0] == 503)
         assert "not connected to NATS" in body, body
         await wait_for(lambda: any(j.task_id for j in gitea.jobs(second.id)), what="a claim during the outage")
@@ -304,7 +289,7 @@ async def test_a_nats_restart_while_jobs_are_queued_claimed_and_running_loses_an
             done = await wait_run_done(gitea, run.id, within=60)
             assert done.status == "success", {j.name: gitea.task(j.task_id).log_rows for j in done.jobs}
         print(f"{claimed_during} jobs claimed during the NATS outage; all done {time.monotonic() - back:.2f}s after")
-        counts = Counter(ran_lines(ran))
+        counts = Counter(recorded(ran))
         assert counts == Counter([*(f"first{i}" for i in range(2)), *(f"second{i}" for i in range(3))]), counts
         assert not metrics.sample("dynrunner_finalized_failed_total", pool="local", reason="publish")
         assert (metrics.sample("dynrunner_assignments_published_total", pool="local") or 0) == 5

@@ -10,10 +10,9 @@ from pathlib import Path
 from dynrunner.controller.backends.local.layout import Layout
 from dynrunner.doubles.gitea import GiteaDouble
 from tests.e2e.harness import (
-    REAL_EXECUTOR,
     assert_only_armed_runners,
-    build_config,
     in_process,
+    real_executor_config,
     wait_for,
     wait_run_done,
 )
@@ -57,21 +56,10 @@ jobs:
 """
 
 
-def config(gitea: GiteaDouble, nats_url: str, state: Path, max_concurrency: int = 4):  # type: ignore[no-untyped-def]
-    return build_config(
-        gitea_url=gitea.url,
-        registration_token=gitea.registration_token,
-        state_dir=state,
-        nats_url=nats_url,
-        executor_command=[REAL_EXECUTOR],
-        max_concurrency=max_concurrency,
-    )
-
-
 async def test_a_multi_job_run_with_needs_outputs_and_a_matrix(
     gitea: GiteaDouble, nats_url: str, tmp_path: Path
 ) -> None:
-    cfg = config(gitea, nats_url, tmp_path / "state")
+    cfg = real_executor_config(gitea, nats_url, tmp_path / "state")
     async with in_process(cfg) as running:
         run = gitea.submit("acme/app", MULTI_JOB, sha="c0ffee" + "0" * 34)
         done = await wait_run_done(gitea, run.id)
@@ -102,7 +90,7 @@ async def test_a_multi_job_run_with_needs_outputs_and_a_matrix(
 async def test_an_executor_killed_mid_job_is_reported_with_the_reason(
     gitea: GiteaDouble, nats_url: str, tmp_path: Path
 ) -> None:
-    cfg = config(gitea, nats_url, tmp_path / "state")
+    cfg = real_executor_config(gitea, nats_url, tmp_path / "state")
     root = cfg.pools[0].backend.root_dir
     assert root is not None
     async with in_process(cfg):

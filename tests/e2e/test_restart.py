@@ -12,26 +12,18 @@ from collections import Counter
 from pathlib import Path
 
 from dynrunner.doubles.gitea import GiteaDouble
-from tests.e2e.harness import REAL_EXECUTOR, Subprocess, assert_only_armed_runners, config_data, wait_for, wait_run_done
+from tests.e2e.harness import (
+    REAL_EXECUTOR,
+    Subprocess,
+    assert_only_armed_runners,
+    config_data,
+    recorded,
+    recording_workflow,
+    wait_for,
+    wait_run_done,
+)
 
 JOBS = 8
-
-
-def workflow(ran: Path) -> str:
-    jobs = "\n".join(
-        f"""  job{i}:
-    runs-on: [self-hosted, local]
-    steps:
-      - run: |
-          echo "job{i}" >> {ran}
-          sleep 0.8"""
-        for i in range(JOBS)
-    )
-    return f"on: push\njobs:\n{jobs}\n"
-
-
-def ran_jobs(ran: Path) -> list[str]:
-    return ran.read_text().splitlines() if ran.exists() else []
 
 
 async def test_controller_killed_mid_run_loses_nothing_and_duplicates_nothing(
@@ -49,11 +41,11 @@ async def test_controller_killed_mid_run_loses_nothing_and_duplicates_nothing(
         executor_command=[REAL_EXECUTOR],
     )
     controller = Subprocess(data, tmp_path)
-    run = gitea.submit("owner/repo", workflow(ran))
+    run = gitea.submit("owner/repo", recording_workflow(ran, JOBS, sleep=0.8))
     try:
         controller.start()
         for started in (2, 5):
-            await wait_for(lambda n=started: len(ran_jobs(ran)) >= n, within=60, what=f"{started} jobs started")
+            await wait_for(lambda n=started: len(recorded(ran)) >= n, within=60, what=f"{started} jobs started")
             controller.kill()
             controller.start()
         done = await wait_run_done(gitea, run.id, within=90)
@@ -65,7 +57,7 @@ async def test_controller_killed_mid_run_loses_nothing_and_duplicates_nothing(
             controller.kill()
     assert done.status == "success", controller.log()[-3000:]
     assert sorted(j.status for j in done.jobs) == ["success"] * JOBS
-    counts = Counter(ran_jobs(ran))
+    counts = Counter(recorded(ran))
     assert len(counts) == JOBS, counts
     assert max(counts.values()) == 1, f"a task ran twice: {counts}"
     # One armed runner for the next claim; every spent one was deleted by Gitea.

@@ -12,7 +12,7 @@ from pathlib import Path
 import nats
 
 from dynrunner.doubles.gitea import GiteaDouble
-from tests.e2e.harness import REAL_EXECUTOR, build_config, in_process, wait_for, wait_run_done
+from tests.e2e.harness import in_process, real_executor_config, wait_for, wait_run_done
 
 SECRET = "hunter2-correct-horse-battery"
 
@@ -53,13 +53,7 @@ async def test_the_registration_token_never_leaves_the_controller(
         wire.append(msg.subject.encode() + b" " + repr(msg.headers).encode() + b" " + msg.data)
 
     await tap.subscribe(">", cb=record)
-    cfg = build_config(
-        gitea_url=gitea.url,
-        registration_token=gitea.registration_token,
-        state_dir=tmp_path / "state",
-        nats_url=nats_url,
-        executor_command=[REAL_EXECUTOR],
-    )
+    cfg = real_executor_config(gitea, nats_url, tmp_path / "state")
     root = cfg.pools[0].backend.root_dir
     assert root is not None
     try:

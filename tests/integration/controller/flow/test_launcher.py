@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from dynrunner.controller.backends.base import BeforeStart, Environment, Observation
+from dynrunner.controller.backends.base import BeforeStart, Environment
 from dynrunner.controller.backends.local.backend import LocalBackend
 from dynrunner.controller.capacity import Capacity
 from dynrunner.controller.claimer import ClaimSettings, build_assignment
@@ -25,6 +25,7 @@ from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.proto.assignment import Assignment
 from dynrunner.proto.gitea import GiteaClient, RunnerCredentials
 from tests.e2e.harness import fake_executor_command, wait_for
+from tests.fixtures.backends import DelegatingBackend
 
 WORKFLOW = "on: push\njobs:\n  build:\n    runs-on: [self-hosted]\n    steps:\n      - run: echo\n"
 SEALER = Sealer(b"s" * 32)
@@ -61,12 +62,11 @@ class FakeDelivery:
         self.calls.append("term")
 
 
-class Gate:
+class Gate(DelegatingBackend):
     """Wraps a backend: `create` waits for `open` first, or fails when told to."""
 
     def __init__(self, inner: LocalBackend, *, fail: bool = False) -> None:
-        self.inner = inner
-        self.name = inner.name
+        super().__init__(inner)
         self.entered = asyncio.Event()
         self.open = asyncio.Event()
         self.fail = fail
@@ -77,27 +77,6 @@ class Gate:
         if self.fail:
             raise OSError("no space left on device")
         return await self.inner.create(assignment, before_start)
-
-    async def find(self, assignment_id: str) -> Environment | None:
-        return await self.inner.find(assignment_id)
-
-    async def list_owned(self) -> list[Environment]:
-        return await self.inner.list_owned()
-
-    async def observe(self, env: Environment) -> Observation:
-        return await self.inner.observe(env)
-
-    async def load_assignment(self, env: Environment) -> Assignment:
-        return await self.inner.load_assignment(env)
-
-    async def delete(self, env: Environment) -> None:
-        await self.inner.delete(env)
-
-    async def collect_orphans(self, launching: Collection[str]) -> list[str]:
-        return await self.inner.collect_orphans(launching)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 async def claimed_assignment(gitea: GiteaDouble, capabilities: tuple[str, ...] = ()) -> Assignment:
@@ -123,12 +102,14 @@ async def claimed_assignment(gitea: GiteaDouble, capabilities: tuple[str, ...] =
     return SEALER.seal_assignment(a)
 
 
-def launcher(gitea: GiteaDouble, backend: object, capacity: Capacity, metrics: Metrics) -> Launcher:
+def launcher(
+    gitea: GiteaDouble, backend: object, capacity: Capacity, metrics: Metrics, sealer: Sealer = SEALER
+) -> Launcher:
     return Launcher(
         "local",
         backend=backend,  # type: ignore[arg-type]
         source=None,  # type: ignore[arg-type]
-        sealer=SEALER,
+        sealer=sealer,
         gitea=GiteaClient(gitea.url),
         capacity=capacity,
         metrics=metrics,
@@ -195,15 +176,8 @@ async def test_the_last_failed_attempt_finalizes_the_task(gitea: GiteaDouble, tm
 
 async def test_an_unopenable_assignment_is_dropped_after_its_last_attempt(gitea: GiteaDouble, tmp_path: Path) -> None:
     sealed = await claimed_assignment(gitea)
-    other_key = Launcher(
-        "local",
-        backend=LocalBackend("local", tmp_path / "root", fake_executor_command()),
-        source=None,  # type: ignore[arg-type]
-        sealer=Sealer(b"x" * 32),
-        gitea=GiteaClient(gitea.url),
-        capacity=Capacity("local", 1),
-        metrics=Metrics(),
-    )
+    backend = LocalBackend("local", tmp_path / "root", fake_executor_command())
+    other_key = launcher(gitea, backend, Capacity("local", 1), Metrics(), sealer=Sealer(b"x" * 32))
     first, last = FakeDelivery(sealed, num_delivered=1), FakeDelivery(sealed, num_delivered=3)
     await other_key._launch(first)  # type: ignore[arg-type]
     await other_key._launch(last)  # type: ignore[arg-type]
@@ -246,15 +220,8 @@ async def test_an_unconfirmed_answer_to_an_unopenable_assignment_is_logged_not_r
     """A launch runs as a task nobody awaits: its failures must be logged where they happen
     (the message simply comes back after ack-wait), not left as an unretrieved task exception."""
     sealed = await claimed_assignment(gitea)
-    other_key = Launcher(
-        "local",
-        backend=LocalBackend("local", tmp_path / "root", fake_executor_command()),
-        source=None,  # type: ignore[arg-type]
-        sealer=Sealer(b"x" * 32),
-        gitea=GiteaClient(gitea.url),
-        capacity=Capacity("local", 1),
-        metrics=Metrics(),
-    )
+    backend = LocalBackend("local", tmp_path / "root", fake_executor_command())
+    other_key = launcher(gitea, backend, Capacity("local", 1), Metrics(), sealer=Sealer(b"x" * 32))
     await other_key._launch(UnansweredDelivery(sealed, num_delivered=1))  # type: ignore[arg-type]
     await other_key._launch(UnansweredDelivery(sealed, num_delivered=3))  # type: ignore[arg-type]
     assert caplog.text.count("nats: timeout") >= 2
