@@ -12,7 +12,7 @@ console script on an assignment claimed from it, exactly as a launcher starts it
     CPU-second; every row is read back from the double (no loss);
   * peak RSS of the executor process (its VmHWM, sampled until it exits) for both kinds of job.
 
-    .venv/bin/python tests/bench/bench_executor.py
+    .venv/bin/python -m tests.bench.bench_executor
     .venv/bin/python -m pytest -q -s tests/bench/bench_executor.py
 DYNRUNNER_BENCH_LINES sets the log line count (default 200000); DYNRUNNER_BENCH_STEPS the
 step count (default 40); DYNRUNNER_BENCH_REPEAT the repetitions (default 3, median reported);
@@ -32,13 +32,11 @@ import sys
 import tempfile
 import time
 import urllib.request
-import uuid
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from dynrunner.proto.assignment import Assignment, ClaimingRunner, ExecutorOptions, encode
-from dynrunner.proto.gitea import GiteaClient, RunnerCredentials
+from dynrunner.proto.assignment import encode
+from tests.fixtures.executor import claim_task, new_assignment
 
 BIN = Path(sys.executable).parent
 LINES = int(os.environ.get("DYNRUNNER_BENCH_LINES", "200000"))
@@ -94,26 +92,9 @@ class Double:
 
     async def claim(self, workflow: str, workspace: Path) -> tuple[int, Path]:
         admin(self.url, "/_double/runs", {"repository": "bench/app", "workflow": workflow})
-        client = GiteaClient(self.url)
-        runner = await client.register(
-            name="bench", registration_token=self.token, labels=["self-hosted"], ephemeral=True
-        )
-        fetched = await client.with_credentials(RunnerCredentials(runner.uuid, runner.token)).fetch_task(0)
-        task = fetched.task
-        assert task is not None
+        task, runner = await claim_task(self.url, self.token, name="bench")
         workspace.mkdir(parents=True)  # noqa: ASYNC240 - a benchmark's setup
-        assignment = Assignment(
-            assignment_id=str(uuid.uuid4()),
-            pool="bench",
-            backend="local",
-            claimed_at=datetime.now(UTC),
-            task=task,
-            runner=ClaimingRunner(id=runner.id, uuid=runner.uuid, token=runner.token, name=runner.name),
-            gitea_url=self.url,
-            job_key="bench",
-            deadline=datetime.now(UTC) + timedelta(hours=1),
-            executor=ExecutorOptions(workspace=str(workspace)),
-        )
+        assignment = new_assignment(task, runner, self.url, workspace, pool="bench", job_key="bench")
         path = workspace.with_suffix(".pb")
         path.write_bytes(encode(assignment))
         return task.id, path
