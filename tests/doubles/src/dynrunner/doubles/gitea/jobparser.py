@@ -29,7 +29,7 @@ Only the expression subset that matters at parse time is evaluated here (`matrix
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,13 +115,17 @@ def _string(value: Any, where: str) -> str:
     return go_string(value)
 
 
-def _string_map(value: Any, where: str) -> dict[str, str] | None:
-    """A node decoded into a Go `map[string]string`, in go-yaml's key order (None when empty)."""
+def _go_map(value: Any, where: str, element: Callable[[Any, str], Any]) -> dict[str, Any] | None:
+    """A node decoded into a Go `map[string]T`, in go-yaml's key order (None when empty)."""
     if value is None:
         return None
     if not isinstance(value, dict):
         raise WorkflowError(f"invalid jobs: yaml: unmarshal errors: {where} must be a mapping")
-    return go_sorted({str(k): _string(v, f"{where}.{k}") for k, v in value.items()}) or None
+    return go_sorted({str(k): element(v, f"{where}.{k}") for k, v in value.items()}) or None
+
+
+def _string_map(value: Any, where: str) -> dict[str, str] | None:
+    return _go_map(value, where, _string)
 
 
 def _string_list(value: Any, where: str) -> list[str] | None:
@@ -387,11 +391,7 @@ def _step(step: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 
 def _services(value: Any, where: str) -> dict[str, Any] | None:
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise WorkflowError(f"invalid jobs: yaml: unmarshal errors: {where} must be a mapping")
-    return go_sorted({str(k): _container(v, f"{where}.{k}") for k, v in value.items()}) or None
+    return _go_map(value, where, _container)
 
 
 def _container(spec: Any, where: str) -> dict[str, Any] | None:
