@@ -71,13 +71,14 @@ async def connect_nats(
 ) -> Client:
     """Connect, trying for about `connect_wait_s`; once connected, reconnect forever (the
     controller outlives NATS restarts). Connection events are logged as one line each instead
-    of nats-py's tracebacks."""
+    of nats-py's tracebacks; the failed attempts of the first connect are not (the error
+    raised names the last one)."""
     client: list[Client] = []
     last_error: list[BaseException] = []
 
     async def on_error(err: Exception) -> None:
         last_error[:] = [err]
-        log.warning("nats: %s", err or type(err).__name__)
+        log.log(logging.WARNING if client else logging.DEBUG, "nats: %s", err or type(err).__name__)
 
     async def on_disconnect() -> None:
         if client and not (client[0].is_closed or client[0].is_draining):
@@ -317,7 +318,7 @@ class AssignmentLog:
                 try:
                     held = await sub.fetch(max(1, batch() if callable(batch) else batch), timeout=_FETCH_WAIT_S)
                     failures = 0
-                except nats.errors.TimeoutError:
+                except TimeoutError:  # nats-py raises its own subclass, and sometimes asyncio's
                     continue
                 except nats.errors.ConnectionClosedError:
                     raise

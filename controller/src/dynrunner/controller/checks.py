@@ -95,7 +95,7 @@ async def _nats(cfg: ControllerConfig) -> str:
     try:
         nc = await connect_nats(cfg.nats.url, name="dynrunner-check")
     except AssignmentLogError as err:
-        raise RuntimeError(f"{cfg.nats.display_url}: {err}") from None
+        raise RuntimeError(str(err)) from None
     try:
         js = nc.jetstream(timeout=5.0)
         try:

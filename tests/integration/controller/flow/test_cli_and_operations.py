@@ -68,6 +68,29 @@ async def test_check_fails_on_unreachable_services(tmp_path: Path) -> None:
     assert "OK   config" in text
 
 
+async def test_check_says_once_that_nats_cannot_be_reached(tmp_path: Path) -> None:
+    """One FAIL line, not one line per connection attempt of the NATS client on stderr."""
+    data = config_data(
+        gitea_url="http://127.0.0.1:1",
+        registration_token="t" * 40,
+        state_dir=tmp_path / "s",
+        nats_url=f"nats://127.0.0.1:{free_port()}",
+    )
+    proc = await asyncio.create_subprocess_exec(
+        CONTROLLER,
+        "check",
+        "--config",
+        str(write_config(tmp_path, data)),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 1
+    text = (out + err).decode()
+    assert text.count("Connect call failed") == 1, text
+    assert "FAIL nats: cannot connect to NATS at nats://127.0.0.1:" in text, text
+
+
 async def test_check_lists_every_configuration_problem(tmp_path: Path) -> None:
     path = write_config(tmp_path, {"gitea": {"url": "ftp://x"}, "pools": [{"name": "Bad Name", "labels": []}]})
     out = io.StringIO()

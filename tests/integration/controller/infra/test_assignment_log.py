@@ -11,6 +11,8 @@ from collections.abc import AsyncGenerator
 
 import nats
 import pytest
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
 from nats.js.api import RetentionPolicy, StreamConfig
 
 from dynrunner.controller.assignments import AssignmentLog, AssignmentLogError, Delivery, PublishError
@@ -235,6 +237,34 @@ async def test_unreadable_messages_are_dropped_and_newer_versions_left_alone(
         await d.ack()
     assert metrics.sample("dynrunner_errors_total", pool="pod", kind="unreadable_assignment") == 2
     assert await stream_messages(log) == 1  # the version-2 assignment waits for a newer controller
+
+
+async def test_a_pull_that_times_out_with_asyncios_timeout_error_is_just_retried(
+    nats_server_module: NatsServer,
+    nats_config: NatsConfig,
+    open_log: LogFactory,
+    sealer: Sealer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """nats-py's fetch raises the builtin TimeoutError (not its own subclass) on some paths;
+    an idle pull that ends that way is no error of the launcher."""
+    log = await open_log(nats_server_module.url, nats_config)
+    real_fetch = JetStreamContext.PullSubscription.fetch
+    timeouts = [TimeoutError()]
+
+    async def fetch(self: JetStreamContext.PullSubscription, *args: object, **kwargs: object) -> list[Msg]:
+        if timeouts:
+            raise timeouts.pop()
+        return await real_fetch(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(JetStreamContext.PullSubscription, "fetch", fetch)
+    a = make_assignment()
+    await log.publish(sealer.seal_assignment(a))
+    async with contextlib.aclosing(log.deliveries("pod")) as it:
+        d = await next_delivery(it)
+        assert d.assignment.assignment_id == a.assignment_id
+        await d.ack()
+    assert not timeouts
 
 
 async def test_setup_is_idempotent_and_applies_changes(
