@@ -6,4 +6,5 @@ pytest_plugins = [
     "tests.fixtures.nats",
     "tests.fixtures.s3",
     "tests.fixtures.faults",
+    "tests.fixtures.git",
 ]

@@ -102,3 +102,48 @@ async def test_the_serve_command_prints_its_address_serves_and_stops_cleanly(tmp
         process.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(process.wait(), timeout=20) == 0
     assert (tmp_path / "state" / "gitea.db").exists()
+
+
+async def test_repositories_and_commits_through_the_admin_api(gitea: GiteaDouble) -> None:
+    status, repo = await _admin(gitea.url, "POST", "repos", {"repository": "acme/lib", "private": True})
+    assert status == 200 and repo["private"] is True and repo["clone_url"] == f"{gitea.url}/acme/lib.git"
+    assert (await _admin(gitea.url, "POST", "repos", {"repository": "acme/lib"}))[0] == 409
+    body = {"files": {"a.txt": "a"}, "files_base64": {"b.bin": "AAE="}, "tags": ["v2"], "message": "m"}
+    status, commit = await _admin(gitea.url, "POST", "repos/acme/lib/commits", body)
+    assert status == 200 and commit["branch"] == "main" and commit["tags"] == ["v2"]
+    status, repo = await _admin(gitea.url, "GET", "repos/acme/lib")
+    assert repo["refs"] == {"refs/heads/main": commit["sha"], "refs/tags/v2": commit["sha"]}
+    assert (await _admin(gitea.url, "GET", "repos/acme/none"))[0] == 404
+    status, error = await _admin(gitea.url, "POST", "repos/acme/lib/commits", {"files_base64": {"x": "%%"}})
+    assert status == 400 and "base64" in error["error"]
+
+
+async def test_the_repo_commands_create_a_repository_and_commit_a_directory(gitea: GiteaDouble, tmp_path: Path) -> None:
+    script = str(Path(sys.executable).parent / "dynrunner-gitea-double")
+    tree = tmp_path / "action"
+    (tree / "dist").mkdir(parents=True)
+    (tree / "action.yml").write_text("name: a\nruns: {using: node20, main: dist/index.js}\n")
+    (tree / "dist" / "index.js").write_text("console.log(1)\n")
+    (tree / "run.sh").write_text("#!/bin/sh\n")
+    (tree / "run.sh").chmod(0o755)
+
+    async def cli(*args: str) -> tuple[int, bytes]:
+        process = await asyncio.create_subprocess_exec(
+            script, "repo", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+        )
+        out, _ = await process.communicate()
+        return process.returncode or 0, out
+
+    code, out = await cli("create", "--url", gitea.url, "acme/action")
+    assert code == 0 and json.loads(out)["full_name"] == "acme/action"
+    code, out = await cli("commit", "--url", gitea.url, "acme/action", str(tree), "--tag", "v1")
+    assert code == 0, out
+    sha = json.loads(out)["sha"]
+    assert gitea.repository("acme/action").refs["refs/tags/v1"] == sha
+    listing = await asyncio.create_subprocess_exec(
+        "git", "ls-tree", "-r", sha, cwd=gitea.engine.repos.git.path("acme", "action"), stdout=asyncio.subprocess.PIPE
+    )
+    modes = {line.split()[-1]: line.split()[0] for line in (await listing.communicate())[0].decode().splitlines()}
+    assert modes == {"action.yml": "100644", "dist/index.js": "100644", "run.sh": "100755"}
+    code, out = await cli("create", "--url", gitea.url, "acme/action")
+    assert code != 0 and b"already exists" in out

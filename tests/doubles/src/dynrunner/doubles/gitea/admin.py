@@ -13,19 +13,29 @@
     POST /_double/runs/<id>/cancel            run
     GET  /_double/tasks/<id>                  task (steps, outputs, log rows)
     POST /_double/reap-zombies                {"reaped": [task ids]}
+    POST /_double/repos                       {"repository", "private"?, "default_branch"?} → repo
+    GET  /_double/repos/<owner>/<name>        repo (with its branches and tags)
+    POST /_double/repos/<owner>/<name>/commits
+                                              {"files"?: {path: text}, "files_base64"?: {path: base64},
+                                               "executable"?, "delete"?, "replace"?, "branch"?,
+                                               "message"?, "tags"?} → {"sha", "branch", "tags"}
 
-Errors: 400 {"error"} for bad input, 404 {"error"} for unknown ids.
+Errors: 400 {"error"} for bad input, 404 {"error"} for unknown ids, 409 for a repository
+that exists already.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import json
 import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from dynrunner.doubles.gitea.jobparser import WorkflowError
+from dynrunner.doubles.gitea.repos import RepositoryExists, RepoView
 from dynrunner.doubles.gitea.views import to_dict
 
 if TYPE_CHECKING:
@@ -58,6 +68,9 @@ def build(double: GiteaDouble) -> ASGIApp:
         ("POST", re.compile(r"/_double/runs/(\d+)/cancel"), lambda body, rid: _cancel(double, int(rid))),
         ("GET", re.compile(r"/_double/tasks/(\d+)"), lambda body, tid: to_dict(double.task(int(tid)))),
         ("POST", re.compile(r"/_double/reap-zombies"), lambda body: {"reaped": double.reap_zombies()}),
+        ("POST", re.compile(r"/_double/repos"), lambda body: to_dict(_create_repository(double, body))),
+        ("GET", re.compile(r"/_double/repos/([^/]+/[^/]+)"), lambda body, name: to_dict(double.repository(name))),
+        ("POST", re.compile(r"/_double/repos/([^/]+/[^/]+)/commits"), lambda body, name: _commit(double, name, body)),
     ]
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
@@ -69,6 +82,8 @@ def build(double: GiteaDouble) -> ASGIApp:
             payload = await loop.run_in_executor(double._pool, lambda: handler(body, *args))
         except _HTTPError as exc:
             status, payload = exc.status, {"error": str(exc)}
+        except RepositoryExists as exc:
+            status, payload = 409, {"error": str(exc)}
         except (WorkflowError, ValueError, TypeError) as exc:
             status, payload = 400, {"error": str(exc)}
         except KeyError as exc:
@@ -124,3 +139,31 @@ def _submit(double: GiteaDouble, body: dict[str, Any]) -> Any:
 def _cancel(double: GiteaDouble, run_id: int) -> Any:
     double.cancel_run(run_id)
     return to_dict(double.run(run_id))
+
+
+def _create_repository(double: GiteaDouble, body: dict[str, Any]) -> RepoView:
+    if not isinstance(body.get("repository"), str):
+        raise _HTTPError(400, "a repository needs 'repository' (owner/name)")
+    return double.create_repository(
+        body["repository"], private=bool(body.get("private", False)), default_branch=body.get("default_branch", "main")
+    )
+
+
+def _commit(double: GiteaDouble, name: str, body: dict[str, Any]) -> dict[str, Any]:
+    files: dict[str, str | bytes] = dict(body.get("files") or {})
+    try:
+        encoded = body.get("files_base64") or {}
+        files.update({path: base64.b64decode(data, validate=True) for path, data in encoded.items()})
+    except (binascii.Error, TypeError) as exc:
+        raise _HTTPError(400, f"files_base64 holds something that is not base64: {exc}") from None
+    commit = double.commit(
+        name,
+        files,
+        branch=body.get("branch"),
+        message=body.get("message", "commit from a test"),
+        executable=body.get("executable") or (),
+        delete=body.get("delete") or (),
+        replace=bool(body.get("replace", False)),
+        tags=body.get("tags") or (),
+    )
+    return {"sha": commit.sha, "branch": commit.branch, "tags": list(commit.tags)}

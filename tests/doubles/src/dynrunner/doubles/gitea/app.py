@@ -1,5 +1,5 @@
 """The ASGI application: Gitea's Connect handlers under `/api/actions`, the admin API under
-`/_double/`, everything else 404.
+`/_double/`, git's smart HTTP under `/{owner}/{repo}[.git]/`, everything else 404.
 
 Like Gitea's `connect.WithCompressMinBytes(1024)` on the RunnerService handler, its
 responses shorter than 1024 bytes are sent uncompressed (without a Content-Encoding
@@ -13,6 +13,7 @@ import gzip
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from dynrunner.doubles.gitea.githttp import ROUTE as GIT_ROUTE
 from dynrunner.proto._gen.ping.v1.services_connect import PingServiceASGIApplication
 from dynrunner.proto._gen.runner.v1.services_connect import RunnerServiceASGIApplication
 
@@ -54,7 +55,7 @@ def _compress_min_bytes(app: ASGIApp) -> ASGIApp:
     return wrapped
 
 
-def build_app(runner_service: Any, ping_service: Any, admin: ASGIApp) -> ASGIApp:
+def build_app(runner_service: Any, ping_service: Any, admin: ASGIApp, git: ASGIApp) -> ASGIApp:
     runner_app = _compress_min_bytes(RunnerServiceASGIApplication(runner_service))
     ping_app = PingServiceASGIApplication(ping_service)
 
@@ -80,6 +81,9 @@ def build_app(runner_service: Any, ping_service: Any, admin: ASGIApp) -> ASGIApp
                 return
         elif path.startswith("/_double/") or path == "/_double":
             await admin(scope, receive, send)
+            return
+        elif GIT_ROUTE.match(path):
+            await git(scope, receive, send)
             return
         await send({"type": "http.response.start", "status": 404, "headers": [(b"content-type", b"text/plain")]})
         await send({"type": "http.response.body", "body": b"404 page not found\n"})

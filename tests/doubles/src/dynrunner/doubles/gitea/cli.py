@@ -1,16 +1,24 @@
-"""`dynrunner-gitea-double serve`: the double as a process.
+"""`dynrunner-gitea-double serve`: the double as a process; `repo create|commit`: content for it.
 
-Prints one JSON line `{"url": ..., "registration_token": ...}` on stdout once it accepts
-connections, serves until SIGTERM or SIGINT, then exits with status 0.
+`serve` prints one JSON line `{"url": ..., "registration_token": ...}` on stdout once it
+accepts connections, serves until SIGTERM or SIGINT, then exits with status 0.
+
+`repo create --url URL OWNER/NAME [--private]` and `repo commit --url URL OWNER/NAME DIR
+[--branch B] [--tag T]... [--message M]` talk to a running double's admin API; `commit` makes
+the branch's tree exactly DIR's files (executable bits kept, `.git` skipped) and prints
+`{"sha", "branch", "tags"}`.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
 import signal
 import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 from dynrunner.doubles.gitea.double import GiteaDouble
@@ -35,7 +43,65 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--legacy-empty-no-more", action="store_true", help="Gitea <= 1.26 UpdateLog behaviour")
     serve.add_argument("--default-actions-url", choices=("github", "self"), default="github")
+    repo = sub.add_parser("repo", help="create repositories and commit to them in a running double")
+    repo_sub = repo.add_subparsers(dest="repo_command", required=True)
+    create = repo_sub.add_parser("create", help="create an empty repository")
+    commit = repo_sub.add_parser("commit", help="commit a directory as the whole tree of a branch")
+    for cmd in (create, commit):
+        cmd.add_argument("--url", required=True, help="the double's URL")
+        cmd.add_argument("repository", help="owner/name")
+    create.add_argument("--private", action="store_true")
+    create.add_argument("--default-branch", default="main")
+    commit.add_argument("directory", type=Path)
+    commit.add_argument("--branch", default=None, help="default: the repository's default branch")
+    commit.add_argument("--tag", action="append", default=[], help="a tag to set on the commit (repeatable)")
+    commit.add_argument("--message", default="commit from the command line")
     return parser
+
+
+def _admin(url: str, path: str, body: dict[str, object]) -> dict[str, object]:
+    request = urllib.request.Request(
+        f"{url.rstrip('/')}/_double/{path}",
+        data=json.dumps(body).encode(),
+        headers={"content-type": "application/json"},
+        method="POST",
+    )
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # the double is local
+    try:
+        with opener.open(request, timeout=60) as response:
+            result: dict[str, object] = json.loads(response.read())
+            return result
+    except urllib.error.HTTPError as err:
+        raise SystemExit(f"dynrunner-gitea-double: {err.code}: {json.loads(err.read()).get('error')}") from None
+
+
+def _tree(directory: Path) -> tuple[dict[str, str], list[str]]:
+    """Every file below `directory` (base64), and the executable ones; `.git` is skipped."""
+    files, executable = {}, []
+    for path in sorted(directory.rglob("*")):
+        relative = path.relative_to(directory)
+        if ".git" in relative.parts or not path.is_file() or path.is_symlink():
+            continue
+        files[relative.as_posix()] = base64.b64encode(path.read_bytes()).decode()
+        if path.stat().st_mode & 0o111:
+            executable.append(relative.as_posix())
+    return files, executable
+
+
+def _repo(args: argparse.Namespace) -> None:
+    if args.repo_command == "create":
+        body: dict[str, object] = {"repository": args.repository, "private": args.private}
+        body["default_branch"] = args.default_branch
+        print(json.dumps(_admin(args.url, "repos", body)))
+        return
+    if not args.directory.is_dir():
+        raise SystemExit(f"dynrunner-gitea-double: {args.directory} is not a directory")
+    files, executable = _tree(args.directory)
+    body = {"files_base64": files, "executable": executable, "replace": True, "tags": args.tag}
+    body["message"] = args.message
+    if args.branch:
+        body["branch"] = args.branch
+    print(json.dumps(_admin(args.url, f"repos/{args.repository}/commits", body)))
 
 
 async def _serve(args: argparse.Namespace) -> None:
@@ -65,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "serve":
         asyncio.run(_serve(args))
+    elif args.command == "repo":
+        _repo(args)
     return 0
 
 

@@ -16,7 +16,7 @@ import contextlib
 import re
 import secrets as pysecrets
 import socket
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,9 @@ from dynrunner.doubles.gitea import admin, runs, views
 from dynrunner.doubles.gitea.app import build_app
 from dynrunner.doubles.gitea.engine import Engine, Options
 from dynrunner.doubles.gitea.events import default_event
+from dynrunner.doubles.gitea.githttp import GitHTTP
+from dynrunner.doubles.gitea.gitrepos import Commit
+from dynrunner.doubles.gitea.repos import RepoView
 from dynrunner.doubles.gitea.service import PingServiceImpl, RunnerServiceImpl, Worker
 from dynrunner.doubles.gitea.tokens import DEFAULT_PBKDF2_ITERATIONS, decode_runtime_token
 
@@ -114,7 +117,8 @@ class GiteaDouble:
         self._worker = Worker(self.engine, self._pool)
         self.runner_service = RunnerServiceImpl(self._worker)
         self.hooks = self.runner_service.hooks
-        self.app = build_app(self.runner_service, PingServiceImpl(), admin.build(self))
+        git = GitHTTP(self.engine, self._pool)
+        self.app = build_app(self.runner_service, PingServiceImpl(), admin.build(self), git)
         self.reap_interval_s = reap_interval_s if reap_interval_s is not None else min(300.0, zombie_timeout_s / 4)
         self.url = ""
         self.registration_token = self.engine.new_registration_token()
@@ -211,6 +215,43 @@ class GiteaDouble:
                 owner_id = row["id"] if row else -1
             return views.tasks_version(conn, owner_id, repo_id)
 
+    # -- repositories ----------------------------------------------------------------------
+
+    def create_repository(self, full_name: str, *, private: bool = False, default_branch: str = "main") -> RepoView:
+        """A new, empty repository (public unless `private`), served at `<url>/<owner>/<name>.git`.
+        A name already in use raises ValueError (repositories named by a submitted run or a
+        registration token exist already: create the repository first)."""
+        return self.engine.repos.create(full_name, private=private, default_branch=default_branch)
+
+    def commit(
+        self,
+        full_name: str,
+        files: Mapping[str, str | bytes],
+        *,
+        branch: str | None = None,
+        message: str = "commit from a test",
+        executable: Iterable[str] = (),
+        delete: Iterable[str] = (),
+        replace: bool = False,
+        tags: Iterable[str] = (),
+    ) -> Commit:
+        """Commit `files` (path → text or bytes) on `branch` (default: the repository's default
+        branch, created if new), and point each of `tags` at the commit. `executable` paths get
+        mode 100755, `delete` paths go away, `replace` makes the tree exactly `files`."""
+        return self.engine.repos.commit(
+            full_name,
+            files,
+            branch=branch,
+            message=message,
+            executable=executable,
+            delete=delete,
+            replace=replace,
+            tags=tags,
+        )
+
+    def repository(self, full_name: str) -> RepoView:
+        return self.engine.repos.view(full_name)
+
     # -- runs ------------------------------------------------------------------------------
 
     def submit(
@@ -232,11 +273,19 @@ class GiteaDouble:
 
         Secret and variable names follow Gitea's rules (`[A-Za-z_][A-Za-z0-9_]*`, no
         `GITHUB_`/`GITEA_` prefix, not `CI`; ValueError otherwise) and are stored upper-cased;
-        variable values get their line ends normalized to `\\n`, as Gitea stores them."""
+        variable values get their line ends normalized to `\\n`, as Gitea stores them.
+        `sha` defaults to the commit `ref` names in the repository (see `commit`), else a
+        random one."""
         if workflow is None:
             raise TypeError("submit() needs a workflow")
-        sha = sha or pysecrets.token_hex(20)
-        payload = dict(event) if event is not None else default_event(self.url, repository, event_name, ref, sha, actor)
+        sha = sha or self.engine.repos.head(repository, ref) or pysecrets.token_hex(20)
+        payload = (
+            dict(event)
+            if event is not None
+            else default_event(
+                self.url, repository, event_name, ref, sha, actor, self.engine.repos.settings(repository)
+            )
+        )
         run_id = self.engine.submit(
             runs.NewRun(
                 repository=repository,

@@ -19,8 +19,10 @@ from pathlib import Path
 from dynrunner.doubles.gitea import logs, runs, tasks
 from dynrunner.doubles.gitea import runners as runner_db
 from dynrunner.doubles.gitea.errors import NOT_EXIST, PlainError, internal, unauthenticated
+from dynrunner.doubles.gitea.gitrepos import GitRepositories
 from dynrunner.doubles.gitea.jobparser import parse_workflow
 from dynrunner.doubles.gitea.payload import Instance, build_task, parse_context
+from dynrunner.doubles.gitea.repos import Repositories
 from dynrunner.doubles.gitea.status import Status
 from dynrunner.doubles.gitea.store import Clock, Row, Store
 from dynrunner.doubles.gitea.tokens import (
@@ -63,6 +65,7 @@ class Engine:
         self.clock = Clock()
         self.store = Store(state_dir / "gitea.db")
         self.files = logs.LogFiles(state_dir / "actions_log")
+        self.repos = Repositories(self.store, GitRepositories(state_dir / "git"), self.clock)
         self.instance = Instance(
             root_url="http://localhost/",
             default_actions_url=options.default_actions_url,
@@ -74,6 +77,7 @@ class Engine:
 
     def set_root_url(self, url: str) -> None:
         self.instance = Instance(url.rstrip("/") + "/", self.instance.default_actions_url, self.instance.signing_secret)
+        self.repos.root_url = self.instance.root_url
 
     def close(self) -> None:
         self.store.close()

@@ -13,23 +13,32 @@ def _user(url: str, login: str) -> dict[str, Any]:
     return {"id": 1, "login": login, "username": login, "full_name": login, "html_url": f"{url}/{login}"}
 
 
-def _repository(url: str, full_name: str) -> dict[str, Any]:
+def _repository(url: str, full_name: str, private: bool, default_branch: str) -> dict[str, Any]:
     owner, name = full_name.split("/", 1)
     return {
         "id": 1,
         "name": name,
         "full_name": full_name,
         "owner": _user(url, owner),
-        "private": False,
+        "private": private,
         "fork": False,
         "html_url": f"{url}/{full_name}",
         "clone_url": f"{url}/{full_name}.git",
-        "default_branch": "main",
+        "default_branch": default_branch,
     }
 
 
-def default_event(url: str, repository: str, event_name: str, ref: str, sha: str, actor: str) -> dict[str, Any]:
-    base: dict[str, Any] = {"repository": _repository(url, repository), "sender": _user(url, actor)}
+def default_event(
+    url: str,
+    repository: str,
+    event_name: str,
+    ref: str,
+    sha: str,
+    actor: str,
+    settings: tuple[bool, str] = (False, "main"),
+) -> dict[str, Any]:
+    """`settings`: the repository's (private, default branch)."""
+    base: dict[str, Any] = {"repository": _repository(url, repository, *settings), "sender": _user(url, actor)}
     if event_name == "push":
         return {
             "ref": ref,
