@@ -16,7 +16,7 @@ import contextlib
 import re
 import secrets as pysecrets
 import socket
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,6 @@ from dynrunner.doubles.gitea.app import build_app
 from dynrunner.doubles.gitea.engine import Engine, Options
 from dynrunner.doubles.gitea.events import default_event
 from dynrunner.doubles.gitea.githttp import GitHTTP
-from dynrunner.doubles.gitea.gitrepos import Commit
 from dynrunner.doubles.gitea.repos import RepoView
 from dynrunner.doubles.gitea.service import PingServiceImpl, RunnerServiceImpl, Worker
 from dynrunner.doubles.gitea.tokens import DEFAULT_PBKDF2_ITERATIONS, decode_runtime_token
@@ -122,6 +121,7 @@ class GiteaDouble:
         self.reap_interval_s = reap_interval_s if reap_interval_s is not None else min(300.0, zombie_timeout_s / 4)
         self.url = ""
         self.registration_token = self.engine.new_registration_token()
+        self.commit = self.engine.repos.commit  # documented there
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -222,32 +222,6 @@ class GiteaDouble:
         A name already in use raises ValueError (repositories named by a submitted run or a
         registration token exist already: create the repository first)."""
         return self.engine.repos.create(full_name, private=private, default_branch=default_branch)
-
-    def commit(
-        self,
-        full_name: str,
-        files: Mapping[str, str | bytes],
-        *,
-        branch: str | None = None,
-        message: str = "commit from a test",
-        executable: Iterable[str] = (),
-        delete: Iterable[str] = (),
-        replace: bool = False,
-        tags: Iterable[str] = (),
-    ) -> Commit:
-        """Commit `files` (path → text or bytes) on `branch` (default: the repository's default
-        branch, created if new), and point each of `tags` at the commit. `executable` paths get
-        mode 100755, `delete` paths go away, `replace` makes the tree exactly `files`."""
-        return self.engine.repos.commit(
-            full_name,
-            files,
-            branch=branch,
-            message=message,
-            executable=executable,
-            delete=delete,
-            replace=replace,
-            tags=tags,
-        )
 
     def repository(self, full_name: str) -> RepoView:
         return self.engine.repos.view(full_name)

@@ -78,6 +78,9 @@ class Repositories:
         replace: bool = False,
         tags: Iterable[str] = (),
     ) -> Commit:
+        """Commit `files` (path → text or bytes) on `branch` (default: the repository's default
+        branch, created if new), and point each of `tags` at the commit. `executable` paths get
+        mode 100755, `delete` paths go away, `replace` makes the tree exactly `files`."""
         row = self._row(full_name)
         return self.git.commit(
             row["owner_name"],
