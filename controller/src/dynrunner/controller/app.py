@@ -20,12 +20,12 @@ from dynrunner.controller.assignments import AssignmentLog
 from dynrunner.controller.backends.base import Backend
 from dynrunner.controller.backends.registry import create_backend
 from dynrunner.controller.capacity import Capacity
-from dynrunner.controller.claimer import Claimer, ClaimSettings
+from dynrunner.controller.claimer import Claimer, ClaimSettings, pool_pacer
 from dynrunner.controller.config import ControllerConfig, PoolConfig
 from dynrunner.controller.embedded_nats import EmbeddedNats
 from dynrunner.controller.health import HealthServer
 from dynrunner.controller.launcher import Launcher
-from dynrunner.controller.loops import Backoff, PollPacer, supervise
+from dynrunner.controller.loops import Backoff, supervise
 from dynrunner.controller.metrics import Metrics
 from dynrunner.controller.reaper import PoolWatch, Reaper
 from dynrunner.controller.registrations import Registrations
@@ -45,6 +45,12 @@ GITEA_PROBE_TIMEOUT_S = 10.0
 CLAIM_LOOPS = 2
 """Claim loops per pool in ephemeral mode, each with its own armed runner: while one waits
 for Gitea, the other claims. Fixed, so a restarted controller finds every armed runner."""
+
+
+def claim_loop_backoff() -> Backoff:
+    """How a claim loop that failed unexpectedly is restarted (`supervise`): after 1 s, then
+    longer while it keeps failing, at most a minute apart."""
+    return Backoff(1.0, 60.0)
 
 
 class StartupError(RuntimeError):
@@ -187,7 +193,7 @@ class Controller:
             executor=executor_options(self.cfg),
         )
         loops = CLAIM_LOOPS if self.cfg.gitea.credential_mode == "ephemeral" else 1
-        pacer = PollPacer(Backoff(settings.fetch_interval_s, settings.fetch_interval_max_s))
+        pacer = pool_pacer(settings)
         claimers = [
             Claimer(
                 settings,
@@ -228,7 +234,7 @@ class Controller:
             return lambda err: self.metrics.errors.labels(pool=pool, kind=kind).inc()
 
         async with asyncio.TaskGroup() as tg:
-            reaping = tg.create_task(supervise("reaper", reaper.run), name="reaper")
+            reaping = tg.create_task(supervise("reaper", reaper.run, stop=stop), name="reaper")
             launching = [
                 tg.create_task(
                     supervise(f"launcher {name}", p.launcher.run, on_error=counted(name, "launcher")),
@@ -241,8 +247,9 @@ class Controller:
                     supervise(
                         f"claimer {name}/{slot}",
                         claimer.run,
-                        backoff=Backoff(1.0, 60.0),
+                        backoff=claim_loop_backoff(),
                         on_error=counted(name, "claimer"),
+                        stop=stop,
                     ),
                     name=f"claimer-{name}-{slot}",
                 )

@@ -79,6 +79,12 @@ class ClaimSettings:
     executor: ExecutorOptions = field(default_factory=ExecutorOptions)
 
 
+def pool_pacer(settings: ClaimSettings) -> PollPacer:
+    """The pacer the claim loops of one pool share: polls `fetch_interval_s` apart after a
+    claim, growing to `fetch_interval_max_s` while nothing is found."""
+    return PollPacer(Backoff(settings.fetch_interval_s, settings.fetch_interval_max_s))
+
+
 def job_timeout_minutes(payload: bytes | None, default: int) -> int:
     """`timeout-minutes` of the single job in a task's workflow payload, else `default`.
 
@@ -157,7 +163,7 @@ class Claimer:
         self._sealer = sealer
         self._metrics = metrics
         self._claimed_lines = claimed_lines
-        self._pacer = pacer or PollPacer(Backoff(settings.fetch_interval_s, settings.fetch_interval_max_s))
+        self._pacer = pacer or pool_pacer(settings)
         longest = max(ERROR_BACKOFF_MAX_S, settings.fetch_interval_max_s)
         self._error_backoff = Backoff(settings.fetch_interval_s, longest)
         self._tasks_version = 0

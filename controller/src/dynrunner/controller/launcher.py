@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from datetime import UTC, datetime
@@ -69,7 +70,7 @@ class DeliverySource(Protocol):
 
 def nak_delay(num_delivered: int) -> float:
     """Backoff before the next attempt of a failed launch: 1 s, 2 s, 4 s, … up to 60 s."""
-    return min(NAK_BACKOFF.maximum, NAK_BACKOFF.initial * NAK_BACKOFF.factor ** max(0, num_delivered - 1))
+    return dataclasses.replace(NAK_BACKOFF, attempts=max(0, num_delivered - 1)).peek()
 
 
 class Launcher:

@@ -8,6 +8,7 @@ controller (the TaskGroup cancels its siblings), because retrying cannot fix it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import random
@@ -27,6 +28,9 @@ class Backoff:
 
     `next()` gives the delay before the next attempt and advances; `reset()` after success.
     The first delay after a reset is `initial`, so an idle poller's first wait is short.
+    Any number of attempts is fine: the power `factor**attempts` is never formed past the
+    attempt that reaches `maximum` (an idle poller counts one attempt per empty answer, and
+    `2.0**1024` overflows), and `attempts` stops growing there.
     """
 
     initial: float
@@ -36,13 +40,38 @@ class Backoff:
     rng: random.Random = field(default_factory=random.Random, repr=False)
     attempts: int = 0
 
+    def __post_init__(self) -> None:
+        valid = (
+            0 <= self.initial < math.inf
+            and 0 <= self.maximum < math.inf
+            and 1 <= self.factor < math.inf
+            and 0 <= self.jitter <= 1
+        )
+        if valid and self.initial > 0:
+            # The largest power formed is about factor² · maximum / initial: it must be a float.
+            valid = math.isfinite(self.maximum / self.initial * self.factor * self.factor)
+        if not valid:
+            raise ValueError(
+                f"invalid backoff: initial={self.initial}, maximum={self.maximum}, factor={self.factor}, "
+                f"jitter={self.jitter} (need finite 0 ≤ initial, 0 ≤ maximum, 1 ≤ factor, 0 ≤ jitter ≤ 1, "
+                "and maximum / initial · factor² a finite number)"
+            )
+
+    @property
+    def saturation(self) -> int:
+        """The number of attempts from which the delay is `maximum` (further attempts change nothing)."""
+        if self.initial == 0 or self.factor == 1 or self.initial >= self.maximum:
+            return 0
+        # One more than the rounded-up logarithm, so float rounding never stops short of the cap.
+        return math.ceil(math.log(self.maximum / self.initial) / math.log(self.factor)) + 1
+
     def peek(self) -> float:
-        """The un-jittered delay `next()` would center on."""
-        return min(self.maximum, self.initial * self.factor**self.attempts)
+        """The un-jittered delay `next()` would center on: initial·factor^attempts, capped."""
+        return min(self.maximum, self.initial * self.factor ** min(self.attempts, self.saturation))
 
     def next(self) -> float:
         base = self.peek()
-        self.attempts += 1
+        self.attempts = min(self.attempts, self.saturation) + 1
         spread = base * self.jitter
         return max(0.0, base + self.rng.uniform(-spread, spread))
 
@@ -83,10 +112,20 @@ async def supervise(
     *,
     backoff: Backoff | None = None,
     on_error: Callable[[BaseException], None] | None = None,
+    healthy_after_s: float | None = None,
+    stop: asyncio.Event | None = None,
 ) -> None:
-    """Run `body` until it returns; restart it after unexpected errors (with backoff, reset
-    once a run lasted longer than the longest delay)."""
+    """Run `body` until it returns; restart it after unexpected errors.
+
+    The wait before a restart grows while runs keep failing quickly, up to `backoff.maximum`,
+    and starts over from `backoff.initial` after a run that lasted `healthy_after_s` (default:
+    the longest wait): a loop that fails once a day is restarted at once, a loop that fails at
+    every start is not restarted in a tight loop, and neither ever stops being restarted.
+    `stop` set during a wait ends the supervision instead (a shutdown does not sit out the
+    backoff of a failing loop).
+    """
     backoff = backoff or Backoff(initial=0.5, maximum=30.0)
+    healthy = backoff.maximum if healthy_after_s is None else healthy_after_s
     loop = asyncio.get_running_loop()
     while True:
         started = loop.time()
@@ -98,8 +137,15 @@ async def supervise(
         except Exception as err:
             if on_error is not None:
                 on_error(err)
-            if loop.time() - started > backoff.maximum:
+            if loop.time() - started >= healthy:
                 backoff.reset()
             delay = backoff.next()
             log.exception("%s failed; restarting in %.1fs", name, delay)
-            await asyncio.sleep(delay)
+            if stop is None:
+                await asyncio.sleep(delay)
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), delay)
+                if stop.is_set():
+                    log.info("%s: not restarted (stopping)", name)
+                    return

@@ -1,0 +1,192 @@
+"""Soak, on virtual time: a pool's claim loops idle for 48 hours and still pick up every job
+within 2 s (issue 14, item 1).
+
+What runs is the controller's own claim side, wired as `app.Controller` wires it: a pool's
+`CLAIM_LOOPS` claimers sharing one `PollPacer` (default intervals, 0.5 s → 1 s), each under
+`supervise` with the claim loops' backoff, the real `Registrations` over the real
+`RegistrationStore` (sealed records, in an in-memory bucket), `Capacity`, `Sealer` and
+`Metrics`. Gitea is the double's engine answering in-process (`tests/fixtures/
+gitea_inprocess.py`), its clock on the loop's virtual time, its crons every 5 minutes. The
+executor and the reaper are played by the test: a published job reports success 5 s later
+and its permit is released.
+
+Jobs arrive at random moments (seeded) about every 48 minutes; pickup is measured from the
+job's submission to its assignment's publication. Before the fix the pool's pacer overflowed
+(`2.0**1024`) after ~1,024 empty polls (~17 min): every empty answer crashed the claim loops,
+pickups took up to a minute, and after 1,024 restarts the OverflowError escaped `supervise`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import secrets
+import statistics
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from dynrunner.controller.app import CLAIM_LOOPS, claim_loop_backoff
+from dynrunner.controller.capacity import Capacity
+from dynrunner.controller.claimer import Claimer, ClaimSettings, pool_pacer
+from dynrunner.controller.config import GiteaConfig
+from dynrunner.controller.loops import supervise
+from dynrunner.controller.metrics import Metrics
+from dynrunner.controller.registrations import Registrations
+from dynrunner.controller.registrations_store import RegistrationStore
+from dynrunner.controller.sealing import Sealer
+from dynrunner.doubles.gitea import GiteaDouble
+from dynrunner.proto.assignment import Assignment
+from dynrunner.proto.gitea import LogRow, Result, RunnerCredentials, TaskState
+from tests.fixtures.gitea_inprocess import InProcessGitea
+from tests.fixtures.kv_memory import MemoryKeyValue
+from tests.fixtures.virtual_time import virtual_time
+
+HOURS = 48
+JOBS = 60
+LABELS = ["self-hosted", "local"]
+WORKFLOW = "on: push\njobs:\n  probe:\n    runs-on: [self-hosted, local]\n    steps:\n      - run: true\n"
+GITEA_CRON_S = 300.0
+JOB_RUNS_S = 5.0
+
+
+@dataclass
+class Soak:
+    submitted: dict[str, float] = field(default_factory=dict)
+    """run id → virtual time of submission."""
+    pickups: list[float] = field(default_factory=list)
+    restarts: list[BaseException] = field(default_factory=list)
+    fetches: int = 0
+    registrations: int = 0
+    duration_s: float = 0.0
+
+
+class ExecutorAndReaper:
+    """The assignment log's consumer side, played in-process: each published assignment is
+    run (reported successful to Gitea with its runner's credentials, as the executor does)
+    and its permit released (as the reaper does)."""
+
+    def __init__(self, gitea: InProcessGitea, sealer: Sealer, capacity: Capacity, soak: Soak) -> None:
+        self._gitea = gitea
+        self._sealer = sealer
+        self._capacity = capacity
+        self._soak = soak
+        self._jobs: set[asyncio.Task[None]] = set()
+
+    async def publish(self, sealed_assignment: Assignment) -> int:
+        loop = asyncio.get_running_loop()
+        run_id = str(sealed_assignment.task.context_get("run_id"))
+        self._soak.pickups.append(loop.time() - self._soak.submitted[run_id])
+        job = asyncio.create_task(self._run(self._sealer.unseal_assignment(sealed_assignment)))
+        self._jobs.add(job)
+        job.add_done_callback(self._jobs.discard)
+        return len(self._soak.pickups)
+
+    async def _run(self, assignment: Assignment) -> None:
+        await asyncio.sleep(JOB_RUNS_S)
+        client = self._gitea.client(RunnerCredentials(assignment.runner.uuid, assignment.runner.token))
+        now = datetime.now(UTC)
+        await client.update_log(assignment.task.id, 1, [LogRow(now, "ran")], no_more=True)
+        await client.update_task(TaskState(id=assignment.task.id, result=Result.SUCCESS, stopped_at=now))
+        self._capacity.release(assignment.assignment_id)
+
+    async def drain(self) -> None:
+        await asyncio.gather(*self._jobs)
+
+
+async def idle_pool(double: GiteaDouble, soak: Soak) -> None:
+    loop = asyncio.get_running_loop()
+    gitea = InProcessGitea(double, loop)
+    defaults = GiteaConfig.model_fields
+    settings = ClaimSettings(
+        pool="local",
+        backend="local",
+        gitea_url=double.url,
+        fetch_interval_s=defaults["fetch_interval_s"].default,
+        fetch_interval_max_s=defaults["fetch_interval_max_s"].default,
+    )
+    metrics = Metrics()
+    sealer = Sealer(secrets.token_bytes(32))
+    store = RegistrationStore(MemoryKeyValue(), sealer, "registrations")  # type: ignore[arg-type]
+    capacity = Capacity(settings.pool, 4)
+    consumer = ExecutorAndReaper(gitea, sealer, capacity, soak)
+    pacer = pool_pacer(settings)
+    claimers = [
+        Claimer(
+            settings,
+            registrations=Registrations(
+                gitea.client(),  # type: ignore[arg-type]
+                store,
+                pool=settings.pool,
+                labels=LABELS,
+                registration_token=double.registration_token,
+                metrics=metrics,
+                slot=slot,
+            ),
+            capacity=capacity,
+            publisher=consumer,
+            sealer=sealer,
+            metrics=metrics,
+            pacer=pacer,
+        )
+        for slot in range(CLAIM_LOOPS)
+    ]
+    stop = asyncio.Event()
+    loops = [
+        asyncio.create_task(
+            supervise(f"claimer {slot}", c.run, backoff=claim_loop_backoff(), on_error=soak.restarts.append, stop=stop)
+        )
+        for slot, c in enumerate(claimers)
+    ]
+
+    async def gitea_crons() -> None:
+        while True:
+            await asyncio.sleep(GITEA_CRON_S)
+            double.engine.run_crons()
+
+    crons = asyncio.create_task(gitea_crons())
+    rng = random.Random(14)
+    end = HOURS * 3600.0
+    moments = sorted(rng.uniform(60.0, end - 60.0) for _ in range(JOBS))
+    for moment in moments:
+        await asyncio.sleep(moment - loop.time())
+        assert not any(t.done() for t in loops), "a claim loop ended"
+        run = double.submit("owner/repo", WORKFLOW)
+        soak.submitted[str(run.id)] = loop.time()
+    await asyncio.sleep(end - loop.time())
+    soak.duration_s = loop.time()
+    stop.set()
+    for c in claimers:
+        c.stop()
+    await asyncio.gather(*loops)
+    crons.cancel()
+    await consumer.drain()
+    soak.fetches = gitea.calls["FetchTask"]
+    soak.registrations = gitea.calls["Register"]
+
+
+def test_an_idle_pool_picks_up_every_job_within_2s_for_48_hours(tmp_path: Path) -> None:
+    soak = Soak()
+    double = GiteaDouble(tmp_path / "gitea", pbkdf2_iterations=1)
+    try:
+        with virtual_time() as runner:
+            runner.run(idle_pool(double, soak))
+        results = [r.status for r in double.runs()]
+    finally:
+        double.close()
+    pickups = sorted(soak.pickups)
+    p50, p99 = statistics.median(pickups), pickups[int(0.99 * (len(pickups) - 1))]
+    hours = soak.duration_s / 3600
+    print(
+        f"\n{hours:.0f} h idle (virtual): {len(pickups)} jobs, pickup p50 {p50:.2f} s, p99 {p99:.2f} s, "
+        f"max {pickups[-1]:.2f} s; {soak.fetches} FetchTask calls ({soak.fetches / soak.duration_s:.2f}/s), "
+        f"{soak.registrations} registrations, {len(soak.restarts)} loop restarts"
+    )
+    assert soak.restarts == []
+    assert len(pickups) == JOBS
+    assert pickups[-1] < 2.0
+    # The pool's loops take turns: an idle pool asks Gitea about once a second in all.
+    assert soak.fetches <= 1.1 * soak.duration_s
+    # One runner per job claimed, plus each loop's first.
+    assert soak.registrations == JOBS + CLAIM_LOOPS
+    assert results == ["success"] * JOBS
