@@ -3,6 +3,7 @@ backend, the controller in this process."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 from pathlib import Path
@@ -111,6 +112,46 @@ async def test_an_executor_killed_mid_job_is_reported_with_the_reason(
         # The step's own processes (another session) were stopped with the environment.
         await wait_for(lambda: not any(root.iterdir()), what="environment deleted")
         await wait_for(lambda: not sleeping(env_dir), what="the step's sleep stopped")
+
+
+HELD = """
+on: push
+jobs:
+  held:
+    runs-on: [self-hosted, local]
+    steps:
+      - run: |
+          echo "holding"
+          for _ in $(seq 600); do [ -e go ] && break; sleep 0.05; done
+          echo "released"
+"""
+
+
+async def test_a_wrapper_killed_alone_leaves_the_job_to_finish(
+    gitea: GiteaDouble, nats_url: str, tmp_path: Path
+) -> None:
+    cfg = real_executor_config(gitea, nats_url, tmp_path / "state")
+    root = cfg.pools[0].backend.root_dir
+    assert root is not None
+    async with in_process(cfg) as running:
+        run = gitea.submit("acme/app", HELD)
+        job = await wait_for(lambda: (j := gitea.jobs(run.id)[0]).task_id and j, what="claim")
+        await wait_for(lambda: "holding" in gitea.task(job.task_id).log_rows, what="the step ran")
+        [env_dir] = list(root.iterdir())
+        layout = Layout(env_dir)
+        wrapper = layout.read_int(layout.pid_file)
+        assert wrapper is not None
+        os.kill(wrapper, signal.SIGKILL)  # the wrapper alone: an operator's or a step's stray kill
+        await asyncio.sleep(1.5)  # a reaper sweep or more: it must not take the job for dead
+        assert gitea.run(run.id).status == "running"
+        [workspace] = [p for p in (env_dir / "workspace").rglob("app") if p.is_dir()]
+        (workspace / "go").touch()
+        done = await wait_run_done(gitea, run.id)
+        text = "\n".join(gitea.task(job.task_id).log_rows)
+        assert done.status == "success", text
+        assert "released" in text and "[dynrunner] the job failed" not in text
+        await wait_for(lambda: not any(root.iterdir()), what="environment deleted")
+        assert running.controller.metrics.sample("dynrunner_job_results_total", pool="local", result="reported") == 1
 
 
 def executor_pid(wrapper: int) -> int:

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import stat
-import textwrap
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -17,55 +15,9 @@ from dynrunner.controller import contract
 from dynrunner.controller.backends.base import FailureReason, Phase
 from dynrunner.controller.backends.local.backend import PASSED_ENV, S3_ENV, LocalBackend
 from dynrunner.controller.backends.local.layout import Layout
-from dynrunner.proto.assignment import Assignment, ClaimingRunner, decode
-from dynrunner.proto.gitea import Task
+from dynrunner.proto.assignment import decode
 from tests.e2e.harness import wait_for
-
-
-def script(tmp_path: Path, body: str) -> list[str]:
-    """An executor stand-in: `sh SCRIPT run --assignment FILE`."""
-    path = tmp_path / "executor.sh"
-    path.write_text("#!/bin/sh\n" + textwrap.dedent(body))
-    path.chmod(0o755)
-    return [str(path)]
-
-
-def assignment(aid: str = "a1b2c3d4-0000-4000-8000-000000000001", *, deadline: datetime | None = None) -> Assignment:
-    return Assignment(
-        assignment_id=aid,
-        pool="local",
-        backend="local",
-        claimed_at=datetime.now(UTC),
-        task=Task(id=5, context={"repository": "o/r", "job": "build", "token": "tt"}, secrets={"K": "secret"}),
-        runner=ClaimingRunner(id=3, uuid="ru", token="rt", name="r"),
-        gitea_url="http://gitea",
-        job_key="build",
-        deadline=deadline,
-    )
-
-
-async def nothing() -> None:
-    return None
-
-
-def backend(tmp_path: Path, command: list[str], **kw: object) -> LocalBackend:
-    return LocalBackend(
-        "local", tmp_path / "root", command, base_env={"PATH": os.defpath, "SECRET_OF_CONTROLLER": "x"}, **kw
-    )  # type: ignore[arg-type]
-
-
-async def observe_until(b: LocalBackend, env: object, phase: Phase, within: float = 10) -> object:
-    async def check() -> object:
-        obs = await b.observe(env)  # type: ignore[arg-type]
-        return obs if obs.phase is phase else None
-
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        obs = await check()
-        if obs is not None:
-            return obs
-        await asyncio.sleep(0.02)
-    raise TimeoutError(f"environment never reached {phase}")
+from tests.fixtures.local_backend import alive, assignment, backend, nothing, observe_until, script
 
 
 async def test_lifecycle_of_a_successful_executor(tmp_path: Path) -> None:
@@ -85,7 +37,7 @@ async def test_lifecycle_of_a_successful_executor(tmp_path: Path) -> None:
     assert (await b.find(a.assignment_id)) == env
     assert [e.assignment_id for e in await b.list_owned()] == [a.assignment_id]
     obs = await observe_until(b, env, Phase.SUCCEEDED)
-    assert obs.exit_code == 0  # type: ignore[attr-defined]
+    assert obs.exit_code == 0
 
     layout = Layout(b.root / a.assignment_id)
     handed = decode(layout.assignment_file.read_bytes())
@@ -122,7 +74,8 @@ async def test_failed_executor_is_diagnosed_with_its_output(tmp_path: Path) -> N
     b = backend(tmp_path, script(tmp_path, "echo 'cannot parse payload' >&2; exit 3\n"))
     env = await b.create(assignment(), nothing)
     obs = await observe_until(b, env, Phase.FAILED)
-    diagnosis = obs.diagnosis  # type: ignore[attr-defined]
+    diagnosis = obs.diagnosis
+    assert diagnosis is not None
     assert diagnosis.reason is FailureReason.EXECUTOR_FAILED
     assert "status 3" in diagnosis.message
     assert "cannot parse payload" in diagnosis.detail
@@ -133,7 +86,7 @@ async def test_missing_program_is_a_start_failure(tmp_path: Path) -> None:
     b = backend(tmp_path, [str(tmp_path / "no-such-executor")])
     env = await b.create(assignment(), nothing)
     obs = await observe_until(b, env, Phase.FAILED)
-    assert obs.diagnosis.reason is FailureReason.START_FAILED  # type: ignore[attr-defined]
+    assert obs.diagnosis is not None and obs.diagnosis.reason is FailureReason.START_FAILED
     await b.delete(env)
 
 
@@ -147,7 +100,7 @@ async def test_state_survives_a_controller_restart(tmp_path: Path) -> None:
     assert found == env
     await observe_until(second, found, Phase.RUNNING)
     obs = await observe_until(second, found, Phase.SUCCEEDED)
-    assert obs.exit_code == 0  # type: ignore[attr-defined]
+    assert obs.exit_code == 0
     await second.delete(found)
     await first.aclose()
 
@@ -179,7 +132,7 @@ async def test_a_killed_wrapper_is_vanished(tmp_path: Path) -> None:
     assert pid is not None
     os.killpg(pid, signal.SIGKILL)
     obs = await observe_until(b, env, Phase.FAILED)
-    assert obs.diagnosis.reason is FailureReason.VANISHED  # type: ignore[attr-defined]
+    assert obs.diagnosis is not None and obs.diagnosis.reason is FailureReason.VANISHED
     await b.delete(env)
 
 
@@ -187,7 +140,7 @@ async def test_deadline_exceeded(tmp_path: Path) -> None:
     b = backend(tmp_path, script(tmp_path, "sleep 300\n"), deadline_grace=timedelta(seconds=0))
     env = await b.create(assignment(deadline=datetime.now(UTC) - timedelta(seconds=1)), nothing)
     obs = await observe_until(b, env, Phase.FAILED)
-    assert obs.diagnosis.reason is FailureReason.DEADLINE_EXCEEDED  # type: ignore[attr-defined]
+    assert obs.diagnosis is not None and obs.diagnosis.reason is FailureReason.DEADLINE_EXCEEDED
     await b.delete(env)
 
 
@@ -227,14 +180,6 @@ def test_unknown_program_fails_at_configuration(tmp_path: Path) -> None:
 
     with pytest.raises(ValueError, match="not found"):
         resolve_program("surely-not-a-dynrunner-program", os.defpath)
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except FileNotFoundError:
-        return False
 
 
 async def test_delete_stops_what_a_job_left_running_in_other_sessions(tmp_path: Path) -> None:

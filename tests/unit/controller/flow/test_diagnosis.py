@@ -55,6 +55,8 @@ def test_starting_then_never_started() -> None:
 
 def test_running_and_vanished() -> None:
     assert classify(facts(pid=10, alive=True)).phase is Phase.RUNNING
+    # A wrapper killed on its own: the executor it started works on.
+    assert classify(facts(pid=10, alive=False, executor_alive=True)).phase is Phase.RUNNING
     vanished = classify(facts(pid=10, alive=False))
     assert vanished.phase is Phase.FAILED and vanished.diagnosis is not None
     assert vanished.diagnosis.reason is FailureReason.VANISHED

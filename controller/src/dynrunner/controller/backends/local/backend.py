@@ -29,7 +29,16 @@ from pathlib import Path
 from dynrunner.controller import contract
 from dynrunner.controller.backends.base import BackendError, BeforeStart, Environment, Observation
 from dynrunner.controller.backends.local.diagnosis import Facts, classify
-from dynrunner.controller.backends.local.layout import WRAPPER, Layout, owned_by, parse_time
+from dynrunner.controller.backends.local.layout import (
+    DELETING,
+    WRAPPER,
+    Layout,
+    owned_by,
+    parse_time,
+    remove_tree,
+    to_trash,
+    trashed,
+)
 from dynrunner.controller.backends.local.processes import TRACKING_VAR, ProcessTable, Snapshot, tracking_id
 from dynrunner.controller.config import ControllerConfig, PoolConfig
 from dynrunner.proto.assignment import Assignment, decode, encode
@@ -87,6 +96,7 @@ class LocalBackend:
         self._deadline_grace = deadline_grace
         self._start_grace = start_grace
         self._children: dict[str, int] = {}
+        self._removing: set[Path] = set()
         self._processes = ProcessTable()
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
 
@@ -135,10 +145,19 @@ class LocalBackend:
         pid = layout.read_int(layout.pid_file)
         await self._stop_processes(env.assignment_id, pid, layout)
         self._reap(env.assignment_id, pid)
-        await asyncio.to_thread(shutil.rmtree, layout.dir, True)
+        trash = to_trash(layout)
+        if trash is not None:
+            self._removing.add(trash)
+            try:
+                await asyncio.to_thread(remove_tree, trash)
+            except OSError as err:
+                log.warning("%s could not be removed yet (%s); orphan collection tries again", trash, err)
+            finally:
+                self._removing.discard(trash)
 
     async def collect_orphans(self, launching: Collection[str]) -> list[str]:
-        return await asyncio.to_thread(self._collect_orphans, set(launching))
+        removed = await asyncio.to_thread(self._collect_orphans, set(launching))
+        return removed + await asyncio.to_thread(self._finish_deletions)
 
     async def aclose(self) -> None:
         """Running executors are left alone (a graceful shutdown never stops jobs); exited
@@ -274,6 +293,8 @@ class LocalBackend:
         self._reap(env.assignment_id, pid)
         # Liveness before the exit status: the wrapper records the status before it exits.
         alive = pid is not None and owned_by(pid, layout)
+        executor = None if alive else layout.read_int(layout.executor_pid_file)
+        executor_alive = executor is not None and owned_by(executor, layout)
         exit_code = layout.read_int(layout.exit_file)
         facts = Facts(
             exists=exists,
@@ -282,6 +303,7 @@ class LocalBackend:
             exit_code=exit_code,
             pid=pid,
             alive=alive,
+            executor_alive=executor_alive,
             deadline=env.deadline,
             deadline_grace=self._deadline_grace,
             start_grace=self._start_grace,
@@ -297,17 +319,20 @@ class LocalBackend:
 
     async def _stop_processes(self, assignment_id: str, pid: int | None, layout: Layout) -> None:
         """SIGTERM, then SIGKILL, every process of the environment: the wrapper's group,
-        and whatever carries its tracking id (steps run in sessions of their own)."""
+        the executor (it outlives a wrapper killed alone), and whatever carries its
+        tracking id (steps run in sessions of their own)."""
         tracking = tracking_id(assignment_id)
-        root = pid if pid is not None and owned_by(pid, layout) else None
+        leader = pid if pid is not None and owned_by(pid, layout) else None
+        executor = layout.read_int(layout.executor_pid_file)
+        roots = [one for one in (leader, executor) if one is not None and owned_by(one, layout)]
         fresh = 1.0  # one snapshot of /proc serves every deletion of a sweep
         for sig in (signal.SIGTERM, signal.SIGKILL):
-            pids = (await self._snapshot(fresh)).belonging(tracking, root)
+            pids = (await self._snapshot(fresh)).belonging(tracking, roots)
             if not pids:
                 return
-            if root is not None:
+            if leader is not None:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(root, sig)
+                    os.killpg(leader, sig)
             for one in pids:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(one, sig)
@@ -316,7 +341,7 @@ class LocalBackend:
             while time.monotonic() < stop:
                 self._reap(assignment_id, pid)
                 await asyncio.sleep(0.05)
-                if not (await self._snapshot(0.0)).belonging(tracking, root):
+                if not (await self._snapshot(0.0)).belonging(tracking, roots):
                     return
         log.error("processes of %s survived SIGKILL", layout.dir)
 
@@ -335,6 +360,8 @@ class LocalBackend:
         for entry in entries:
             if not entry.is_dir() or entry.name in launching or entry.name in self._children:
                 continue
+            if entry.name.startswith(DELETING):
+                continue
             layout = Layout(Path(entry.path))
             if layout.metadata_file.exists() or now - entry.stat().st_mtime < ORPHAN_AGE_S:
                 continue
@@ -344,3 +371,18 @@ class LocalBackend:
             shutil.rmtree(entry.path, ignore_errors=True)
             removed.append(entry.path)
         return removed
+
+    def _finish_deletions(self) -> list[str]:
+        """Directories left in the trash by a deletion that was interrupted (the controller
+        died half-way): their environments were already finished, so only removing is left."""
+        finished = []
+        for path in trashed(self.root):
+            if path in self._removing:
+                continue
+            try:
+                remove_tree(path)
+            except OSError as err:
+                log.warning("%s could not be removed yet: %s", path, err)
+                continue
+            finished.append(f"{path} (the rest of an interrupted deletion)")
+        return finished

@@ -32,6 +32,8 @@ class Facts:
     pid: int | None = None
     """The wrapper's pid, once it recorded it."""
     alive: bool = False
+    executor_alive: bool = False
+    """The executor's own process lives (it may outlive a wrapper that was killed alone)."""
     deadline: datetime | None = None
     deadline_grace: timedelta = timedelta(minutes=1)
     start_grace: timedelta = timedelta(seconds=30)
@@ -52,13 +54,13 @@ def classify(facts: Facts) -> Observation:
                 Diagnosis(FailureReason.START_FAILED, "the executor was never started in the job's environment"),
             )
         return Observation(Phase.STARTING)
-    if not facts.alive:
+    if not facts.alive and not facts.executor_alive:
         return Observation(
             Phase.FAILED,
             Diagnosis(
                 FailureReason.VANISHED,
                 "the executor's process disappeared without recording an exit status "
-                "(it was killed together with its wrapper, or the machine restarted)",
+                "(its wrapper was killed, or the machine restarted)",
             ),
         )
     if facts.deadline is not None and facts.now > facts.deadline + facts.deadline_grace:

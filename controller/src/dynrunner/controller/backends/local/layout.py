@@ -5,17 +5,28 @@
     workspace/      the job's workspace; home/ and tmp/ are its HOME and TMPDIR
     executor.log    the executor's stdout and stderr
     pid             written by the wrapper as it starts (its pid = the process group)
+    executor-pid    written by the executor's process as it starts (before it execs the executor)
     exit-status     written by the wrapper when the executor exits
 
 The wrapper is a few lines of POSIX shell run as the session leader of the executor's
 process group, so the exit status survives a controller restart (the controller is not
-the one waiting on the process then).
+the one waiting on the process then). The executor is not bound to the wrapper: when the
+wrapper alone dies, the executor goes on (its pid file keeps it observable) and reports
+its job itself; only its exit status is lost.
+
+Deleting renames the directory to `<root>/.deleting-<id>.<random>` first (atomic), then
+removes it: an environment is either whole or gone from `list_owned`, so a deletion
+interrupted half-way never leaves a half-environment for a restarted controller to misjudge.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
+import stat
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,12 +38,18 @@ OUTPUT_TAIL_BYTES = 8192
 
 _HAS_PROC = Path("/proc/self/cmdline").exists()
 
+DELETING = ".deleting-"
+
+# HUP/INT/TERM only reach the wrapper as part of its group (the executor gets them too): the
+# wrapper stays to record how the executor ended. The executor's process writes its own pid
+# before it becomes the executor, so it stays observable should the wrapper be killed alone.
 WRAPPER = """\
 dir=$1; shift
 echo $$ > "$dir/pid"
 cd "$dir/workspace" || exit 125
 unset OLDPWD
-"$@" < /dev/null
+trap : HUP INT TERM
+/bin/sh -c 'echo $$ > "$0/executor-pid"; exec "$@"' "$dir" "$@" < /dev/null
 status=$?
 echo "$status" > "$dir/exit-status"
 exit "$status"
@@ -70,6 +87,10 @@ class Layout:
     @property
     def pid_file(self) -> Path:
         return self.dir / "pid"
+
+    @property
+    def executor_pid_file(self) -> Path:
+        return self.dir / "executor-pid"
 
     @property
     def exit_file(self) -> Path:
@@ -128,7 +149,8 @@ class Layout:
 
 
 def owned_by(pid: int, layout: Layout) -> bool:
-    """Whether `pid` is alive and is this environment's wrapper (not a recycled pid)."""
+    """Whether `pid` is alive and is this environment's wrapper or executor (not a recycled
+    pid): one of its arguments is the environment's directory or a path inside it."""
     if not _HAS_PROC:
         return _signalable(pid)
     try:
@@ -139,7 +161,8 @@ def owned_by(pid: int, layout: Layout) -> bool:
         return _signalable(pid)
     if not cmdline:
         return False  # a zombie: exited, not reaped yet
-    return str(layout.dir).encode() in cmdline.split(b"\0")
+    path = str(layout.dir).encode()
+    return any(arg == path or arg.startswith(path + b"/") for arg in cmdline.split(b"\0"))
 
 
 def _signalable(pid: int) -> bool:
@@ -154,3 +177,45 @@ def _signalable(pid: int) -> bool:
 
 def parse_time(value: object) -> datetime | None:
     return datetime.fromisoformat(value) if isinstance(value, str) and value else None
+
+
+def to_trash(layout: Layout) -> Path | None:
+    """Take an environment out of sight in one step (a rename to a `.deleting-` name); the
+    renamed directory, or None if there was none. Remove it with `remove_tree`."""
+    target = layout.dir.parent / f"{DELETING}{layout.dir.name}.{uuid.uuid4().hex[:8]}"
+    try:
+        os.rename(layout.dir, target)
+    except FileNotFoundError:
+        return None
+    return target
+
+
+def trashed(root: Path) -> list[Path]:
+    """Directories being deleted, or whose deletion was interrupted (the controller died)."""
+    try:
+        return [Path(e.path) for e in os.scandir(root) if e.name.startswith(DELETING) and e.is_dir()]
+    except FileNotFoundError:
+        return []
+
+
+def remove_tree(path: Path) -> None:
+    """`rm -rf path`, also through directories a job made unreadable or unwritable (mode 000),
+    which stop a controller that is not root: their modes are restored and it tries again."""
+    try:
+        shutil.rmtree(path)
+        return
+    except FileNotFoundError:
+        return
+    except PermissionError:
+        pass
+    _writable_dir(str(path))
+    for top, dirs, _ in os.walk(path):
+        for name in dirs:
+            _writable_dir(os.path.join(top, name))
+    shutil.rmtree(path)
+
+
+def _writable_dir(path: str) -> None:
+    with contextlib.suppress(OSError):
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            os.chmod(path, 0o700)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 
 TRACKING_VAR = "RUNNER_TRACKING_ID"
@@ -30,14 +30,15 @@ class Snapshot:
     parents: dict[int, int] = field(default_factory=dict)
     tracking: dict[int, str] = field(default_factory=dict)
 
-    def belonging(self, tracking: str, root_pid: int | None) -> set[int]:
-        """Live pids carrying `tracking`, or descending from `root_pid`."""
+    def belonging(self, tracking: str, roots: Collection[int] = ()) -> set[int]:
+        """Live pids carrying `tracking`, or descending from one of `roots`."""
         found = {pid for pid, value in self.tracking.items() if value == tracking}
-        if root_pid is not None and root_pid in self.parents:
+        roots = [pid for pid in roots if pid in self.parents]
+        if roots:
             children: dict[int, list[int]] = {}
             for pid, parent in self.parents.items():
                 children.setdefault(parent, []).append(pid)
-            stack = [root_pid]
+            stack = list(roots)
             while stack:
                 pid = stack.pop()
                 if pid not in found:
