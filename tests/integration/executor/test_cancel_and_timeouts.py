@@ -199,14 +199,14 @@ async def test_a_step_handler_that_ignores_the_stop_is_cancelled_and_the_job_sti
         await asyncio.sleep(600)
         return True
 
-    monkeypatch.setitem(steps.HANDLERS, "uses", stubborn)
+    monkeypatch.setitem(steps.HANDLERS, steps.ARTIFACT_IMPORT, stubborn)
     workflow = """
 on: push
 jobs:
   stuck:
     runs-on: self-hosted
     steps:
-      - uses: some/action@v1
+      - uses: dynrunner://artifact-import
       - if: always()
         run: echo "always after the stuck step"
 """

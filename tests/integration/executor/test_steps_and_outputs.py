@@ -213,7 +213,7 @@ async def test_shells_and_working_directories(executor_harness: ExecutorHarness)
         row.startswith("shell: ") and row.endswith("bash --noprofile --norc -e -o pipefail {0}")
         for row in step_rows(task, 2)
     )
-    assert output_rows(task, 3) == ["sh __3.sh in 3"]  # .dynrunner/steps/3/scripts/__3.sh
+    assert output_rows(task, 3) == ["sh run.sh in 3"]  # .dynrunner/steps/3/scripts/run.sh: the 4th set of files
     assert output_rows(task, 4) == ["python True True"]
     assert output_rows(task, 5) == ["+ echo traced", "traced"]
     assert output_rows(task, 6)[:2] == ["default shell keeps going", "##[error]Process completed with exit code 1."]

@@ -9,6 +9,7 @@ import pytest
 from dynrunner.executor import scopes
 from dynrunner.executor.contexts import JobContexts, StepRecord
 from dynrunner.executor.expressions import is_truthy
+from dynrunner.executor.scope import Scope
 from dynrunner.executor.scopes import Evaluator, ExpressionError
 
 
@@ -26,7 +27,7 @@ def ev(tmp_path: Path) -> Evaluator:
         env={"MODE": "fast"},
     )
     contexts.steps["a"] = StepRecord("failure", "success", {"x": "1"})
-    return Evaluator(contexts, tmp_path)
+    return Evaluator(Scope.of_job(contexts, tmp_path))
 
 
 def test_text_and_strings(ev: Evaluator) -> None:
@@ -40,11 +41,11 @@ def test_text_and_strings(ev: Evaluator) -> None:
 def test_condition_uses_the_job_status(ev: Evaluator) -> None:
     assert ev.condition(scopes.STEP_IF, "") is True
     assert ev.condition(scopes.STEP_IF, "steps.a.outcome == 'failure'") is True
-    ev.contexts.status = "failure"
+    ev.scope.job.status = "failure"
     assert ev.condition(scopes.STEP_IF, "") is False
     assert ev.condition(scopes.STEP_IF, "failure()") is True
     assert ev.condition(scopes.STEP_IF, "${{ always() }}") is True
-    ev.contexts.status = "cancelled"
+    ev.scope.job.status = "cancelled"
     assert ev.condition(scopes.STEP_IF, "cancelled()") is True
     assert ev.condition(scopes.STEP_IF, "failure()") is False
 

@@ -3,8 +3,9 @@
 Order of a job: refuse what this runner cannot run (a bad job key, `container:`,
 `services:`, a reusable-workflow call); evaluate the job's `if:` against `needs` (Gitea
 hands over a job whose needs failed when it has an `if:`); lay out the workspace; evaluate
-the workflow and job `env:`; run the steps (`stepper.StepExecutor`); evaluate the job's
-`outputs:` and queue them with the artifact refs; return the result for the reporter.
+the workflow and job `env:`; run the steps (`engine.StepEngine`), then the post steps
+their actions left; evaluate the job's `outputs:` and queue them with the artifact refs;
+return the result for the reporter.
 
 Job status while steps run (what `success()`, `failure()`, `cancelled()` see): `failure`
 after a step whose conclusion is failure, `cancelled` once Gitea cancelled the task. The job
@@ -36,14 +37,17 @@ from dynrunner.executor.contexts import (
     strategy_context,
     write_event_file,
 )
+from dynrunner.executor.engine import StepEngine
 from dynrunner.executor.masking import Masker
 from dynrunner.executor.reporter import OutputLimitError, Reporter
 from dynrunner.executor.runtime import JobRuntime, RepositoryError
 from dynrunner.executor.runtime.artifacts.errors import ArtifactError
 from dynrunner.executor.runtime.outputs import OutputLimits
+from dynrunner.executor.scope import Scope
 from dynrunner.executor.scopes import Evaluator, ExpressionError
-from dynrunner.executor.stepper import Deadlines, StepExecutor
+from dynrunner.executor.stepenv import StepEnvironment
 from dynrunner.executor.steps.process import StopTimings
+from dynrunner.executor.supervise import Deadlines, JobSignals
 from dynrunner.executor.workflow import RunDefaults, Workflow
 from dynrunner.proto.assignment import JOB_KEY_RE, Assignment
 from dynrunner.proto.gitea import Need, Result
@@ -148,7 +152,8 @@ class JobRunner:
             runner=runner_context(where, runner_debug),
             status=_needs_status(a.task.needs),
         )
-        evaluator = Evaluator(contexts, ws.path)
+        scope = Scope.of_job(contexts, ws.path)
+        evaluator = Evaluator(scope)
         self._header(where, contexts, evaluator)
 
         if job.if_:
@@ -168,46 +173,45 @@ class JobRunner:
             timeout = evaluator.minutes(scopes.JOB_TIMEOUT, job.timeout_minutes) or DEFAULT_TIMEOUT_MINUTES
             # GitHub's runner evaluates the job's `defaults.run` once, as the job starts: a later
             # $GITHUB_ENV or a step's `env:` does not change them.
-            job_defaults = RunDefaults(
-                shell=evaluator.text(scopes.JOB_DEFAULTS_RUN, job.defaults.shell) or None,
-                working_directory=evaluator.text(scopes.JOB_DEFAULTS_RUN, job.defaults.working_directory) or None,
+            scope.defaults = RunDefaults(
+                shell=evaluator.text(scopes.JOB_DEFAULTS_RUN, job.defaults.shell) or self.workflow.defaults.shell,
+                working_directory=evaluator.text(scopes.JOB_DEFAULTS_RUN, job.defaults.working_directory)
+                or self.workflow.defaults.working_directory,
             )
         except ExpressionError as err:
             self.error(str(err))
             return JobResult(Result.FAILURE)
 
         loop = asyncio.get_running_loop()
-        deadlines = Deadlines(job=loop.time() + timeout * 60, job_minutes=timeout, hard=_when(a.deadline))
-        base_env = process_base_env()
-        base_env_runner = runner_env(
-            github,
-            where,
-            _runtime_token(a),
-            runner_debug,
-            str((a.task.context or {}).get("actions_id_token_request_token", "")),
-        )
-        executor = StepExecutor(
-            job=job,
-            workflow=self.workflow,
+        signals = JobSignals(
+            reporter=self.reporter,
             contexts=contexts,
-            evaluator=evaluator,
+            deadlines=Deadlines(job=loop.time() + timeout * 60, job_minutes=timeout, hard=_when(a.deadline)),
+            timings=self.settings.timings,
+            cleanup_s=self.settings.cleanup_s,
+            shutdown=self.shutdown,
+        )
+        id_request_token = str((a.task.context or {}).get("actions_id_token_request_token", ""))
+        environment = StepEnvironment(
+            process_base_env(),
+            runner_env(github, where, _runtime_token(a), runner_debug, id_request_token),
+            ws.bin_dir,
+        )
+        engine = StepEngine(
             reporter=self.reporter,
             masker=self.masker,
             runtime=runtime,
-            base_env=base_env,
-            runner_env=base_env_runner,
+            environment=environment,
+            signals=signals,
             step_debug=step_debug,
-            deadlines=deadlines,
-            settings_timings=self.settings.timings,
-            cleanup_s=self.settings.cleanup_s,
-            job_defaults=job_defaults,
-            shutdown=self.shutdown,
         )
+        engine.start()
         try:
-            await executor.run_all()
+            await engine.run_steps(job.steps, scope)
+            await engine.run_posts()
         finally:
-            await executor.aclose()
-        if executor.aborted:
+            await engine.aclose()
+        if signals.aborted:
             return JobResult(Result.CANCELLED if self.reporter.server_result == Result.CANCELLED else Result.FAILURE)
         outputs_ok = self._outputs(evaluator, contexts, runtime)
         if contexts.status == "cancelled":

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from dynrunner.executor.contexts import JobContexts
 from dynrunner.executor.expressions import (
     ALLOWED_CONTEXTS,
     EvalEnv,
@@ -43,13 +42,46 @@ STEP_WORKING_DIRECTORY = "jobs.<job_id>.steps.working-directory"
 STEP_TIMEOUT = "jobs.<job_id>.steps.timeout-minutes"
 STEP_CONTINUE = "jobs.<job_id>.steps.continue-on-error"
 
+
+@dataclass(frozen=True, slots=True)
+class StepKeys:
+    """The keys of a step's fields at one level: a workflow's steps, or an action's."""
+
+    if_: str
+    env: str
+    name: str
+    run: str
+    with_: str
+    working_directory: str
+    timeout: str
+    continue_on_error: str
+
+
+WORKFLOW_STEP = StepKeys(
+    if_=STEP_IF,
+    env=STEP_ENV,
+    name=STEP_NAME,
+    run=STEP_RUN,
+    with_=STEP_WITH,
+    working_directory=STEP_WORKING_DIRECTORY,
+    timeout=STEP_TIMEOUT,
+    continue_on_error=STEP_CONTINUE,
+)
+
+if TYPE_CHECKING:
+    from dynrunner.executor.scope import Scope
+
 __all__ = ["Evaluator", "ExpressionError"]
 
 
 class Evaluator:
-    def __init__(self, contexts: JobContexts, workspace: Path) -> None:
-        self.contexts = contexts
-        self.workspace = workspace
+    """Evaluates values of one scope (the job's, or a composite action's)."""
+
+    __slots__ = ("scope", "workspace")
+
+    def __init__(self, scope: Scope) -> None:
+        self.scope = scope
+        self.workspace = str(scope.workspace)
 
     def env(
         self,
@@ -60,10 +92,10 @@ class Evaluator:
         status: str | None = None,
     ) -> EvalEnv:
         return EvalEnv(
-            self.contexts.values(env=env, github=github),
+            self.scope.values(env=env, github=github),
             ALLOWED_CONTEXTS[where],
-            status or self.contexts.status,
-            str(self.workspace),
+            status or self.scope.status(),
+            self.workspace,
         )
 
     def text(self, where: str, value: Any, **scope: Any) -> str:

@@ -13,11 +13,11 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dynrunner.executor.runtime.ahead import StepFilesAhead
+from dynrunner.executor.runtime.ahead import StepFilesPool
 from dynrunner.executor.runtime.artifacts.errors import ArtifactError, StagingError
 from dynrunner.executor.runtime.artifacts.refs import (
     ARTIFACTS_OUTPUT_KEY,
@@ -146,10 +146,9 @@ class JobRuntime:
     def step_files(self, step_index: int, attempt: str = "") -> StepFiles:
         return self.workspace.step_files(step_index, attempt)
 
-    def step_files_ahead(self, scripts: Mapping[int, Sequence[str]]) -> StepFilesAhead:
-        """Files for these steps (index -> names of the scripts each will write), created in the
-        background before each step takes its own."""
-        return StepFilesAhead(self.workspace, scripts)
+    def step_files_pool(self) -> StepFilesPool:
+        """Fresh files for each step as it starts, made ahead in the background."""
+        return StepFilesPool(self.workspace)
 
     def read_outputs(self, files: StepFiles) -> dict[str, str]:
         """The step's GITHUB_OUTPUT within the limits; raises OutputLimitError or EnvFileError."""

@@ -4,7 +4,7 @@
       .dynrunner/                 runtime-owned (0700): job state, per-step files and scripts
         bin/dynrunner-executor    a launcher of this executor, last on the steps' PATH
         job.json                  what `dynrunner-executor artifact` needs to act for this job
-        steps/<index>[-<attempt>]/
+        steps/<n>[-<attempt>]/    one per step that starts, numbered in order
           scripts/  output env path state summary  artifacts/
       workspace/<owner>/<repo>/   GITHUB_WORKSPACE, shared by every step of the job
       temp/                       RUNNER_TEMP

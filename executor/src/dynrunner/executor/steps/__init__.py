@@ -36,4 +36,4 @@ def handler_for(step: Step) -> Handler:
     return HANDLERS[form_of(step)]
 
 
-__all__ = ["HANDLERS", "Handler", "StepRun", "form_of", "handler_for"]
+__all__ = ["ARTIFACT_IMPORT", "HANDLERS", "Handler", "StepRun", "form_of", "handler_for"]

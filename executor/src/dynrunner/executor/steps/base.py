@@ -3,14 +3,47 @@
 from __future__ import annotations
 
 import asyncio
+import enum
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dynrunner.executor.runtime import JobRuntime, StepFiles
 from dynrunner.executor.steps.process import StopTimings
 from dynrunner.executor.workflow import Step
+
+if TYPE_CHECKING:
+    from dynrunner.executor.engine import StepEngine
+    from dynrunner.executor.scope import Scope
+
+
+class Stop(enum.Enum):
+    CANCELLED = "cancelled"
+    STEP_TIMEOUT = "step timeout"
+    JOB_TIMEOUT = "job timeout"
+    DEADLINE = "deadline"
+    ABORTED = "aborted"
+
+    @property
+    def outcome(self) -> str:
+        """The outcome of a step this stopped: cancelled, or failed by a timeout or the deadline."""
+        return "cancelled" if self in (Stop.CANCELLED, Stop.ABORTED) else "failure"
+
+
+class StopSignal:
+    """A running step's stop request: the event its handler watches and why it was set."""
+
+    __slots__ = ("event", "reason")
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.reason: Stop | None = None
+
+    def set(self, reason: Stop) -> None:
+        if self.reason is None:
+            self.reason = reason
+        self.event.set()
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,22 +52,29 @@ class StepRun:
     name: str
     """The evaluated display name."""
     env: Mapping[str, str]
-    """The full process environment of the step."""
+    """The full process environment of the step ({} for a step that starts no process)."""
     env_context: Mapping[str, str]
     """The `env` context (workflow, job, GITHUB_ENV and step `env:`), for the header."""
     with_: Mapping[str, str]
     working_directory: Path
     shell: str | None
-    files: StepFiles
+    files: StepFiles | None
+    """The step's own environment files, scripts and artifacts directory (None for a step
+    that starts no process of its own, such as a composite action)."""
     runtime: JobRuntime
     interpolate: Callable[[str], str]
     """`${{ }}` in a string of this step, with the step's contexts; raises ExpressionError."""
     log: Callable[[str], None]
     output: Callable[[list[str]], None]
-    stop: asyncio.Event
+    stop: StopSignal
     timings: StopTimings
     backpressure: Callable[[], Awaitable[None]] | None = None
     """Awaited after each chunk of output: waits while the log backlog is too large."""
+    engine: StepEngine | None = None
+    scope: Scope | None = None
+    """Where the step runs; a composite action runs its own steps in a child of it."""
+    outputs: dict[str, str] = field(default_factory=dict)
+    """Outputs the handler sets itself (a composite action's, from its `action.yml`)."""
 
 
 Handler = Callable[[StepRun], Coroutine[Any, Any, bool]]

@@ -42,7 +42,7 @@ async def artifact_import(run: StepRun) -> bool:
         run.log(f"##[error]`uses: {ARTIFACT_IMPORT}` has unknown inputs: {', '.join(unknown)} (it takes from and path)")
         return False
     importing = asyncio.ensure_future(run.runtime.import_artifact(source, path, run.log))
-    stopping = asyncio.ensure_future(run.stop.wait())
+    stopping = asyncio.ensure_future(run.stop.event.wait())
     try:
         await asyncio.wait({importing, stopping}, return_when=asyncio.FIRST_COMPLETED)
     finally:

@@ -14,6 +14,8 @@ from dynrunner.executor.steps.base import StepRun
 from dynrunner.executor.steps.process import run_process
 from dynrunner.executor.steps.shell import ShellError, resolve_shell
 
+SCRIPT_NAME = "run"
+"""A step's script is `<its scripts directory>/run<extension>`."""
 CYAN = "\x1b[36;1m"
 RESET = "\x1b[0m"
 
@@ -47,9 +49,8 @@ def title_of(script: str) -> str:
 
 
 async def run_script(run: StepRun) -> bool:
-    step = run.step
     try:
-        script = run.interpolate(step.run or "")
+        script = run.interpolate(run.step.run or "")
     except ExpressionError as err:
         run.log(f"##[error]{err}")
         return False
@@ -59,7 +60,8 @@ async def run_script(run: StepRun) -> bool:
         run.log(f"##[error]{err}")
         return False
     run.log("\n".join(header(title_of(script) or run.name, script, shell.display, dict(run.env_context))) + "\n")
-    path = run.files.script_dir / f"{step.id}{shell.extension}"
+    assert run.files is not None
+    path = run.files.script_dir / f"{SCRIPT_NAME}{shell.extension}"
     _write_script(str(path), shell.script(script))
     if not run.working_directory.is_dir():
         run.log(
@@ -73,7 +75,7 @@ async def run_script(run: StepRun) -> bool:
             env=run.env,
             cwd=str(run.working_directory),
             on_lines=run.output,
-            stop=run.stop,
+            stop=run.stop.event,
             timings=run.timings,
             backpressure=run.backpressure,
         )

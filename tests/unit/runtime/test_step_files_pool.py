@@ -1,4 +1,5 @@
-"""Step files created ahead in a worker thread: a step still gets fresh, empty files of its own."""
+"""Step files made ahead in a worker thread: each step that starts, at any level, still gets
+fresh, empty files of its own."""
 
 from __future__ import annotations
 
@@ -24,68 +25,67 @@ def fresh(files: StepFiles) -> bool:
     return empty and os.listdir(files.artifacts_dir) == [] and files.script_dir.is_dir()
 
 
-async def until_created(rt: JobRuntime, index: int, last: str = "summary") -> None:
-    """Until the worker has made `last` (a script comes after the environment files)."""
+async def until_created(rt: JobRuntime, number: int, last: str = "scripts/run.sh") -> None:
+    """Until the worker has made `last` of set `number` (the script comes last)."""
     async with asyncio.timeout(5):
-        while not (rt.workspace.runtime_dir / "steps" / str(index) / last).exists():  # noqa: ASYNC110
+        while not (rt.workspace.runtime_dir / "steps" / str(number) / last).exists():  # noqa: ASYNC110
             await asyncio.sleep(0.005)
 
 
-async def test_each_step_takes_its_own_fresh_set(tmp_path: Path) -> None:
+async def test_each_step_takes_the_next_fresh_set(tmp_path: Path) -> None:
     rt = runtime(tmp_path)
-    ahead = rt.step_files_ahead({0: ["a.sh"], 1: [], 2: ["c.py"]})
-    ahead.start()
-    await until_created(rt, 2, "scripts/c.py")
-    taken = [await ahead.take(i) for i in (0, 1, 2)]
-    await ahead.aclose()
-    assert [f.key for f in taken] == ["0", "1", "2"]
+    pool = rt.step_files_pool()
+    pool.start()
+    await until_created(rt, 1)
+    taken = [await pool.take() for _ in range(5)]
+    await pool.aclose()
+    assert [f.key for f in taken] == ["0", "1", "2", "3", "4"]
     assert all(fresh(f) for f in taken)
-    assert [sorted(os.listdir(f.script_dir)) for f in taken] == [["a.sh"], [], ["c.py"]]
-    assert (taken[0].script_dir / "a.sh").read_bytes() == b""
+    assert (taken[0].script_dir / "run.sh").read_bytes() == b""
 
 
 @pytest.mark.parametrize("touch", ["output", "env", "artifacts", "script"])
 async def test_a_set_touched_before_its_step_starts_is_made_again(tmp_path: Path, touch: str) -> None:
     rt = runtime(tmp_path)
-    ahead = rt.step_files_ahead({0: [], 1: ["run.sh"]})
-    ahead.start()
-    await ahead.take(0)
-    await until_created(rt, 1, "scripts/run.sh")
+    pool = rt.step_files_pool()
+    pool.start()
+    await pool.take()
+    await until_created(rt, 1)
     steps = rt.workspace.runtime_dir / "steps" / "1"
     elsewhere = tmp_path / "elsewhere"
     if touch == "output":
-        (steps / "output").write_text("x=planted\n")  # an earlier step wrote where step 1's files are
+        (steps / "output").write_text("x=planted\n")  # an earlier step wrote where the next files are
     elif touch == "artifacts":
         (steps / "artifacts" / "leftover").write_text("old")
     else:
         link = steps / "env" if touch == "env" else steps / "scripts" / "run.sh"
         link.unlink()
         link.symlink_to(elsewhere)
-    files = await ahead.take(1)
-    await ahead.aclose()
+    files = await pool.take()
+    await pool.aclose()
+    assert files.key == "1"
     assert fresh(files) and not elsewhere.exists()
     assert os.listdir(files.script_dir) == []  # made on the spot: the step writes its script itself
 
 
-async def test_steps_not_prepared_or_taken_twice_are_created_on_the_spot(tmp_path: Path) -> None:
+async def test_without_the_worker_files_are_created_on_the_spot(tmp_path: Path) -> None:
     rt = runtime(tmp_path)
-    ahead = rt.step_files_ahead({0: []})
-    ahead.start()
-    first = await ahead.take(0)
-    first.output.write_text("x=1\n")
-    again = await ahead.take(0)
-    other = await ahead.take(5)
-    await ahead.aclose()
-    assert fresh(again) and fresh(other) and other.key == "5"
+    pool = rt.step_files_pool()  # never started
+    first = await pool.take()
+    second = await pool.take()
+    await pool.aclose()
+    assert [first.key, second.key] == ["0", "1"] and fresh(first) and fresh(second)
 
 
 async def test_closing_stops_the_worker_and_leaves_no_task(tmp_path: Path) -> None:
     rt = runtime(tmp_path)
-    ahead = rt.step_files_ahead({i: [] for i in range(200)})
-    ahead.start()
-    await ahead.aclose()
+    pool = rt.step_files_pool()
+    pool.start()
+    for _ in range(20):
+        await pool.take()
+    await pool.aclose()
     created = os.listdir(rt.workspace.runtime_dir / "steps")
-    assert len(created) < 200  # the rest was given up
+    assert 20 <= len(created) <= 22  # at most the sets kept ready are left untaken
     assert {t for t in asyncio.all_tasks() if t is not asyncio.current_task()} == set()
 
 
@@ -94,8 +94,8 @@ async def test_an_error_surfaces_when_the_step_takes_its_files(tmp_path: Path) -
     steps = rt.workspace.runtime_dir / "steps"
     shutil.rmtree(steps)
     steps.write_text("not a directory")
-    ahead = rt.step_files_ahead({0: []})
-    ahead.start()
+    pool = rt.step_files_pool()
+    pool.start()
     with pytest.raises(NotADirectoryError):
-        await ahead.take(0)
-    await ahead.aclose()
+        await pool.take()
+    await pool.aclose()
