@@ -7,4 +7,5 @@ pytest_plugins = [
     "tests.fixtures.s3",
     "tests.fixtures.faults",
     "tests.fixtures.git",
+    "tests.fixtures.kubernetes",
 ]

@@ -1,0 +1,155 @@
+"""Watches through the official client's `watch.Watch`: replay from a resourceVersion, 410
+after compaction, bookmarks, timeouts, selector transitions, dropped connections."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+import urllib3
+from kubernetes import client, watch
+from kubernetes.client import ApiException
+
+
+def pod(name: str, **labels: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": labels}, "spec": {"containers": [{"name": "c", "image": "i:1"}]}}
+
+
+def later(fn: Any, delay: float = 0.2) -> threading.Thread:
+    def run() -> None:
+        time.sleep(delay)
+        fn()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def test_watch_without_resource_version_lists_then_follows(kube_client):
+    v1 = client.CoreV1Api(kube_client)
+    v1.create_namespaced_pod("default", pod("a"))
+    writer = later(lambda: v1.delete_namespaced_pod("a", "default"))
+    events = []
+    for event in watch.Watch().stream(v1.list_namespaced_pod, "default", timeout_seconds=2):
+        events.append((event["type"], event["object"].metadata.name))
+        if event["type"] == "DELETED":
+            break
+    writer.join()
+    assert events == [("ADDED", "a"), ("DELETED", "a")]
+
+
+def test_watch_replays_from_a_resource_version_in_order(kube_client):
+    v1 = client.CoreV1Api(kube_client)
+    start = v1.list_namespaced_pod("default").metadata.resource_version
+    v1.create_namespaced_pod("default", pod("a"))
+    v1.patch_namespaced_pod("a", "default", {"metadata": {"labels": {"x": "1"}}})
+    v1.create_namespaced_pod("default", pod("b"))
+    seen = [
+        (e["type"], e["object"].metadata.name, int(e["object"].metadata.resource_version))
+        for e in watch.Watch().stream(v1.list_namespaced_pod, "default", resource_version=start, timeout_seconds=1)
+    ]
+    assert [(t, n) for t, n, _ in seen] == [("ADDED", "a"), ("MODIFIED", "a"), ("ADDED", "b")]
+    assert [rv for _, _, rv in seen] == sorted(rv for _, _, rv in seen)
+
+
+def test_a_compacted_resource_version_is_410_expired(kube_api, kube_client):
+    v1 = client.CoreV1Api(kube_client)
+    start = v1.list_namespaced_pod("default").metadata.resource_version
+    v1.create_namespaced_pod("default", pod("a"))
+    kube_api.compact()
+    with pytest.raises(ApiException) as exc:
+        list(watch.Watch().stream(v1.list_namespaced_pod, "default", resource_version=start, timeout_seconds=1))
+    assert exc.value.status == 410 and exc.value.reason.startswith("Expired: too old resource version")
+    # The informer's answer: relist, and watch from the list's resourceVersion.
+    relisted = v1.list_namespaced_pod("default")
+    assert [p.metadata.name for p in relisted.items] == ["a"]
+    assert (
+        list(
+            watch.Watch().stream(
+                v1.list_namespaced_pod,
+                "default",
+                resource_version=relisted.metadata.resource_version,
+                timeout_seconds=1,
+            )
+        )
+        == []
+    )
+
+
+def test_an_open_watch_can_be_expired(kube_api, kube_client):
+    v1 = client.CoreV1Api(kube_client)
+    rv = v1.list_namespaced_pod("default").metadata.resource_version
+    later(kube_api.expire_watches, 0.3)
+    raw = v1.list_namespaced_pod("default", watch=True, resource_version=rv, timeout_seconds=3, _preload_content=False)
+    lines = [line for line in raw.stream() if line.strip()]
+    assert b'"type":"ERROR"' in lines[0] and b'"code":410' in lines[0] and b'"reason":"Expired"' in lines[0]
+
+
+def test_bookmarks_carry_the_current_resource_version(kube_api, kube_client):
+    v1 = client.CoreV1Api(kube_client)
+    v1.create_namespaced_pod("default", pod("other"))
+    w = watch.Watch()
+    rv = v1.list_namespaced_pod("default").metadata.resource_version
+    later(lambda: v1.create_namespaced_secret("default", {"metadata": {"name": "s"}}), 0.1)
+    types = [
+        e["type"]
+        for e in w.stream(
+            v1.list_namespaced_pod, "default", resource_version=rv, allow_watch_bookmarks=True, timeout_seconds=1
+        )
+    ]
+    assert "BOOKMARK" in types and set(types) == {"BOOKMARK"}
+    assert int(w.resource_version) > int(rv), "a bookmark moves the client's resourceVersion past unrelated writes"
+
+
+def test_timeout_seconds_ends_the_stream(kube_client):
+    v1 = client.CoreV1Api(kube_client)
+    started = time.monotonic()
+    assert list(watch.Watch().stream(v1.list_namespaced_pod, "default", timeout_seconds=1)) == []
+    assert 0.9 <= time.monotonic() - started < 3
+
+
+def test_selectors_filter_watches_and_turn_modified_into_added_or_deleted(kube_client):
+    v1 = client.CoreV1Api(kube_client)
+    rv = v1.list_namespaced_pod("default").metadata.resource_version
+    v1.create_namespaced_pod("default", pod("a", app="x"))
+    v1.create_namespaced_pod("default", pod("b", app="y"))
+    v1.patch_namespaced_pod("b", "default", {"metadata": {"labels": {"app": "x"}}})
+    v1.patch_namespaced_pod("a", "default", {"metadata": {"labels": {"app": "z"}}})
+    events = [
+        (e["type"], e["object"].metadata.name)
+        for e in watch.Watch().stream(
+            v1.list_namespaced_pod, "default", label_selector="app=x", resource_version=rv, timeout_seconds=1
+        )
+    ]
+    assert events == [("ADDED", "a"), ("ADDED", "b"), ("DELETED", "a")]
+    by_field = [
+        e["object"].metadata.name
+        for e in watch.Watch().stream(
+            v1.list_namespaced_pod, "default", field_selector="metadata.name=b", resource_version=rv, timeout_seconds=1
+        )
+    ]
+    assert set(by_field) == {"b"}
+
+
+def test_a_dropped_watch_breaks_the_clients_stream(kube_api, kube_client):
+    v1 = client.CoreV1Api(kube_client)
+    later(kube_api.drop_watches, 0.3)
+    with pytest.raises(urllib3.exceptions.HTTPError):
+        list(watch.Watch().stream(v1.list_namespaced_pod, "default", timeout_seconds=5))
+
+
+def test_watch_of_custom_objects(kube_client):
+    custom = client.CustomObjectsApi(kube_client)
+    args = ("spire.spiffe.io", "v1alpha1", "clusterstaticentries")
+    rv = custom.list_cluster_custom_object(*args)["metadata"]["resourceVersion"]
+    body = {"apiVersion": "spire.spiffe.io/v1alpha1", "kind": "ClusterStaticEntry", "metadata": {"name": "e"}}
+    body["spec"] = {"spiffeID": "spiffe://td/a", "parentID": "spiffe://td/b", "selectors": ["k8s:ns:a"]}
+    custom.create_cluster_custom_object(*args, body)
+    custom.delete_cluster_custom_object(*args, "e")
+    events = [
+        (e["type"], e["object"]["metadata"]["name"])
+        for e in watch.Watch().stream(custom.list_cluster_custom_object, *args, resource_version=rv, timeout_seconds=1)
+    ]
+    assert events == [("ADDED", "e"), ("DELETED", "e")]
