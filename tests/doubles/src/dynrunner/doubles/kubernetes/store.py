@@ -378,6 +378,25 @@ class Store:
             return 0
         return max(grace, 0)
 
+    def bind(self, namespace: str, name: str, node: str, condition: Obj) -> Obj:
+        """The pods/binding subresource: set spec.nodeName once, with the PodScheduled condition."""
+        key = (namespace, name)
+        old = self._bucket(resources.PODS).get(key)
+        if old is None:
+            raise status.not_found(resources.PODS, name)
+        if old["spec"].get("nodeName"):
+            raise status.conflict(
+                resources.PODS, name, f"pod {name} is already assigned to node {old['spec']['nodeName']!r}"
+            )
+        new = copy.deepcopy(old)
+        new["spec"]["nodeName"] = node
+        conditions = [c for c in new["status"].get("conditions") or [] if c.get("type") != "PodScheduled"]
+        new["status"]["conditions"] = [condition, *conditions]
+        new["metadata"]["resourceVersion"] = self._next_rv()
+        self._bucket(resources.PODS)[key] = new
+        self._emit(resources.PODS, "MODIFIED", new, self._present(resources.PODS, old))
+        return self._present(resources.PODS, new)
+
     # --- watch ----------------------------------------------------------------------
     def watch(self, res: Resource, namespace: str | None, match: Match, resource_version: str | None) -> Watcher:
         """Open a watcher: no (or "0") resourceVersion replays the current state as ADDED;

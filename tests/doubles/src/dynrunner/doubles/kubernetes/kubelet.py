@@ -1,0 +1,515 @@
+"""A kubelet double: registers its Node, and for each Pod bound to it mounts the volumes,
+"pulls" the images (as configured in `Image`s), and really runs each container as a local
+process in a session of its own, reporting phases, container states, conditions and
+events as pkg/kubelet does (restartPolicy Never; init containers are not modelled).
+
+Termination follows the kubelet's killPod: a Pod deleted by someone else (deletionTimestamp
+set) gets a `Killing` event, SIGTERM, its grace period, SIGKILL, a final status, then the
+kubelet's own delete with grace 0; activeDeadlineSeconds → phase Failed, reason
+DeadlineExceeded; `evict()` → Failed/Evicted; `oom_kill()` → OOMKilled (exit 137).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import os
+import signal
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dynrunner.doubles.kubernetes import containers, podstatus, resources, status
+from dynrunner.doubles.kubernetes.events import Recorder
+from dynrunner.doubles.kubernetes.images import Image, image_id, pull_error_message
+from dynrunner.doubles.kubernetes.store import Obj, Store, now
+
+
+@dataclass(frozen=True)
+class ContainerRef:
+    """What SPIRE's k8s workload attestor learns about a process."""
+
+    node: str
+    namespace: str
+    pod_name: str
+    pod_uid: str
+    container: str
+    service_account: str
+
+
+@dataclass
+class KubeletOptions:
+    root: Path
+    images: dict[str, Image] = field(default_factory=dict)
+    pull_backoff: float = 10.0  # the kubelet's image back-off starts at 10 s and doubles to 300 s
+    retry: float = 1.0  # how soon a failed mount or container config is tried again
+    # CSI drivers → host directory the volume shows (csi.spiffe.io → the node's Workload API socket dir).
+    csi: dict[str, Path] = field(default_factory=dict)
+
+
+class _Terminate(Exception):
+    pass
+
+
+class PodWorker:
+    def __init__(self, kubelet: Kubelet, pod: Obj) -> None:
+        self.kubelet = kubelet
+        self.namespace = pod["metadata"]["namespace"]
+        self.name = pod["metadata"]["name"]
+        self.uid = pod["metadata"]["uid"]
+        self.root = kubelet.options.root / "pods" / self.uid
+        self.stop = asyncio.Event()
+        self.kill: tuple[str, str, int, str] | None = None  # (pod reason, message, grace, container reason)
+        self.procs: dict[str, asyncio.subprocess.Process] = {}
+        self.started_at: dict[str, str] = {}
+        self.container_ids: dict[str, str] = {}
+
+    # --- store access -------------------------------------------------------------------
+    def pod(self) -> Obj | None:
+        return self.kubelet.store.peek(resources.PODS, self.namespace, self.name)
+
+    def write(self, mutate: Callable[[dict[str, Any]], None]) -> None:
+        if self.kubelet.lost:
+            return
+        current = self.pod()
+        if current is None or current["metadata"]["uid"] != self.uid:
+            raise _Terminate
+        new = copy.deepcopy(current)
+        mutate(new["status"])
+        with contextlib.suppress(status.ApiError):
+            self.kubelet.store.update(resources.PODS, self.namespace, self.name, new, "status")
+
+    def event(self, type_: str, reason: str, message: str, container: str = "") -> None:
+        pod = self.pod()
+        if pod is None or self.kubelet.lost:
+            return
+        presented = {**pod, "apiVersion": "v1", "kind": "Pod"}
+        self.kubelet.recorder.event(
+            presented, type_, reason, message, f"spec.containers{{{container}}}" if container else ""
+        )
+
+    def set_container(self, name: str, entry: dict[str, Any]) -> None:
+        def mutate(st: dict[str, Any]) -> None:
+            st["containerStatuses"] = [entry if c["name"] == name else c for c in st.get("containerStatuses") or []]
+
+        self.write(mutate)
+
+    async def pause(self, seconds: float) -> None:
+        """Sleep, unless the Pod is to be terminated meanwhile."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.stop.wait(), seconds)
+        if self.stop.is_set():
+            raise _Terminate
+
+    # --- lifecycle ----------------------------------------------------------------------
+    async def run(self) -> None:
+        pod = self.pod()
+        if pod is None:
+            return
+        specs = pod["spec"]["containers"]
+        names = [c["name"] for c in specs]
+        deadline = pod["spec"].get("activeDeadlineSeconds")
+        node_ip = "127.0.0.1"
+
+        def initial(st: dict[str, Any]) -> None:
+            st.update(hostIP=node_ip, hostIPs=[{"ip": node_ip}], podIP=self.kubelet.pod_ip(), startTime=now())
+            st["podIPs"] = [{"ip": st["podIP"]}]
+            podstatus.pending_conditions(st, names)
+            st["containerStatuses"] = [
+                podstatus.container_status(c["name"], c["image"], podstatus.waiting("ContainerCreating")) for c in specs
+            ]
+
+        try:
+            self.write(initial)
+            timer = asyncio.get_running_loop().call_later(deadline, self._deadline) if deadline else None
+            try:
+                await self._mount(pod)
+                for spec in specs:
+                    await self._pull(spec)
+                envs = {spec["name"]: await self._configure(pod, spec) for spec in specs}
+                for spec in specs:
+                    await self._start(pod, spec, envs[spec["name"]])
+                self.write(podstatus.running_conditions)
+                self.write(lambda st: st.update(phase="Running"))
+                await self._wait_processes()
+            except _Terminate:
+                await self._terminate()
+            finally:
+                if timer is not None:
+                    timer.cancel()
+            self._finish(specs)
+        except _Terminate:
+            pass
+        finally:
+            for proc in self.procs.values():
+                self.kubelet.registry.pop(proc.pid, None)
+            if not self.kubelet.lost:
+                self._remove_if_deleted()
+
+    def _deadline(self) -> None:
+        message = "Pod was active on the node longer than the specified deadline"
+        pod = self.pod()
+        grace = int((pod or {}).get("spec", {}).get("terminationGracePeriodSeconds", 30))
+        self.terminate("DeadlineExceeded", message, grace)
+        self.event("Warning", "DeadlineExceeded", message)
+
+    def terminate(self, reason: str, message: str, grace: int, container_reason: str = "Error") -> None:
+        if self.kill is None:
+            self.kill = (reason, message, grace, container_reason)
+        self.stop.set()
+
+    async def _mount(self, pod: Obj) -> None:
+        while True:
+            try:
+                self.paths = self.kubelet.materialize(pod, self.root)
+                return
+            except containers.MountError as err:
+                self.event("Warning", "FailedMount", str(err))
+                await self.pause(self.kubelet.options.retry)
+
+    async def _pull(self, spec: dict[str, Any]) -> None:
+        reference = spec["image"]
+        name = spec["name"]
+        image = self.kubelet.options.images.get(reference)
+        present = reference in self.kubelet.pulled and spec.get("imagePullPolicy") != "Always"
+        if present and image is not None:
+            self.event("Normal", "Pulled", f'Container image "{reference}" already present on machine', name)
+            return
+        backoff = self.kubelet.options.pull_backoff
+        while True:
+            self.event("Normal", "Pulling", f'Pulling image "{reference}"', name)
+            started = time.monotonic()
+            if image is not None:
+                await self.pause(image.pull_seconds)
+            error = "not-found" if image is None else image.pull_error
+            if error is None:
+                took = time.monotonic() - started
+                size = image.size if image else 0
+                self.event(
+                    "Normal",
+                    "Pulled",
+                    f'Successfully pulled image "{reference}" in {took:.3f}s ({took:.3f}s including waiting). '
+                    f"Image size: {size} bytes.",
+                    name,
+                )
+                self.kubelet.pulled.add(reference)
+                return
+            message = pull_error_message(reference, error)
+            self.event("Warning", "Failed", f'Failed to pull image "{reference}": {message}', name)
+            self.event("Warning", "Failed", "Error: ErrImagePull", name)
+            self.set_container(
+                name, podstatus.container_status(name, reference, podstatus.waiting("ErrImagePull", message))
+            )
+            await self.pause(min(1.0, backoff))
+            back = f'Back-off pulling image "{reference}"'
+            self.event("Normal", "BackOff", back, name)
+            self.event("Warning", "Failed", "Error: ImagePullBackOff", name)
+            self.set_container(
+                name,
+                podstatus.container_status(
+                    name, reference, podstatus.waiting("ImagePullBackOff", f"{back}: ErrImagePull: {message}")
+                ),
+            )
+            await self.pause(backoff)
+            backoff = min(backoff * 2, 300.0)
+
+    async def _configure(self, pod: Obj, spec: dict[str, Any]) -> dict[str, str]:
+        image = self.kubelet.options.images[spec["image"]]
+        while True:
+            try:
+                return containers.environment(
+                    self.pod() or pod, spec, image, self.kubelet.secret_lookup(self.namespace)
+                )
+            except containers.ConfigError as err:
+                self.event("Warning", "Failed", f"Error: {err}", spec["name"])
+                waiting = podstatus.waiting("CreateContainerConfigError", str(err))
+                self.set_container(spec["name"], podstatus.container_status(spec["name"], spec["image"], waiting))
+                await self.pause(self.kubelet.options.retry)
+
+    async def _start(self, pod: Obj, spec: dict[str, Any], env: dict[str, str]) -> None:
+        image = self.kubelet.options.images[spec["image"]]
+        name = spec["name"]
+        paths = self.paths
+        workdir_path = spec.get("workingDir") or image.working_dir or "/"
+        host_workdir = paths.host(workdir_path)
+        if host_workdir is None:
+            host_workdir = self.root / "rootfs" / workdir_path.lstrip("/")
+            paths.add(workdir_path, host_workdir)
+        host_workdir.mkdir(parents=True, exist_ok=True)
+        command = [paths.rewrite(part) for part in containers.argv(spec, image, env)]
+        environment = {key: paths.rewrite(value) for key, value in env.items()}
+        logs = self.root / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        container_id = f"containerd://{uuid.uuid4().hex}{uuid.uuid4().hex}"
+        self.event("Normal", "Created", f"Created container: {name}", name)
+        with (logs / f"{name}.log").open("ab") as log:
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    *command,
+                    cwd=host_workdir,
+                    env=environment,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                message = (
+                    "failed to create containerd task: failed to create shim task: OCI runtime create failed: "
+                    "runc create failed: unable to start container process: "
+                    f'exec: "{command[0] if command else ""}": {exc.strerror}'
+                )
+                self.event("Warning", "Failed", f"Error: {message}", name)
+                started = now()
+                self.set_container(
+                    name,
+                    podstatus.container_status(
+                        name, spec["image"], podstatus.terminated(128, "StartError", started, container_id, message)
+                    ),
+                )
+                return
+        pod_now = self.pod() or pod
+        self.kubelet.registry[proc.pid] = ContainerRef(
+            self.kubelet.node,
+            self.namespace,
+            self.name,
+            self.uid,
+            name,
+            pod_now["spec"].get("serviceAccountName", "default"),
+        )
+        self.procs[name] = proc
+        self.container_ids[name] = container_id
+        self.started_at[name] = now()
+        self.event("Normal", "Started", f"Started container {name}", name)
+        state = {"running": {"startedAt": self.started_at[name]}}
+        self.set_container(
+            name,
+            podstatus.container_status(
+                name, spec["image"], state, image_id=image_id(spec["image"]), container_id=container_id
+            ),
+        )
+
+    async def _wait_processes(self) -> None:
+        waits = {name: asyncio.ensure_future(proc.wait()) for name, proc in self.procs.items()}
+        stop = asyncio.ensure_future(self.stop.wait())
+        pending = set(waits.values())
+        try:
+            while pending:
+                done, _ = await asyncio.wait([*pending, stop], return_when=asyncio.FIRST_COMPLETED)
+                if stop in done:
+                    raise _Terminate
+                for name, task in waits.items():
+                    if task in done and task in pending:
+                        pending.discard(task)
+                        self._record_exit(name, task.result(), None)
+        finally:
+            stop.cancel()
+
+    def _record_exit(self, name: str, returncode: int, reason: str | None, message: str = "") -> None:
+        code = 128 - returncode if returncode < 0 else returncode
+        pod = self.pod()
+        if pod is None:
+            return
+        spec = next(c for c in pod["spec"]["containers"] if c["name"] == name)
+        state = podstatus.terminated(
+            code, reason or podstatus.exit_reason(code), self.started_at[name], self.container_ids[name], message
+        )
+        self.set_container(
+            name,
+            podstatus.container_status(
+                name, spec["image"], state, image_id=image_id(spec["image"]), container_id=self.container_ids[name]
+            ),
+        )
+
+    async def _terminate(self) -> None:
+        pod = self.pod()
+        if self.kill is None and pod is not None and pod["metadata"].get("deletionTimestamp"):
+            grace = int(pod["metadata"].get("deletionGracePeriodSeconds") or 0)
+            self.kill = ("", "", grace, "Error")
+        reason, message, grace, container_reason = self.kill or ("", "", 0, "Error")
+        alive = {n: p for n, p in self.procs.items() if p.returncode is None}
+        for name, proc in alive.items():
+            self.event("Normal", "Killing", f"Stopping container {name}", name)
+            _signal(proc, signal.SIGKILL if grace == 0 else signal.SIGTERM)
+        if alive:
+            waits = [asyncio.ensure_future(p.wait()) for p in alive.values()]
+            _, late = await asyncio.wait(waits, timeout=max(grace, 0) or None if grace else 5)
+            for proc in alive.values():
+                if proc.returncode is None:
+                    _signal(proc, signal.SIGKILL)
+            await asyncio.gather(*waits, return_exceptions=True)
+            del late
+        for name, proc in alive.items():
+            with contextlib.suppress(_Terminate):
+                self._record_exit(
+                    name,
+                    proc.returncode if proc.returncode is not None else -9,
+                    container_reason if container_reason != "Error" else None,
+                )
+        if reason:
+            self.write(lambda st: st.update(phase="Failed", reason=reason, message=message))
+
+    def _finish(self, specs: list[dict[str, Any]]) -> None:
+        pod = self.pod()
+        if pod is None:
+            return
+        statuses = pod["status"].get("containerStatuses") or []
+        if self.kill and self.kill[0]:
+            phase = "Failed"
+        elif not self.procs and not any("terminated" in s["state"] for s in statuses):
+            return  # never started (deleted while pending): nothing to report
+        else:
+            for s in statuses:
+                if "terminated" not in s["state"]:
+                    s_state = podstatus.terminated(
+                        137,
+                        "ContainerStatusUnknown",
+                        now(),
+                        s.get("containerID", ""),
+                        "The container could not be located when the pod was terminated",
+                    )
+                    self.set_container(s["name"], {**s, "state": s_state, "ready": False, "started": False})
+            refreshed = self.pod()
+            phase = podstatus.phase_after((refreshed or pod)["status"].get("containerStatuses") or [])
+
+        def finished(st: dict[str, Any]) -> None:
+            st["phase"] = phase
+            podstatus.finished_conditions(st, phase)
+
+        self.write(finished)
+        del specs
+
+    def _remove_if_deleted(self) -> None:
+        pod = self.pod()
+        if pod is not None and pod["metadata"]["uid"] == self.uid and pod["metadata"].get("deletionTimestamp"):
+            with contextlib.suppress(status.ApiError):
+                self.kubelet.store.delete(
+                    resources.PODS,
+                    self.namespace,
+                    self.name,
+                    {"gracePeriodSeconds": 0, "preconditions": {"uid": self.uid}},
+                )
+
+
+def _signal(proc: asyncio.subprocess.Process, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)
+
+
+class Kubelet:
+    def __init__(
+        self, store: Store, node: str, options: KubeletOptions, registry: dict[int, ContainerRef], node_object: Obj
+    ) -> None:
+        self.store = store
+        self.node = node
+        self.options = options
+        self.registry = registry
+        self.recorder = Recorder(store, "kubelet", node)
+        self.workers: dict[str, tuple[PodWorker, asyncio.Task[None]]] = {}
+        self.pulled: set[str] = set()
+        self.lost = False
+        self._ips = 1
+        self.node_object = node_object
+
+    def pod_ip(self) -> str:
+        self._ips += 1
+        return f"10.244.{abs(hash(self.node)) % 250}.{self._ips % 250}"
+
+    def secret_lookup(self, namespace: str) -> Callable[[str], dict[str, Any] | None]:
+        return lambda name: self.store.peek(resources.SECRETS, namespace, name)
+
+    def materialize(self, pod: Obj, root: Path) -> containers.PathMap:
+        """Set up every volume under the Pod's host directory; map each mountPath to it."""
+        volumes: dict[str, Path] = {}
+        for volume in pod["spec"].get("volumes") or []:
+            name = volume["name"]
+            target = root / "volumes" / name
+            if "secret" in volume:
+                source = volume["secret"]
+                secret = self.store.peek(resources.SECRETS, pod["metadata"]["namespace"], source["secretName"])
+                if secret is None:
+                    if source.get("optional"):
+                        target.mkdir(parents=True, exist_ok=True)
+                        volumes[name] = target
+                        continue
+                    raise containers.MountError(
+                        f'MountVolume.SetUp failed for volume "{name}" : secret "{source["secretName"]}" not found'
+                    )
+                try:
+                    containers.write_secret_volume(target, secret, source)
+                except containers.MountError as err:
+                    raise containers.MountError(f'MountVolume.SetUp failed for volume "{name}" : {err}') from err
+            elif "csi" in volume:
+                driver = volume["csi"].get("driver", "")
+                if driver not in self.options.csi:
+                    raise containers.MountError(
+                        f'MountVolume.SetUp failed for volume "{name}" : kubernetes.io/csi: '
+                        "mounter.SetUpAt failed to get CSI client: "
+                        f"driver name {driver} not found in the list of registered CSI drivers"
+                    )
+                volumes[name] = self.options.csi[driver]
+                continue
+            elif "hostPath" in volume:
+                volumes[name] = Path(volume["hostPath"]["path"])
+                continue
+            else:
+                target.mkdir(parents=True, exist_ok=True)
+            volumes[name] = target
+        paths = containers.PathMap()
+        for spec in pod["spec"].get("containers") or []:
+            for mount in spec.get("volumeMounts") or []:
+                host = volumes[mount["name"]]
+                if mount.get("subPath"):
+                    host = host / mount["subPath"]
+                paths.add(mount["mountPath"], host)
+        return paths
+
+    def on_pod(self, pod: Obj) -> None:
+        uid = pod["metadata"]["uid"]
+        entry = self.workers.get(uid)
+        if entry is None:
+            if pod["status"].get("phase") in ("Succeeded", "Failed"):
+                return
+            worker = PodWorker(self, pod)
+            task = asyncio.ensure_future(worker.run())
+            task.add_done_callback(lambda _t: self.workers.pop(uid, None))
+            self.workers[uid] = (worker, task)
+            return
+        if pod["metadata"].get("deletionTimestamp"):
+            entry[0].stop.set()
+
+    def lose(self, kill: bool = True) -> None:
+        """The node disappears: no more status, events or deletes; processes die with it if `kill`."""
+        self.lost = True
+        for worker, task in list(self.workers.values()):
+            if kill:
+                for proc in worker.procs.values():
+                    _signal(proc, signal.SIGKILL)
+            task.cancel()
+
+    def worker(self, namespace: str, name: str) -> PodWorker:
+        for worker, _ in self.workers.values():
+            if (worker.namespace, worker.name) == (namespace, name):
+                return worker
+        raise KeyError(f"no running pod {namespace}/{name} on {self.node}")
+
+    async def run(self) -> None:
+        watcher = self.store.watch(resources.PODS, None, lambda o: o["spec"].get("nodeName") == self.node, "0")
+        try:
+            while not self.lost:
+                event = await watcher.queue.get()
+                if event is None or isinstance(event, status.ApiError):
+                    return
+                if event.type != "DELETED":
+                    self.on_pod(event.obj)
+        finally:
+            self.store.unwatch(watcher)
+            for worker, task in list(self.workers.values()):
+                for proc in worker.procs.values():
+                    _signal(proc, signal.SIGKILL)
+                task.cancel()
+            await asyncio.gather(*(t for _, t in self.workers.values()), return_exceptions=True)

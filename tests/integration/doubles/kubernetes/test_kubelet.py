@@ -1,0 +1,323 @@
+"""The scheduler and kubelet doubles: a Pod spec runs as a real local process with its
+Secret volume, env and working directory; each failure state reads as a kubelet's."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from dynrunner.doubles.kubernetes.cluster import Cluster, NodeSpec
+from dynrunner.doubles.kubernetes.images import Image
+from tests.fixtures.kubernetes import api_client, wait_for
+
+SH = "busybox:1.36"
+PY = "python:3.11"
+IMAGES = {SH: Image(entrypoint=("/bin/sh", "-c")), PY: Image(entrypoint=(sys.executable,))}
+
+
+@pytest.fixture
+def cluster(kube_cluster_factory) -> Iterator[Cluster]:
+    with kube_cluster_factory(images=IMAGES) as running:
+        yield running
+
+
+@pytest.fixture
+def v1(cluster) -> Iterator[client.CoreV1Api]:
+    with api_client(cluster.api) as api:
+        yield client.CoreV1Api(api)
+
+
+def pod(name: str, script: str, image: str = SH, **spec: Any) -> dict[str, Any]:
+    container = {"name": "main", "image": image, "args": [script], **spec.pop("container", {})}
+    return {"metadata": {"name": name}, "spec": {"restartPolicy": "Never", "containers": [container], **spec}}
+
+
+def phase(v1: client.CoreV1Api, name: str, *phases: str) -> client.V1Pod:
+    return wait_for(lambda: (p := v1.read_namespaced_pod(name, "default")).status.phase in phases and p)
+
+
+def state(v1: client.CoreV1Api, name: str, waiting_reason: str) -> client.V1ContainerState:
+    def check() -> Any:
+        statuses = v1.read_namespaced_pod(name, "default").status.container_statuses or []
+        return (
+            statuses
+            and statuses[0].state.waiting
+            and statuses[0].state.waiting.reason == waiting_reason
+            and statuses[0].state
+        )
+
+    return wait_for(check)
+
+
+def events(v1: client.CoreV1Api, name: str) -> list[tuple[str, str, str]]:
+    items = v1.list_namespaced_event("default", field_selector=f"involvedObject.name={name}").items
+    return [(e.type, e.reason, e.message) for e in items]
+
+
+def test_a_pod_runs_as_a_process_with_its_secret_volume_env_and_working_directory(cluster, v1, tmp_path):
+    v1.create_namespaced_secret(
+        "default", {"metadata": {"name": "creds"}, "stringData": {"token": "t0k", "user": "ci", "extra": "x"}}
+    )
+    script = (
+        "import json, os, stat, sys\n"
+        "files = {n: open('/etc/creds/' + n).read() for n in sorted(os.listdir('/etc/creds'))}\n"
+        "mode = oct(stat.S_IMODE(os.stat('/etc/creds/token-file').st_mode))\n"
+        "names = ('GREETING', 'LITERAL', 'USER_NAME', 'POD_UID', 'NODE', 'CRED_user', 'DATA_DIR')\n"
+        "env = {k: os.environ.get(k) for k in names}\n"
+        "here = os.getcwd() == os.environ['DATA_DIR']\n"
+        "out = {'files': files, 'mode': mode, 'env': env, 'cwd_is_workspace': here, 'argv': sys.argv[1:]}\n"
+        "json.dump(out, open('/workspace/out.json', 'w'))\n"
+    )
+    body = pod(
+        "runner",
+        "",
+        image=PY,
+        container={
+            "args": ["-c", script, "$(GREETING)", "/workspace/x"],
+            "workingDir": "/workspace",
+            "env": [
+                {"name": "GREETING", "value": "hello"},
+                {"name": "LITERAL", "value": "$$(GREETING) $(UNDEFINED) $(GREETING)!"},
+                {"name": "USER_NAME", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "user"}}},
+                {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+                {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                {"name": "DATA_DIR", "value": "/workspace"},
+            ],
+            "envFrom": [{"secretRef": {"name": "creds"}, "prefix": "CRED_"}],
+            "volumeMounts": [
+                {"name": "creds", "mountPath": "/etc/creds", "readOnly": True},
+                {"name": "ws", "mountPath": "/workspace"},
+            ],
+        },
+        volumes=[
+            {
+                "name": "creds",
+                "secret": {
+                    "secretName": "creds",
+                    "defaultMode": 0o440,
+                    "items": [{"key": "token", "path": "token-file"}, {"key": "user", "path": "user"}],
+                },
+            },
+            {"name": "ws", "emptyDir": {}},
+        ],
+    )
+    created = v1.create_namespaced_pod("default", body)
+    done = phase(v1, "runner", "Succeeded", "Failed")
+    assert done.status.phase == "Succeeded", done.status
+    terminated = done.status.container_statuses[0].state.terminated
+    assert (
+        (terminated.exit_code, terminated.reason) == (0, "Completed")
+        and terminated.started_at
+        and terminated.container_id.startswith("containerd://")
+    )
+    out = json.loads(next(cluster.root.rglob("out.json")).read_text())
+    assert out["files"] == {"token-file": "t0k", "user": "ci"} and out["mode"] == "0o440"
+    assert out["env"] == {
+        "GREETING": "hello",
+        "LITERAL": "$(GREETING) $(UNDEFINED) hello!",
+        "USER_NAME": "ci",
+        "POD_UID": created.metadata.uid,
+        "NODE": "node-a",
+        "CRED_user": "ci",
+        "DATA_DIR": out["env"]["DATA_DIR"],
+    }
+    assert out["env"]["DATA_DIR"] != "/workspace" and out["cwd_is_workspace"], (
+        "container paths map to the Pod's host directory"
+    )
+    assert out["argv"] == ["hello", f"{out['env']['DATA_DIR']}/x"]
+    reasons = [r for _, r, _ in events(v1, "runner")]
+    assert reasons == ["Scheduled", "Pulling", "Pulled", "Created", "Started"]
+    conditions = {c.type: (c.status, c.reason) for c in done.status.conditions}
+    assert conditions["Ready"] == ("False", "PodCompleted") and conditions["PodScheduled"] == ("True", None)
+
+
+def test_a_failing_container_fails_the_pod(v1):
+    v1.create_namespaced_pod("default", pod("fails", "echo no; exit 3"))
+    done = phase(v1, "fails", "Failed")
+    terminated = done.status.container_statuses[0].state.terminated
+    assert (terminated.exit_code, terminated.reason) == (3, "Error")
+
+
+def test_running_reports_started_at_and_ready(v1):
+    v1.create_namespaced_pod("default", pod("long", "sleep 30"))
+    running = phase(v1, "long", "Running")
+    status = wait_for(lambda: (s := v1.read_namespaced_pod("long", "default").status.container_statuses[0]).ready and s)
+    assert status.state.running.started_at is not None and status.started
+    assert running.status.pod_ip and running.status.host_ip == "127.0.0.1" and running.status.start_time
+
+
+def test_unschedulable_pods_carry_the_schedulers_message(kube_cluster_factory):
+    nodes = [
+        NodeSpec("small", cpu="1"),
+        NodeSpec("gpu", labels={"gpu": "yes"}, taints=({"key": "gpu", "value": "true", "effect": "NoSchedule"},)),
+    ]
+    with kube_cluster_factory(images=IMAGES, nodes=nodes) as cluster, api_client(cluster.api) as api:
+        v1 = client.CoreV1Api(api)
+        big = pod("big", "true", container={"resources": {"requests": {"cpu": "2"}}})
+        v1.create_namespaced_pod("default", big)
+
+        def scheduled_condition(name: str) -> Any:
+            conditions = v1.read_namespaced_pod(name, "default").status.conditions or []
+            return next((c for c in conditions if c.type == "PodScheduled"), None)
+
+        cond = wait_for(lambda: scheduled_condition("big"))
+        assert (cond.status, cond.reason) == ("False", "Unschedulable")
+        assert cond.message == (
+            "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint {gpu: true}. "
+            "preemption: 0/2 nodes "
+            "are available: 1 No preemption victims found for incoming pod, 1 Preemption is not helpful for scheduling."
+        )
+        assert ("Warning", "FailedScheduling", cond.message) in events(v1, "big")
+        selective = pod("selective", "true", nodeSelector={"gpu": "yes"})
+        v1.create_namespaced_pod("default", selective)
+        wait_for(lambda: (c := scheduled_condition("selective")) and c.status == "False")
+        tolerant = pod(
+            "tolerant",
+            "true",
+            nodeSelector={"gpu": "yes"},
+            tolerations=[{"key": "gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
+        )
+        v1.create_namespaced_pod("default", tolerant)
+        assert phase(v1, "tolerant", "Succeeded").spec.node_name == "gpu"
+
+
+def test_image_pull_errors_then_back_off(kube_cluster_factory):
+    images = {**IMAGES, "registry.example/private/app:2": Image(pull_error="unauthorized")}
+    with kube_cluster_factory(images=images) as cluster, api_client(cluster.api) as api:
+        v1 = client.CoreV1Api(api)
+        v1.create_namespaced_pod("default", pod("missing", "true", image="registry.example/nope:1"))
+        err = state(v1, "missing", "ErrImagePull")
+        assert err.waiting.message == (
+            'rpc error: code = NotFound desc = failed to pull and unpack image "registry.example/nope:1": '
+            'failed to resolve reference "registry.example/nope:1": registry.example/nope:1: not found'
+        )
+        back = state(v1, "missing", "ImagePullBackOff")
+        assert (
+            back.waiting.message
+            == f'Back-off pulling image "registry.example/nope:1": ErrImagePull: {err.waiting.message}'
+        )
+        assert v1.read_namespaced_pod("missing", "default").status.phase == "Pending"
+        v1.create_namespaced_pod("default", pod("denied", "true", image="registry.example/private/app:2"))
+        assert "pull access denied" in state(v1, "denied", "ErrImagePull").waiting.message
+        reasons = {r for _, r, _ in events(v1, "missing")}
+        assert {"Pulling", "Failed", "BackOff"} <= reasons
+
+
+def test_a_slow_pull_keeps_the_pod_container_creating(kube_cluster_factory):
+    with (
+        kube_cluster_factory(images={"slow:1": Image(entrypoint=("/bin/sh", "-c"), pull_seconds=0.6)}) as cluster,
+        api_client(cluster.api) as api,
+    ):
+        v1 = client.CoreV1Api(api)
+        v1.create_namespaced_pod("default", pod("slow", "true", image="slow:1"))
+        state(v1, "slow", "ContainerCreating")
+        assert phase(v1, "slow", "Succeeded")
+        pulled = next(m for _, r, m in events(v1, "slow") if r == "Pulled")
+        assert pulled.startswith('Successfully pulled image "slow:1" in 0.6')
+
+
+def test_a_missing_secret_key_is_create_container_config_error_until_it_appears(v1):
+    v1.create_namespaced_secret("default", {"metadata": {"name": "s"}, "stringData": {"a": "1"}})
+    env = [{"name": "B", "valueFrom": {"secretKeyRef": {"name": "s", "key": "b"}}}]
+    v1.create_namespaced_pod("default", pod("cfg", 'test "$B" = 2', container={"env": env}))
+    waiting = state(v1, "cfg", "CreateContainerConfigError").waiting
+    assert waiting.message == "couldn't find key b in Secret default/s"
+    assert ("Warning", "Failed", "Error: couldn't find key b in Secret default/s") in events(v1, "cfg")
+    v1.patch_namespaced_secret("s", "default", {"stringData": {"b": "2"}})
+    assert phase(v1, "cfg", "Succeeded")
+
+
+def test_a_missing_secret_volume_is_failed_mount(v1):
+    body = pod(
+        "mount",
+        "true",
+        container={"volumeMounts": [{"name": "v", "mountPath": "/etc/v"}]},
+        volumes=[{"name": "v", "secret": {"secretName": "absent"}}],
+    )
+    v1.create_namespaced_pod("default", body)
+    wait_for(lambda: any(r == "FailedMount" for _, r, _ in events(v1, "mount")))
+    message = next(m for _, r, m in events(v1, "mount") if r == "FailedMount")
+    assert message == 'MountVolume.SetUp failed for volume "v" : secret "absent" not found'
+    assert state(v1, "mount", "ContainerCreating")
+
+
+def test_oom_killed(cluster, v1):
+    v1.create_namespaced_pod("default", pod("oom", "sleep 30"))
+    phase(v1, "oom", "Running")
+    cluster.oom_kill("default", "oom")
+    done = phase(v1, "oom", "Failed")
+    terminated = done.status.container_statuses[0].state.terminated
+    assert (terminated.exit_code, terminated.reason) == (137, "OOMKilled")
+
+
+def test_evicted(cluster, v1):
+    v1.create_namespaced_pod("default", pod("ev", "sleep 30"))
+    phase(v1, "ev", "Running")
+    cluster.evict("default", "ev")
+    done = phase(v1, "ev", "Failed")
+    assert done.status.reason == "Evicted" and done.status.message.startswith("The node was low on resource: memory.")
+    assert any(c.type == "DisruptionTarget" and c.reason == "TerminationByKubelet" for c in done.status.conditions)
+    assert done.status.container_statuses[0].state.terminated.exit_code == 137
+
+
+def test_active_deadline_exceeded(v1):
+    v1.create_namespaced_pod(
+        "default", pod("slow", "sleep 30", activeDeadlineSeconds=1, terminationGracePeriodSeconds=1)
+    )
+    done = phase(v1, "slow", "Failed")
+    assert (done.status.reason, done.status.message) == (
+        "DeadlineExceeded",
+        "Pod was active on the node longer than the specified deadline",
+    )
+    assert ("Warning", "DeadlineExceeded", "Pod was active on the node longer than the specified deadline") in events(
+        v1, "slow"
+    )
+
+
+def test_a_pod_deleted_by_someone_else_gets_sigterm_then_goes(v1, cluster):
+    script = "trap 'echo got-term; exit 143' TERM; echo started; while true; do sleep 0.05; done"
+    v1.create_namespaced_pod("default", pod("victim", script, terminationGracePeriodSeconds=5))
+    phase(v1, "victim", "Running")
+    wait_for(lambda: "started" in next(cluster.root.rglob("main.log")).read_text())
+    deleted = v1.delete_namespaced_pod("victim", "default")
+    assert deleted.metadata.deletion_timestamp is not None
+    wait_for(lambda: not v1.list_namespaced_pod("default", field_selector="metadata.name=victim").items)
+    assert "got-term" in next(cluster.root.rglob("main.log")).read_text()
+    assert ("Normal", "Killing", "Stopping container main") in events(v1, "victim")
+
+
+def test_a_lost_node(kube_cluster_factory):
+    with (
+        kube_cluster_factory(images=IMAGES, node_monitor_grace=0.2, eviction_seconds=0.3) as cluster,
+        api_client(cluster.api) as api,
+    ):
+        v1 = client.CoreV1Api(api)
+        v1.create_namespaced_pod("default", pod("stranded", "sleep 30"))
+        phase(v1, "stranded", "Running")
+        cluster.lose_node("node-a")
+        node = wait_for(
+            lambda: (
+                (n := v1.read_node("node-a"))
+                and any(c.type == "Ready" and c.status == "Unknown" for c in n.status.conditions)
+                and n
+            )
+        )
+        ready = next(c for c in node.status.conditions if c.type == "Ready")
+        assert (ready.reason, ready.message) == ("NodeStatusUnknown", "Kubelet stopped posting node status.")
+        assert {(t.key, t.effect) for t in node.spec.taints} == {
+            ("node.kubernetes.io/unreachable", "NoSchedule"),
+            ("node.kubernetes.io/unreachable", "NoExecute"),
+        }
+        terminating = wait_for(
+            lambda: (p := v1.read_namespaced_pod("stranded", "default")).metadata.deletion_timestamp and p
+        )
+        assert terminating.status.phase == "Running", "no kubelet reports the end"
+        assert any(
+            c.type == "DisruptionTarget" and c.reason == "DeletionByTaintManager" for c in terminating.status.conditions
+        )
+        assert any(c.type == "Ready" and c.status == "False" for c in terminating.status.conditions)
