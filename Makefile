@@ -32,6 +32,7 @@ lint: venv
 
 proto: venv
 	$(BIN)/python proto/generate.py
+	$(BIN)/python tests/doubles/generate.py
 
 requirements: venv
 	$(UV) pip compile -q requirements-dev.in -o requirements-dev.txt -p 3.11 --no-header

@@ -100,6 +100,7 @@ class Cluster:
         node_monitor_grace: float = 40.0,
         eviction_seconds: float | None = None,
         api: dict[str, Any] | None = None,
+        spire: Any = None,
     ) -> None:
         self.root = root
         self.api = ApiServer(**(api or {}))
@@ -110,13 +111,28 @@ class Cluster:
         self._pull_backoff, self._retry = pull_backoff, retry
         self._grace, self._eviction = node_monitor_grace, eviction_seconds
         self.csi: dict[str, dict[str, Path]] = {spec.name: {} for spec in nodes}
+        self._spire_options = spire
+        self.spire: Any = None
 
     def start(self) -> Cluster:
         self.api.start()
         self.api.spawn(Scheduler(self.api.store).run(), "scheduler")
         for spec in self._nodes:
             self.api.call(self._add_node, spec)
+        if self._spire_options is not None:
+            self.api.run(self._start_spire())
         return self
+
+    async def _start_spire(self) -> None:
+        """A SPIRE agent per node; each node's csi.spiffe.io volumes show its socket directory."""
+        from dynrunner.doubles.spire.double import Spire
+
+        self.spire = Spire(self.api.store, self._spire_options, self.registry)
+        for name in self.kubelets:
+            agent = await self.spire.add_k8s_agent(name, self.node_uid(name))
+            self.csi[name]["csi.spiffe.io"] = agent.socket_path.parent
+        self.api.spawn(self.spire.controller_manager.run(), "spire-controller-manager")
+        self.api.on_stop.append(self.spire.stop)
 
     def _add_node(self, spec: NodeSpec) -> None:
         node = self.api.store.create(resources.NODES, "", node_object(spec))

@@ -137,10 +137,13 @@ class PathMap:
         return None
 
     def rewrite(self, text: str) -> str:
-        for prefix in sorted(self.mounts, key=len, reverse=True):
-            pattern = re.compile(r"(?<![\w.\-])" + re.escape(prefix) + r"(?=/|$|[^\w.\-])")
-            text = pattern.sub(str(self.mounts[prefix]).replace("\\", "\\\\"), text)
-        return text
+        """One pass over `text`, so a replaced path is never rewritten again."""
+        if not self.mounts:
+            return text
+        prefixes = sorted(self.mounts, key=len, reverse=True)
+        alternatives = "|".join(re.escape(p) for p in prefixes)
+        pattern = re.compile(r"(?<![\w.\-])(" + alternatives + r")(?=/|$|[^\w.\-])")
+        return pattern.sub(lambda m: str(self.mounts[m.group(1)]), text)
 
 
 def write_secret_volume(target: Path, secret: dict[str, Any], source: dict[str, Any]) -> None:

@@ -234,8 +234,8 @@ class PodWorker:
         image = self.kubelet.options.images[spec["image"]]
         name = spec["name"]
         paths = self.paths
-        workdir_path = spec.get("workingDir") or image.working_dir or "/"
-        host_workdir = paths.host(workdir_path)
+        workdir_path = spec.get("workingDir") or image.working_dir
+        host_workdir = paths.host(workdir_path) if workdir_path else self.root / "rootfs"
         if host_workdir is None:
             host_workdir = self.root / "rootfs" / workdir_path.lstrip("/")
             paths.add(workdir_path, host_workdir)

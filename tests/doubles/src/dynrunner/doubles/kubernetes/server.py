@@ -61,6 +61,8 @@ class ApiServer:
         self._runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self.gc: GarbageCollector | None = None
+        # Awaited on the loop before the controllers are cancelled (servers to close).
+        self.on_stop: list[Callable[[], Awaitable[None]]] = []
 
     # --- lifecycle ------------------------------------------------------------------
     def start(self) -> ApiServer:
@@ -99,6 +101,8 @@ class ApiServer:
         self.loop.close()
 
     async def _stop(self) -> None:
+        for hook in self.on_stop:
+            await hook()
         for queue in list(self._routes.open_watches):
             queue.put_nowait(None)
         for task in self._tasks:
