@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client import ApiException
 
-CSE = ("spire.spiffe.io", "v1alpha1", "clusterstaticentries")
+from tests.fixtures.kubernetes import CSE, cse_body
 
 
 def pod(name: str = "", **meta: Any) -> dict[str, Any]:
@@ -44,13 +44,15 @@ def test_create_assigns_uid_timestamp_and_increasing_resource_versions(kube_clie
 
 def test_custom_object_create_answers_201_so_the_client_returns_the_body(kube_client):
     custom = client.CustomObjectsApi(kube_client)
-    body = {"apiVersion": "spire.spiffe.io/v1alpha1", "kind": "ClusterStaticEntry", "metadata": {"name": "e1"}}
-    body["spec"] = {
-        "spiffeID": "spiffe://td/ci/o/r/build",
-        "parentID": "spiffe://td/spire/agent/x",
-        "selectors": ["k8s:ns:ci"],
-        "bogus": 1,
-    }
+    body = cse_body(
+        "e1",
+        {
+            "spiffeID": "spiffe://td/ci/o/r/build",
+            "parentID": "spiffe://td/spire/agent/x",
+            "selectors": ["k8s:ns:ci"],
+            "bogus": 1,
+        },
+    )
     created = custom.create_cluster_custom_object(*CSE, body)
     assert created["metadata"]["uid"] and created["metadata"]["generation"] == 1
     assert "bogus" not in created["spec"], "unknown fields are pruned by the structural schema"
@@ -98,15 +100,7 @@ def test_invalid_objects_are_422_with_causes(kube_client):
     ]
     custom = client.CustomObjectsApi(kube_client)
     with pytest.raises(ApiException) as cse:
-        custom.create_cluster_custom_object(
-            *CSE,
-            {
-                "apiVersion": "spire.spiffe.io/v1alpha1",
-                "kind": "ClusterStaticEntry",
-                "metadata": {"name": "e"},
-                "spec": {},
-            },
-        )
+        custom.create_cluster_custom_object(*CSE, {**cse_body("e"), "spec": {}})
     fields = {c["field"] for c in status_of(cse.value)["details"]["causes"]}
     assert fields == {"spec.spiffeID", "spec.parentID", "spec.selectors"}
 
@@ -134,8 +128,9 @@ def test_patch_formats(kube_client):
     assert v1.read_namespaced_pod("p", "default").metadata.labels == {"b": "2"}
     v1.patch_namespaced_pod("p", "default", {"metadata": {"finalizers": None}})
     custom = client.CustomObjectsApi(kube_client)
-    body = {"apiVersion": "spire.spiffe.io/v1alpha1", "kind": "ClusterStaticEntry", "metadata": {"name": "e"}}
-    body["spec"] = {"spiffeID": "spiffe://td/a", "parentID": "spiffe://td/b", "selectors": ["k8s:ns:a", "k8s:ns:b"]}
+    body = cse_body(
+        "e", {"spiffeID": "spiffe://td/a", "parentID": "spiffe://td/b", "selectors": ["k8s:ns:a", "k8s:ns:b"]}
+    )
     custom.create_cluster_custom_object(*CSE, body)
     patched = custom.patch_cluster_custom_object(*CSE, "e", {"spec": {"selectors": ["k8s:ns:c"]}})
     assert patched["spec"]["selectors"] == ["k8s:ns:c"], "merge patch replaces lists"
@@ -148,8 +143,7 @@ def test_patch_formats(kube_client):
 
 def test_strategic_merge_patch_is_refused_for_custom_resources(kube_api, kube_client):
     custom = client.CustomObjectsApi(kube_client)
-    body = {"apiVersion": "spire.spiffe.io/v1alpha1", "kind": "ClusterStaticEntry", "metadata": {"name": "e"}}
-    body["spec"] = {"spiffeID": "spiffe://td/a", "parentID": "spiffe://td/b", "selectors": ["k8s:ns:a"]}
+    body = cse_body("e", {"spiffeID": "spiffe://td/a", "parentID": "spiffe://td/b", "selectors": ["k8s:ns:a"]})
     custom.create_cluster_custom_object(*CSE, body)
     request = urllib.request.Request(
         f"{kube_api.url}/apis/spire.spiffe.io/v1alpha1/clusterstaticentries/e",
@@ -226,7 +220,7 @@ def test_discovery_and_crd_reads(kube_client):
 
 
 def test_a_missing_crd_means_its_resources_are_not_served(kube_api_factory):
-    from tests.fixtures.kubernetes import api_client
+    from tests.fixtures.kubernetes import CSE, api_client
 
     with kube_api_factory(crds=[]) as api, api_client(api) as api_c:
         with pytest.raises(ApiException) as exc:

@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client import ApiException
 
-from tests.fixtures.kubernetes import api_client
+from tests.fixtures.kubernetes import CSE, api_client, cse_body
 
 
 def pod(name: str, node: str = "", **labels: str) -> dict[str, Any]:
@@ -120,13 +120,7 @@ def test_a_cluster_scoped_object_owned_by_a_pod_is_never_collected_and_warned_ab
     custom = client.CustomObjectsApi(kube_client)
     owner = v1.create_namespaced_pod("default", pod("p"))
     ref = {"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": owner.metadata.uid}
-    body = {
-        "apiVersion": "spire.spiffe.io/v1alpha1",
-        "kind": "ClusterStaticEntry",
-        "metadata": {"name": "e", "ownerReferences": [ref]},
-    }
-    body["spec"] = {"spiffeID": "spiffe://td/a", "parentID": "spiffe://td/b", "selectors": ["k8s:ns:a"]}
-    custom.create_cluster_custom_object("spire.spiffe.io", "v1alpha1", "clusterstaticentries", body)
+    custom.create_cluster_custom_object(*CSE, cse_body("e", ownerReferences=[ref]))
     v1.delete_namespaced_pod("p", "default")
     eventually(lambda: any(e.reason == "OwnerRefInvalidNamespace" for e in v1.list_namespaced_event("default").items))
     warning = next(e for e in v1.list_namespaced_event("default").items if e.reason == "OwnerRefInvalidNamespace")

@@ -12,6 +12,8 @@ import urllib3
 from kubernetes import client, watch
 from kubernetes.client import ApiException
 
+from tests.fixtures.kubernetes import CSE, cse_body
+
 
 def pod(name: str, **labels: str) -> dict[str, Any]:
     return {"metadata": {"name": name, "labels": labels}, "spec": {"containers": [{"name": "c", "image": "i:1"}]}}
@@ -142,10 +144,9 @@ def test_a_dropped_watch_breaks_the_clients_stream(kube_api, kube_client):
 
 def test_watch_of_custom_objects(kube_client):
     custom = client.CustomObjectsApi(kube_client)
-    args = ("spire.spiffe.io", "v1alpha1", "clusterstaticentries")
+    args = CSE
     rv = custom.list_cluster_custom_object(*args)["metadata"]["resourceVersion"]
-    body = {"apiVersion": "spire.spiffe.io/v1alpha1", "kind": "ClusterStaticEntry", "metadata": {"name": "e"}}
-    body["spec"] = {"spiffeID": "spiffe://td/a", "parentID": "spiffe://td/b", "selectors": ["k8s:ns:a"]}
+    body = cse_body("e", {"spiffeID": "spiffe://td/a", "parentID": "spiffe://td/b", "selectors": ["k8s:ns:a"]})
     custom.create_cluster_custom_object(*args, body)
     custom.delete_cluster_custom_object(*args, "e")
     events = [

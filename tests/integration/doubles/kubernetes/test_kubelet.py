@@ -137,10 +137,12 @@ def test_a_pod_runs_as_a_process_with_its_secret_volume_env_and_working_director
 
 
 def test_a_failing_container_fails_the_pod(v1):
-    v1.create_namespaced_pod("default", pod("fails", "echo no; exit 3"))
+    v1.create_namespaced_pod(
+        "default", pod("fails", "echo no; exit 3", container={"terminationMessagePolicy": "FallbackToLogsOnError"})
+    )
     done = phase(v1, "fails", "Failed")
     terminated = done.status.container_statuses[0].state.terminated
-    assert (terminated.exit_code, terminated.reason) == (3, "Error")
+    assert (terminated.exit_code, terminated.reason, terminated.message) == (3, "Error", "no")
 
 
 def test_running_reports_started_at_and_ready(v1):

@@ -21,9 +21,8 @@ from dynrunner.doubles.kubernetes.images import Image
 from dynrunner.doubles.spire._gen import workload_pb2 as pb
 from dynrunner.doubles.spire.double import SpireOptions
 from dynrunner.doubles.spire.entries import Entry
-from tests.fixtures.kubernetes import api_client, wait_for
+from tests.fixtures.kubernetes import CSE, api_client, cse_body, wait_for
 
-CSE = ("spire.spiffe.io", "v1alpha1", "clusterstaticentries")
 PY = "registry.example/dynrunner/executor:1.0"
 
 
@@ -147,17 +146,13 @@ def job_pod(name: str) -> dict[str, Any]:
 
 
 def cse(name: str, pod: client.V1Pod, node_uid: str, container: str = "executor") -> dict[str, Any]:
-    return {
-        "apiVersion": "spire.spiffe.io/v1alpha1",
-        "kind": "ClusterStaticEntry",
-        "metadata": {"name": name},
-        "spec": {
-            "spiffeID": f"spiffe://example.org/ci/owner/repo/{name}",
-            "parentID": f"spiffe://example.org/spire/agent/k8s_psat/ci/{node_uid}",
-            "selectors": ["k8s:ns:default", f"k8s:pod-uid:{pod.metadata.uid}", f"k8s:container-name:{container}"],
-            "x509SVIDTTL": "10m",
-        },
+    spec = {
+        "spiffeID": f"spiffe://example.org/ci/owner/repo/{name}",
+        "parentID": f"spiffe://example.org/spire/agent/k8s_psat/ci/{node_uid}",
+        "selectors": ["k8s:ns:default", f"k8s:pod-uid:{pod.metadata.uid}", f"k8s:container-name:{container}"],
+        "x509SVIDTTL": "10m",
     }
+    return cse_body(name, spec)
 
 
 def run_job(cluster: Any, v1: client.CoreV1Api, name: str, before_start: Any = None) -> dict[str, Any]:
@@ -206,13 +201,15 @@ def test_cluster_static_entries_are_reconciled_like_spire_controller_manager(job
     spire = job_cluster.spire
     with api_client(job_cluster.api) as api:
         custom = client.CustomObjectsApi(api)
-        body = {"apiVersion": "spire.spiffe.io/v1alpha1", "kind": "ClusterStaticEntry", "metadata": {"name": "a"}}
-        body["spec"] = {
-            "spiffeID": "spiffe://example.org/a",
-            "parentID": "spiffe://example.org/spire/agent/x",
-            "selectors": ["k8s:ns:a"],
-            "x509SVIDTTL": "90s",
-        }
+        body = cse_body(
+            "a",
+            {
+                "spiffeID": "spiffe://example.org/a",
+                "parentID": "spiffe://example.org/spire/agent/x",
+                "selectors": ["k8s:ns:a"],
+                "x509SVIDTTL": "90s",
+            },
+        )
         custom.create_cluster_custom_object(*CSE, body)
         entries = wait_for(lambda: job_cluster.api.call(spire.entries.entries))
         assert [(e.spiffe_id, e.selectors, e.x509_svid_ttl) for e in entries] == [
@@ -246,12 +243,14 @@ def test_cluster_static_entries_are_reconciled_like_spire_controller_manager(job
 def test_the_issue_delay_holds_back_new_entries(kube_cluster_factory):
     with kube_cluster_factory(spire=SpireOptions(issue_delay=0.5)) as cluster, api_client(cluster.api) as api:
         custom = client.CustomObjectsApi(api)
-        body = {"apiVersion": "spire.spiffe.io/v1alpha1", "kind": "ClusterStaticEntry", "metadata": {"name": "a"}}
-        body["spec"] = {
-            "spiffeID": "spiffe://example.org/a",
-            "parentID": "spiffe://example.org/spire/agent/x",
-            "selectors": ["k8s:ns:a"],
-        }
+        body = cse_body(
+            "a",
+            {
+                "spiffeID": "spiffe://example.org/a",
+                "parentID": "spiffe://example.org/spire/agent/x",
+                "selectors": ["k8s:ns:a"],
+            },
+        )
         started = time.monotonic()
         custom.create_cluster_custom_object(*CSE, body)
         wait_for(lambda: cluster.api.call(cluster.spire.entries.entries))

@@ -315,6 +315,8 @@ class PodWorker:
         if pod is None:
             return
         spec = next(c for c in pod["spec"]["containers"] if c["name"] == name)
+        if not message and code != 0 and spec.get("terminationMessagePolicy") == "FallbackToLogsOnError":
+            message = self._log_tail(name)
         state = podstatus.terminated(
             code, reason or podstatus.exit_reason(code), self.started_at[name], self.container_ids[name], message
         )
@@ -324,6 +326,15 @@ class PodWorker:
                 name, spec["image"], state, image_id=image_id(spec["image"]), container_id=self.container_ids[name]
             ),
         )
+
+    def _log_tail(self, name: str) -> str:
+        """The kubelet's fallback termination message: the log's last 80 lines, at most 2048 bytes."""
+        try:
+            data = (self.root / "logs" / f"{name}.log").read_bytes()
+        except OSError:
+            return ""
+        tail = b"\n".join(data.splitlines()[-80:])[-2048:]
+        return tail.decode(errors="replace")
 
     async def _terminate(self) -> None:
         pod = self.pod()

@@ -1,0 +1,111 @@
+"""Throughput of the Kubernetes API double through the official client, with 1,000 Pods
+(figures only, no assertions on time): the backend's own benchmark with 1,000 live Pods
+runs against this double, so its cost must be known.
+
+Run: `make bench` or `.venv/bin/python -m pytest -q -s tests/bench/bench_kube_api_double.py`.
+Phases: create (1 and 8 client threads), get, list (label selector, 1,000 items), status
+patches, and watch fan-out (W watchers each receiving every Pod's MODIFIED event).
+"""
+
+from __future__ import annotations
+
+import resource
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from kubernetes import client, watch
+
+from dynrunner.doubles.kubernetes import ApiServer
+from tests.fixtures.kubernetes import api_client
+
+PODS = 1_000
+THREADS = 8
+WATCHERS = 10
+
+
+def pod(i: int) -> dict[str, Any]:
+    labels = {"dynrunner.io/pool": "pod", "dynrunner.io/assignment-id": f"a{i}"}
+    spec = {
+        "restartPolicy": "Never",
+        "containers": [{"name": "executor", "image": "registry.example/dynrunner/executor:1.0"}],
+    }
+    return {"metadata": {"name": f"job-{i}", "labels": labels}, "spec": spec}
+
+
+def rate(count: int, fn: Callable[[int], Any], threads: int = 1) -> float:
+    started = time.perf_counter()
+    if threads == 1:
+        for i in range(count):
+            fn(i)
+    else:
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(fn, range(count)))
+    return count / (time.perf_counter() - started)
+
+
+def rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def test_api_double_with_1000_pods() -> None:
+    with ApiServer.running(bookmark_interval=60) as api, api_client(api) as apic:
+        api_client_pool = apic.rest_client.pool_manager
+        api_client_pool.connection_pool_kw["maxsize"] = THREADS
+        v1 = client.CoreV1Api(apic)
+        before = rss_mib()
+        create_1 = rate(PODS // 2, lambda i: v1.create_namespaced_pod("default", pod(i)))
+        create_n = rate(PODS // 2, lambda i: v1.create_namespaced_pod("default", pod(PODS // 2 + i)), THREADS)
+        get_n = rate(PODS, lambda i: v1.read_namespaced_pod(f"job-{i}", "default"), THREADS)
+        started = time.perf_counter()
+        listed = v1.list_namespaced_pod("default", label_selector="dynrunner.io/pool=pod")
+        list_s = time.perf_counter() - started
+        assert len(listed.items) == PODS
+        rv = listed.metadata.resource_version
+
+        received = [0] * WATCHERS
+        ready = threading.Barrier(WATCHERS + 1)
+
+        def watcher(w: int) -> None:
+            with api_client(api) as own:
+                ready.wait()
+                for event in watch.Watch().stream(
+                    client.CoreV1Api(own).list_namespaced_pod, "default", resource_version=rv, timeout_seconds=60
+                ):
+                    if event["type"] == "MODIFIED":
+                        received[w] += 1
+                        if received[w] == PODS:
+                            return
+
+        threads = [threading.Thread(target=watcher, args=(w,)) for w in range(WATCHERS)]
+        for thread in threads:
+            thread.start()
+        ready.wait()
+        started = time.perf_counter()
+        patch_n = rate(
+            PODS,
+            lambda i: v1.patch_namespaced_pod_status(f"job-{i}", "default", {"status": {"phase": "Running"}}),
+            THREADS,
+        )
+        for thread in threads:
+            thread.join(120)
+        fanout_s = time.perf_counter() - started
+        delivered = sum(received)
+        print(
+            f"\nKubernetes API double, {PODS} Pods, official client (urllib3), {THREADS} client threads where noted:\n"
+            f"  create           {create_1:7.0f}/s (1 thread)   {create_n:7.0f}/s ({THREADS} threads)\n"
+            f"  get              {get_n:7.0f}/s ({THREADS} threads)\n"
+            f"  list (selector)  {list_s * 1000:7.1f} ms for {PODS} Pods\n"
+            f"  status patch     {patch_n:7.0f}/s ({THREADS} threads) while {WATCHERS} watchers stream\n"
+            f"  watch fan-out    {delivered} events to {WATCHERS} watchers in {fanout_s:.2f} s "
+            f"= {delivered / fanout_s:7.0f} events/s "
+            f"({min(received)}..{max(received)} per watcher)\n"
+            f"  requests served  {api.requests}; "
+            f"test process peak RSS {rss_mib():.0f} MiB (+{rss_mib() - before:.0f} MiB)"
+        )
+
+
+if __name__ == "__main__":
+    test_api_double_with_1000_pods()
