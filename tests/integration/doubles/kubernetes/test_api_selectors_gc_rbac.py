@@ -192,3 +192,20 @@ def test_injected_errors_and_latency(kube_api, kube_client):
     started = time.monotonic()
     v1.read_namespaced_pod("p", "default")
     assert time.monotonic() - started >= 0.2
+
+
+def test_a_deleted_namespace_terminates_until_its_content_is_gone(kube_client):
+    v1 = client.CoreV1Api(kube_client)
+    v1.create_namespace({"metadata": {"name": "ci"}})
+    v1.create_namespaced_secret("ci", {"metadata": {"name": "s"}})
+    v1.create_namespaced_pod("ci", pod("p", node="n1"))  # a scheduled Pod waits for its kubelet
+    deleted = v1.delete_namespace("ci")
+    assert deleted["status"]["phase"] == "Terminating", "a namespace's delete answers the namespace"
+    with pytest.raises(ApiException) as exc:
+        v1.create_namespaced_secret("ci", {"metadata": {"name": "t"}})
+    assert exc.value.status == 403 and "because it is being terminated" in exc.value.body
+    eventually(lambda: v1.read_namespaced_pod("p", "ci").metadata.deletion_timestamp)
+    assert not v1.list_namespaced_secret("ci").items
+    v1.delete_namespaced_pod("p", "ci", grace_period_seconds=0)  # what its kubelet would do
+    eventually(lambda: not [n for n in v1.list_namespace().items if n.metadata.name == "ci"])
+    assert not v1.list_namespaced_secret("ci").items

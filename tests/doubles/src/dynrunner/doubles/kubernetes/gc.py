@@ -7,6 +7,8 @@
   deleted first, then loses the finalizer (and goes).
 - Orphan: an owner carrying the `orphan` finalizer has itself removed from its dependents'
   ownerReferences, then loses the finalizer.
+- Namespaces (the namespace controller): a deleted namespace is Terminating until every
+  object in it is gone (Pods through their kubelet), then it goes too.
 - A namespaced dependent's owner is looked up in the dependent's namespace. A
   cluster-scoped dependent that names a namespaced owner kind has an unresolvable reference:
   it is never collected, and a Warning event `OwnerRefInvalidNamespace` names it.
@@ -18,7 +20,7 @@ import asyncio
 import contextlib
 from typing import Any
 
-from dynrunner.doubles.kubernetes import status
+from dynrunner.doubles.kubernetes import resources, status
 from dynrunner.doubles.kubernetes.events import Recorder
 from dynrunner.doubles.kubernetes.resources import Resource
 from dynrunner.doubles.kubernetes.store import Event, Obj, Store
@@ -34,6 +36,10 @@ class GarbageCollector:
 
     def _on_event(self, res: Resource, event: Event) -> None:
         meta = event.obj["metadata"]
+        if res is resources.NAMESPACES and meta.get("deletionTimestamp") and event.type != "DELETED":
+            self._queue.put_nowait(("namespace", meta["name"]))
+        elif meta.get("namespace") and event.type == "DELETED":
+            self._queue.put_nowait(("namespace", meta["namespace"]))
         if event.type == "DELETED":
             self._queue.put_nowait(("owner-gone", meta["uid"]))
             for ref in meta.get("ownerReferences") or []:
@@ -53,6 +59,8 @@ class GarbageCollector:
                         self._check(res, dep)
                 elif kind == "owner-deleting":
                     self._owner_deleting(arg)
+                elif kind == "namespace":
+                    self._namespace(arg)
                 else:
                     res, ns, name = arg
                     found = self._store.peek(res, ns, name)
@@ -153,6 +161,19 @@ class GarbageCollector:
             "application/merge-patch+json",
             {"metadata": {"finalizers": finalizers}},
         )
+
+    def _namespace(self, name: str) -> None:
+        """The namespace controller: a Terminating namespace's content is deleted, then the namespace."""
+        ns = self._store.peek(resources.NAMESPACES, "", name)
+        if ns is None or not ns["metadata"].get("deletionTimestamp"):
+            return
+        left = self._store.namespaced_left(name)
+        for res, obj in left:
+            if not obj["metadata"].get("deletionTimestamp"):
+                with contextlib.suppress(status.ApiError):
+                    self._store.delete(res, name, obj["metadata"]["name"], {})
+        if not self._store.namespaced_left(name):
+            self._store.finalize_namespace(name)
 
     def _resource_of(self, uid: str) -> Resource | None:
         key = self._store._by_uid.get(uid)

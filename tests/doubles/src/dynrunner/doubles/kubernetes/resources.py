@@ -85,6 +85,7 @@ NAMESPACES = Resource(
     singular="namespace",
     subresources=frozenset({"status"}),
     verbs=("create", "delete", "get", "list", "patch", "update", "watch"),
+    returns_deleted_object=True,
     field_labels=("status.phase",),
 )
 EVENTS = Resource(

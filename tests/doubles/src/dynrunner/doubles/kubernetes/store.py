@@ -352,7 +352,7 @@ class Store:
             current = int(meta.get("deletionGracePeriodSeconds") or 0)
             if grace >= current and finalizers == list(meta.get("finalizers") or []):
                 return self._present(res, obj), False
-        if not finalizers and grace == 0:
+        if not finalizers and grace == 0 and res is not resources.NAMESPACES:
             self._remove(res, key, new)
             return self._present(res, new), True
         meta["finalizers"] = finalizers
@@ -429,6 +429,20 @@ class Store:
 
     def watchers(self) -> list[Watcher]:
         return [w for ws in self._watchers.values() for w in ws]
+
+    def namespaced_left(self, namespace: str) -> list[tuple[Resource, Obj]]:
+        """Every object still in `namespace` (what the namespace controller waits for)."""
+        out = []
+        for res in self.served():
+            if res.namespaced:
+                out += [(res, obj) for (ns, _), obj in self._bucket(res).items() if ns == namespace]
+        return out
+
+    def finalize_namespace(self, name: str) -> None:
+        """The namespace controller's last step: the `kubernetes` finalizer goes, and so does the namespace."""
+        obj = self._bucket(resources.NAMESPACES).get(("", name))
+        if obj is not None and not obj["metadata"].get("finalizers"):
+            self._remove(resources.NAMESPACES, ("", name), copy.deepcopy(obj))
 
     def compact(self) -> None:
         """Forget every logged event, as an etcd compaction does: older resourceVersions get 410."""
