@@ -109,3 +109,43 @@ def test_api_double_with_1000_pods() -> None:
 
 if __name__ == "__main__":
     test_api_double_with_1000_pods()
+
+
+def test_kubelet_double_with_1000_live_pods(tmp_path) -> None:
+    """1,000 Pods really running (`sleep`) on 4 nodes: time until all are Running, and the API's
+    rates meanwhile (what the backend's benchmark with 1,000 live Pods stands on)."""
+    from dynrunner.doubles.kubernetes.cluster import Cluster, NodeSpec
+    from dynrunner.doubles.kubernetes.images import Image
+
+    nodes = [NodeSpec(f"node-{i}", pods=300) for i in range(4)]
+    sleeper = {"registry.example/sleep:1": Image(entrypoint=("sleep",), cmd=("600",))}
+    with Cluster.running(tmp_path, nodes=nodes, images=sleeper) as cluster, api_client(cluster.api) as apic:
+        apic.rest_client.pool_manager.connection_pool_kw["maxsize"] = THREADS
+        v1 = client.CoreV1Api(apic)
+
+        def live(i: int) -> dict[str, Any]:
+            body = pod(i)
+            body["spec"]["containers"][0]["image"] = "registry.example/sleep:1"
+            return body
+
+        started = time.perf_counter()
+        create = rate(PODS, lambda i: v1.create_namespaced_pod("default", live(i)), THREADS)
+        deadline = time.monotonic() + 300
+        while (running := len(v1.list_namespaced_pod("default", field_selector="status.phase=Running").items)) < PODS:
+            assert time.monotonic() < deadline, f"only {running} Pods running"
+            time.sleep(0.5)
+        all_running_s = time.perf_counter() - started
+        get_n = rate(PODS, lambda i: v1.read_namespaced_pod(f"job-{i}", "default"), THREADS)
+        started = time.perf_counter()
+        rate(PODS, lambda i: v1.delete_namespaced_pod(f"job-{i}", "default", grace_period_seconds=1), THREADS)
+        while v1.list_namespaced_pod("default").items:
+            time.sleep(0.5)
+        all_gone_s = time.perf_counter() - started
+        print(
+            f"\nKubelet double, {PODS} live Pods (sleep) on {len(nodes)} nodes:\n"
+            f"  create {create:.0f}/s; all Running {all_running_s:.1f} s after the first create\n"
+            f"  get {get_n:.0f}/s ({THREADS} threads) with {PODS} processes running\n"
+            f"  graceful delete of all (SIGTERM, grace 1 s): gone after {all_gone_s:.1f} s\n"
+            f"  events recorded {len(v1.list_namespaced_event('default').items)}; "
+            f"test process peak RSS {rss_mib():.0f} MiB"
+        )

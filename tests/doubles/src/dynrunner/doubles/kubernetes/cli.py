@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
-import sys
 import threading
 from pathlib import Path
 
 from dynrunner.doubles.kubernetes.cluster import Cluster, NodeSpec
-from dynrunner.doubles.kubernetes.images import Image
+from dynrunner.doubles.kubernetes.images import Image, this_environment
 from dynrunner.doubles.spire.double import SpireOptions
 
 
@@ -42,11 +40,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _images(specs: list[str], pull_seconds: float) -> dict[str, Image]:
-    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     images = {}
     for spec in specs:
         ref, _, program = spec.partition("=")
-        images[ref] = Image(entrypoint=(program,) if program else (), env={"PATH": path}, pull_seconds=pull_seconds)
+        images[ref] = this_environment(*((program,) if program else ()), pull_seconds=pull_seconds)
     return images
 
 

@@ -22,6 +22,17 @@ class Image:
     pull_error: str | None = None
 
 
+def this_environment(*entrypoint: str, pull_seconds: float = 0.0) -> Image:
+    """An image whose programs are this Python environment's: its bin directory comes first on
+    PATH, so a Pod whose command is `dynrunner-executor` runs this venv's executor."""
+    import os
+    import sys
+    from pathlib import Path
+
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    return Image(entrypoint=entrypoint, env={"PATH": path}, pull_seconds=pull_seconds)
+
+
 def _qualified(reference: str) -> str:
     """docker.io/library/ qualification, as containerd reports references."""
     first = reference.split("/", 1)[0]
