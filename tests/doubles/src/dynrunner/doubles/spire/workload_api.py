@@ -161,12 +161,14 @@ class WorkloadApi:
             return None
 
     async def _check(self, context: grpc.aio.ServicerContext[Any, Any]) -> set[Selector]:
-        metadata = {key: value for key, value in context.invocation_metadata() or ()}
-        if metadata.get(HEADER) != "true":
+        values = [value for key, value in context.invocation_metadata() or () if key == HEADER]
+        if values != ["true"]:  # exactly one value, "true" (SPIRE's verifySecurityHeader)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "security header missing from request")
         caller = self._caller(context)
         if caller is None:
-            await context.abort(grpc.StatusCode.INTERNAL, "failed to resolve caller information")
+            await context.abort(
+                grpc.StatusCode.INTERNAL, "Is this a supported system? Please report this bug: no caller PID"
+            )
         assert caller is not None
         return self._attest(caller)
 
