@@ -323,3 +323,23 @@ def test_a_lost_node(kube_cluster_factory):
             c.type == "DisruptionTarget" and c.reason == "DeletionByTaintManager" for c in terminating.status.conditions
         )
         assert any(c.type == "Ready" and c.status == "False" for c in terminating.status.conditions)
+
+
+def test_pod_logs(v1):
+    v1.create_namespaced_pod("default", pod("talks", "for i in 1 2 3 4 5; do echo line$i; done"))
+    phase(v1, "talks", "Succeeded")
+    assert v1.read_namespaced_pod_log("talks", "default") == "line1\nline2\nline3\nline4\nline5\n"
+    assert v1.read_namespaced_pod_log("talks", "default", tail_lines=2) == "line4\nline5\n"
+    assert v1.read_namespaced_pod_log("talks", "default", container="main", limit_bytes=6) == "line1\n"
+    with pytest.raises(client.ApiException) as other:
+        v1.read_namespaced_pod_log("talks", "default", container="sidecar")
+    assert other.value.status == 400 and "container sidecar is not valid for pod talks" in other.value.body
+    v1.create_namespaced_pod("default", pod("pulling", "true", image="registry.example/absent:1"))
+    state(v1, "pulling", "ErrImagePull")
+    with pytest.raises(client.ApiException) as waiting:
+        v1.read_namespaced_pod_log("pulling", "default")
+    assert waiting.value.status == 400
+    assert (
+        'container \\"main\\" in pod \\"pulling\\" is waiting to start: trying and failing to pull image'
+        in waiting.value.body
+    )

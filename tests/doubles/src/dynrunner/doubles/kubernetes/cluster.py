@@ -115,6 +115,7 @@ class Cluster:
         self.spire: Any = None
 
     def start(self) -> Cluster:
+        self.api.pod_logs = lambda node, uid, container: self.root / node / "pods" / uid / "logs" / f"{container}.log"
         self.api.start()
         self.api.spawn(Scheduler(self.api.store).run(), "scheduler")
         for spec in self._nodes:

@@ -52,7 +52,7 @@ PODS = Resource(
     "Pod",
     True,
     singular="pod",
-    subresources=frozenset({"status"}),
+    subresources=frozenset({"status", "log"}),
     returns_deleted_object=True,
     field_labels=(
         "spec.nodeName",

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from dynrunner.doubles.kubernetes import discovery, status
+from dynrunner.doubles.kubernetes import discovery, podlogs, status
 from dynrunner.doubles.kubernetes.rbac import Attributes
 from dynrunner.doubles.kubernetes.resources import Resource
 from dynrunner.doubles.kubernetes.selectors import matcher, parse_fields, parse_labels
@@ -140,6 +140,11 @@ class Routes:
         if not verb or verb not in res.verbs or (method == "POST" and name):
             raise status.method_not_supported(res, verb or method.lower())
         self._authorize(Attributes(verb, group, plural, sub, namespace, name), res)
+        if sub == "log":
+            if verb != "get":
+                raise status.method_not_supported(res, verb)
+            text = podlogs.read(store.get(res, namespace, name), query, self._server.pod_logs)
+            return web.Response(body=text, content_type="text/plain")
         if verb == "get":
             return _json(store.get(res, namespace, name))
         if verb in ("list", "watch"):

@@ -23,6 +23,7 @@ from dynrunner.doubles.kubernetes import resources
 from dynrunner.doubles.kubernetes.crds import CLUSTER_STATIC_ENTRY
 from dynrunner.doubles.kubernetes.faults import Faults
 from dynrunner.doubles.kubernetes.gc import GarbageCollector
+from dynrunner.doubles.kubernetes.podlogs import LogSource
 from dynrunner.doubles.kubernetes.rbac import ALLOW_ALL, Authorizer
 from dynrunner.doubles.kubernetes.routes import DROP, Routes
 from dynrunner.doubles.kubernetes.status import too_old
@@ -61,6 +62,8 @@ class ApiServer:
         self._runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self.gc: GarbageCollector | None = None
+        # Where a container's output is (the kubelet double sets it): (node, pod uid, container) → file.
+        self.pod_logs: LogSource | None = None
         # Awaited on the loop before the controllers are cancelled (servers to close).
         self.on_stop: list[Callable[[], Awaitable[None]]] = []
 
