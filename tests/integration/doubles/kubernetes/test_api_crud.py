@@ -229,3 +229,14 @@ def test_a_missing_crd_means_its_resources_are_not_served(kube_api_factory):
         with pytest.raises(ApiException) as listing:
             client.CustomObjectsApi(api_c).list_cluster_custom_object(*CSE)
         assert listing.value.status == 404
+
+
+def test_custom_resources_refuse_unconditional_updates(kube_client):
+    custom = client.CustomObjectsApi(kube_client)
+    created = custom.create_cluster_custom_object(*CSE, cse_body("e"))
+    unconditional = {**created, "metadata": {"name": "e"}}
+    with pytest.raises(ApiException) as exc:
+        custom.replace_cluster_custom_object(*CSE, "e", unconditional)
+    assert exc.value.status == 422 and "metadata.resourceVersion" in status_of(exc.value)["message"]
+    replaced = custom.replace_cluster_custom_object(*CSE, "e", {**created, "spec": {**created["spec"], "hint": "h"}})
+    assert replaced["spec"]["hint"] == "h" and replaced["metadata"]["generation"] == 2

@@ -158,6 +158,14 @@ class Routes:
                 return _json(self._server.authorizer.review(body), 201)
             return _json(store.create(res, namespace, body), 201)
         if verb == "update":
+            if res.custom and not (body.get("metadata") or {}).get("resourceVersion"):
+                # Custom resources refuse unconditional updates (customresource strategy).
+                cause = (
+                    "FieldValueInvalid",
+                    "metadata.resourceVersion",
+                    "Invalid value: 0x0: must be specified for an update",
+                )
+                raise status.invalid(res, name, [cause])
             return _json(store.update(res, namespace, name, body, sub))
         if verb == "patch":
             return _json(store.patch(res, namespace, name, request.content_type, body, sub))
