@@ -13,11 +13,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dynrunner.controller.assignments import AssignmentLog
-from dynrunner.controller.backends.base import Backend
+from dynrunner.controller.backends.base import Backend, BackendError
 from dynrunner.controller.backends.registry import create_backend
 from dynrunner.controller.capacity import Capacity
 from dynrunner.controller.claimer import Claimer, ClaimSettings, pool_pacer
@@ -30,7 +31,7 @@ from dynrunner.controller.metrics import Metrics
 from dynrunner.controller.reaper import PoolWatch, Reaper
 from dynrunner.controller.registrations import Registrations
 from dynrunner.controller.registrations_store import RegistrationStore
-from dynrunner.controller.sealing import Sealer, ensure_key_file
+from dynrunner.controller.sealing import Sealer, SealingError, ensure_key_file
 from dynrunner.controller.stagelog import ClaimedLines
 from dynrunner.proto.assignment import ExecutorOptions, IdentityWait
 from dynrunner.proto.gitea import GiteaClient, GiteaError
@@ -77,20 +78,41 @@ def executor_options(cfg: ControllerConfig) -> ExecutorOptions:
     )
 
 
-def open_sealer(cfg: ControllerConfig) -> Sealer:
+def open_sealer(cfg: ControllerConfig, *, create: bool = True) -> Sealer | None:
     """The sealing key; created on first start only for a single-machine (embedded NATS)
-    controller — with an external NATS every replica must share one key, made by an admin."""
+    controller — with an external NATS every replica must share one key, made by an admin.
+    Without `create` (for `check`), None where it would be created. Every problem with a key
+    file is a StartupError whose one line `run` and `check` both print."""
     key_file = cfg.sealing.key_file
     assert key_file is not None, "ControllerConfig derives key_file"
+    for path in (key_file, *cfg.sealing.retired_key_files):
+        if path.is_symlink() and not path.exists():
+            raise StartupError(
+                f"sealing key file {path} is a symbolic link to {os.readlink(path)}, which does not exist"
+            )
     if not key_file.exists():
         if cfg.nats.url is not None:
             raise StartupError(
                 f"sealing key file {key_file} does not exist; create one (e.g. `head -c 32 /dev/urandom | base64 > "
                 f"{key_file}`) and give every controller replica the same key"
             )
+        if not create:
+            return None
         ensure_key_file(key_file)
         log.info("created a new sealing key", extra={"key_file": str(key_file)})
-    return Sealer.from_key_file(key_file, cfg.sealing.retired_key_files)
+    try:
+        return Sealer.from_key_file(key_file, cfg.sealing.retired_key_files)
+    except SealingError as err:
+        raise StartupError(str(err)) from None
+
+
+def open_backend(pool: PoolConfig, cfg: ControllerConfig) -> Backend:
+    """The pool's backend; one it cannot make (its executor program is missing, say) is a
+    StartupError naming the pool, as `check` reports it."""
+    try:
+        return create_backend(pool, cfg)
+    except (ValueError, BackendError, OSError) as err:
+        raise StartupError(f"pool {pool.name}: {err}") from err
 
 
 class Controller:
@@ -115,6 +137,7 @@ class Controller:
     async def run(self, stop: asyncio.Event) -> None:
         cfg = self.cfg
         sealer = open_sealer(cfg)
+        assert sealer is not None
         async with contextlib.AsyncExitStack() as stack:
             nats_url = cfg.nats.url
             if nats_url is None:
@@ -172,7 +195,7 @@ class Controller:
     ) -> Pool:
         assert self._log is not None
         name = pool_cfg.name
-        backend = self._backend_overrides.get(name) or create_backend(pool_cfg, self.cfg)
+        backend = self._backend_overrides.get(name) or open_backend(pool_cfg, self.cfg)
         capacity = Capacity(name, pool_cfg.max_concurrency)
         envs = await backend.list_owned()
         pending = await self._log.pending(name)

@@ -15,11 +15,10 @@ from typing import TextIO
 import nats.errors
 import nats.js.errors
 
+from dynrunner.controller.app import StartupError, open_backend, open_sealer
 from dynrunner.controller.assignments import AssignmentLogError, connect_nats
-from dynrunner.controller.backends.registry import create_backend
 from dynrunner.controller.config import ConfigError, ControllerConfig, load_config
 from dynrunner.controller.embedded_nats import EmbeddedNatsError, find_nats_server
-from dynrunner.controller.sealing import Sealer, SealingError
 from dynrunner.proto.gitea import GiteaClient, GiteaError
 from dynrunner.proto.gitea.client import RetryPolicy
 
@@ -66,14 +65,10 @@ async def run_checks(path: Path | None, out: TextIO = sys.stdout) -> int:
 
 
 async def _sealing(cfg: ControllerConfig) -> str:
-    key_file = cfg.sealing.key_file
-    assert key_file is not None
-    if not key_file.exists():
-        if cfg.nats.url is None:
-            return f"{key_file} does not exist yet; it is created at the first start (embedded NATS)"
-        raise SealingError(f"{key_file} does not exist; every replica needs the same key file")
-    sealer = Sealer.from_key_file(key_file, cfg.sealing.retired_key_files)
-    return f"{key_file} (key id {sealer.key_id})"
+    sealer = open_sealer(cfg, create=False)
+    if sealer is None:
+        return f"{cfg.sealing.key_file} does not exist yet; it is created at the first start (embedded NATS)"
+    return f"{cfg.sealing.key_file} (key id {sealer.key_id})"
 
 
 async def _gitea(cfg: ControllerConfig) -> str:
@@ -109,7 +104,10 @@ async def _nats(cfg: ControllerConfig) -> str:
 
 async def _pool(cfg: ControllerConfig, name: str) -> str:
     pool = cfg.pool(name)
-    backend = create_backend(pool, cfg)
+    try:
+        backend = open_backend(pool, cfg)
+    except StartupError as err:
+        raise RuntimeError(str(err.__cause__ or err)) from None  # the line already names the pool
     try:
         envs = await backend.list_owned()
     finally:

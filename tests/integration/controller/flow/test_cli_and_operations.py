@@ -174,3 +174,83 @@ async def test_a_gitea_url_that_is_not_gitea_stops_the_start(gitea: GiteaDouble,
     with pytest.raises(StartupError, match=r"does not answer as Gitea's runner API: Unimplemented"):
         async with in_process(cfg):
             pass
+
+
+def _bad_key(kind: str, path: Path) -> str:
+    """Make the sealing key file at `path` bad in one way; returns what `run` and `check` say."""
+    if kind == "a directory":
+        path.mkdir(parents=True)
+        return f"sealing key file {path} cannot be read: Is a directory"
+    if kind == "too short":
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("c2hvcnQ=\n")
+        path.chmod(0o600)
+        return f"sealing key file {path} must hold a 256-bit key: 32 raw bytes, 64 hex digits or base64 of 32 bytes"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.symlink_to(path.parent / "gone" / "sealing.key")
+    return f"sealing key file {path} is a symbolic link to {path.parent / 'gone' / 'sealing.key'}, which does not exist"
+
+
+async def run_controller(config: Path) -> tuple[int, str]:
+    proc = await asyncio.create_subprocess_exec(
+        CONTROLLER, "run", "--config", str(config), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode is not None
+    return proc.returncode, (out + err).decode()
+
+
+@pytest.mark.parametrize("kind", ["a directory", "too short", "a dangling symbolic link"])
+@pytest.mark.parametrize("nats", ["embedded", "external"])
+async def test_a_bad_sealing_key_is_one_line_in_run_and_check(
+    kind: str, nats: str, nats_url: str, tmp_path: Path
+) -> None:
+    state = tmp_path / "s"
+    data = config_data(
+        gitea_url=f"http://127.0.0.1:{free_port()}",
+        registration_token="t" * 40,
+        state_dir=state,
+        nats_url=nats_url if nats == "external" else None,
+    )
+    key = state / "sealing.key"
+    key.unlink()  # config_data made a good one
+    said = _bad_key(kind, key)
+    config = write_config(tmp_path, data)
+    status, text = await run_controller(config)
+    assert status == 1, text
+    assert "Traceback" not in text, text
+    [line] = text.splitlines()  # one line, nothing else
+    assert line.startswith(f"dynrunner-controller: cannot start: {said}"), text
+    out = io.StringIO()
+    assert await run_checks(config, out) == 1
+    assert f"FAIL sealing key: {said}" in out.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("command", "said"),
+    [
+        (["no-such-executor"], "the executor program 'no-such-executor' was not found on PATH or in "),
+        (["/nonexistent/executor"], "the executor program '/nonexistent/executor' does not exist (or is not a file)"),
+        (["./not-executable"], "the executor program './not-executable' is not executable"),
+    ],
+)
+async def test_a_missing_executor_program_is_one_line_in_run_and_check(
+    command: list[str], said: str, nats_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "not-executable").write_text("#!/bin/sh\n")
+    data = config_data(
+        gitea_url=f"http://127.0.0.1:{free_port()}",
+        registration_token="t" * 40,
+        state_dir=tmp_path / "s",
+        nats_url=nats_url,
+        executor_command=command,
+    )
+    config = write_config(tmp_path, data)
+    status, text = await run_controller(config)
+    assert status == 1, text
+    assert "Traceback" not in text, text
+    assert text.splitlines()[-1].startswith(f"dynrunner-controller: cannot start: pool local: {said}"), text
+    out = io.StringIO()
+    assert await run_checks(config, out) == 1
+    assert f"FAIL pool local: {said}" in out.getvalue()

@@ -66,7 +66,12 @@ def resolve_program(program: str, path: str) -> str:
     """An absolute path for `program`: as given, from PATH, or next to this Python (the
     executor is installed beside the controller)."""
     if "/" in program:
-        return str(Path(program).absolute())  # not resolve(): a venv's python is a symlink
+        given = Path(program).absolute()  # not resolve(): a venv's python is a symlink
+        if not given.is_file():
+            raise ValueError(f"the executor program {program!r} does not exist (or is not a file)")
+        if not os.access(given, os.X_OK):
+            raise ValueError(f"the executor program {program!r} is not executable")
+        return str(given)
     beside = Path(sys.executable).parent
     found = shutil.which(program, path=path) or shutil.which(program, path=str(beside))
     if found is None:
