@@ -7,7 +7,7 @@ UV := $(BIN)/uv
 STAMP := $(VENV)/.installed
 PKGS := -e proto -e executor -e controller -e tests/doubles
 
-.PHONY: venv test test-fast lint proto requirements demo bench clean
+.PHONY: venv test test-fast lint proto requirements clients clients-lock demo bench clean
 
 venv: $(STAMP)
 
@@ -18,8 +18,16 @@ $(STAMP): requirements-dev.txt proto/pyproject.toml executor/pyproject.toml cont
 	$(UV) pip install -q -p $(BIN)/python --no-deps $(PKGS)
 	@touch $(STAMP)
 
-test: lint
+test: lint clients
 	$(BIN)/python -m pytest -q tests
+
+# The JavaScript clients real actions are built on (tests only): `npm ci` from tests/clients/.
+clients: venv
+	$(BIN)/python -m tests.fixtures.clients
+
+# After editing tests/clients/package.json: a new lock, without registry URLs.
+clients-lock: venv
+	$(BIN)/python -m tests.fixtures.clients --relock
 
 test-fast: venv
 	$(BIN)/python -m pytest -q -x tests/unit

@@ -8,4 +8,5 @@ pytest_plugins = [
     "tests.fixtures.faults",
     "tests.fixtures.git",
     "tests.fixtures.kubernetes",
+    "tests.fixtures.clients",
 ]

@@ -1,5 +1,7 @@
 """The ASGI application: Gitea's Connect handlers under `/api/actions`, the admin API under
-`/_double/`, git's smart HTTP under `/{owner}/{repo}[.git]/`, everything else 404.
+`/_double/`, git's smart HTTP under `/{owner}/{repo}[.git]/`, the artifact APIs (v3 under
+`/api/actions_pipeline`, v4 under `/twirp/github.actions.results.api.v1.ArtifactService`),
+everything else 404.
 
 Like Gitea's `connect.WithCompressMinBytes(1024)` on the RunnerService handler, its
 responses shorter than 1024 bytes are sent uncompressed (without a Content-Encoding
@@ -13,6 +15,8 @@ import gzip
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from dynrunner.doubles.gitea.artifacts_v3 import ROUTE as ARTIFACTS_V3_ROUTE
+from dynrunner.doubles.gitea.artifacts_v4 import ROUTE as ARTIFACTS_V4_ROUTE
 from dynrunner.doubles.gitea.githttp import ROUTE as GIT_ROUTE
 from dynrunner.proto._gen.ping.v1.services_connect import PingServiceASGIApplication
 from dynrunner.proto._gen.runner.v1.services_connect import RunnerServiceASGIApplication
@@ -55,7 +59,9 @@ def _compress_min_bytes(app: ASGIApp) -> ASGIApp:
     return wrapped
 
 
-def build_app(runner_service: Any, ping_service: Any, admin: ASGIApp, git: ASGIApp) -> ASGIApp:
+def build_app(
+    runner_service: Any, ping_service: Any, admin: ASGIApp, git: ASGIApp, artifacts_v3: ASGIApp, artifacts_v4: ASGIApp
+) -> ASGIApp:
     runner_app = _compress_min_bytes(RunnerServiceASGIApplication(runner_service))
     ping_app = PingServiceASGIApplication(ping_service)
 
@@ -71,6 +77,12 @@ def build_app(runner_service: Any, ping_service: Any, admin: ASGIApp, git: ASGIA
         if scope["type"] != "http":
             return
         path: str = scope["path"]
+        if ARTIFACTS_V3_ROUTE.match(path):
+            await artifacts_v3(scope, receive, send)
+            return
+        if ARTIFACTS_V4_ROUTE.match(path):
+            await artifacts_v4(scope, receive, send)
+            return
         if path.startswith(PREFIX + "/"):
             inner = {**scope, "path": path[len(PREFIX) :], "root_path": scope.get("root_path", "") + PREFIX}
             if inner["path"].startswith("/runner.v1.RunnerService/"):

@@ -24,6 +24,9 @@ import uvicorn
 
 from dynrunner.doubles.gitea import admin, runs, views
 from dynrunner.doubles.gitea.app import build_app
+from dynrunner.doubles.gitea.artifacts_service import ArtifactService, ArtifactView
+from dynrunner.doubles.gitea.artifacts_v3 import ArtifactsV3
+from dynrunner.doubles.gitea.artifacts_v4 import ArtifactsV4
 from dynrunner.doubles.gitea.engine import Engine, Options
 from dynrunner.doubles.gitea.events import default_event
 from dynrunner.doubles.gitea.githttp import GitHTTP
@@ -117,7 +120,16 @@ class GiteaDouble:
         self.runner_service = RunnerServiceImpl(self._worker)
         self.hooks = self.runner_service.hooks
         git = GitHTTP(self.engine, self._pool)
-        self.app = build_app(self.runner_service, PingServiceImpl(), admin.build(self), git)
+        self.artifact_service = ArtifactService(self.engine, self._pool)
+        self.artifacts_v4 = ArtifactsV4(self.artifact_service)
+        self.app = build_app(
+            self.runner_service,
+            PingServiceImpl(),
+            admin.build(self),
+            git,
+            ArtifactsV3(self.artifact_service),
+            self.artifacts_v4,
+        )
         self.reap_interval_s = reap_interval_s if reap_interval_s is not None else min(300.0, zombie_timeout_s / 4)
         self.url = ""
         self.registration_token = self.engine.new_registration_token()
@@ -225,6 +237,26 @@ class GiteaDouble:
 
     def repository(self, full_name: str) -> RepoView:
         return self.engine.repos.view(full_name)
+
+    # -- artifacts ---------------------------------------------------------------------------
+
+    def artifacts(self, run_id: int) -> list[ArtifactView]:
+        """Every artifact row of a run (one per file for v3, one per artifact for v4)."""
+        return self.artifact_service.views(run_id)
+
+    def artifact_content(self, artifact_id: int) -> bytes:
+        """The stored bytes of a confirmed artifact (a v3 file, gzipped if uploaded so; a v4 zip)."""
+        for view in self.artifact_service.views(self._artifact_run(artifact_id)):
+            if view.id == artifact_id and view.storage_path:
+                return self.artifact_service.files.read(view.storage_path)
+        raise KeyError(f"artifact {artifact_id} has no stored content")
+
+    def _artifact_run(self, artifact_id: int) -> int:
+        with self.engine.store.read() as conn:
+            row = conn.execute("SELECT run_id FROM artifact WHERE id = ?", (artifact_id,)).fetchone()
+        if row is None:
+            raise KeyError(f"artifact {artifact_id} does not exist")
+        return int(row["run_id"])
 
     # -- runs ------------------------------------------------------------------------------
 

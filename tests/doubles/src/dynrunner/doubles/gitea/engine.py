@@ -61,6 +61,7 @@ class Options:
 class Engine:
     def __init__(self, state_dir: Path, options: Options) -> None:
         state_dir.mkdir(parents=True, exist_ok=True)
+        self.state_dir = state_dir
         self.options = options
         self.clock = Clock()
         self.store = Store(state_dir / "gitea.db")

@@ -24,10 +24,10 @@ import re
 import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import parse_qs
 
 from dynrunner.doubles.gitea import repos
 from dynrunner.doubles.gitea.gitrepos import git_env
+from dynrunner.doubles.gitea.httpio import headers_of, plain, query_of, read_body, respond
 from dynrunner.doubles.gitea.webauth import AuthFailed, web_doer
 
 if TYPE_CHECKING:
@@ -65,15 +65,15 @@ class GitHTTP:
         assert match is not None, "routed here only for git paths"
         owner, name, action = match.group(1), match.group(2).removesuffix(".git"), match.group(3)
         method = scope["method"]
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        headers = headers_of(scope)
         if action == "info/refs":
             if method != "GET":
-                await _plain(send, 405, "Method Not Allowed\n")
+                await plain(send, 405, "Method Not Allowed\n")
                 return
-            service = parse_qs(scope.get("query_string", b"").decode()).get("service", [""])[0]
+            service = query_of(scope).get("service", "")
         else:
             if method != "POST":
-                await _plain(send, 405, "Method Not Allowed\n")
+                await plain(send, 405, "Method Not Allowed\n")
                 return
             service = action
         try:
@@ -88,7 +88,7 @@ class GitHTTP:
             else:
                 await self._rpc(send, receive, path, kind, headers)
         except _Refused as refused:
-            await _plain(send, refused.status, refused.text, refused.headers)
+            await plain(send, refused.status, refused.text, refused.headers)
 
     def _authorize(self, owner: str, name: str, kind: str, authorization: str) -> str:
         """`httpBase`: the repository's directory when the request may go on."""
@@ -125,18 +125,18 @@ class GitHTTP:
         if kind == "":
             await _run_git(path, ["update-server-info"], b"", {})
             body = await asyncio.to_thread(Path(path, "info", "refs").read_bytes)
-            await _respond(send, 200, "text/plain; charset=utf-8", body, _NO_CACHE)
+            await respond(send, 200, "text/plain; charset=utf-8", body, _NO_CACHE)
             return
         if kind == "upload-archive":
             raise _Refused(400, "")
         refs = await _run_git(path, [kind, "--stateless-rpc", "--advertise-refs", "."], b"", _protocol(headers))
         body = pkt_line(f"# service=git-{kind}\n") + b"0000" + refs
-        await _respond(send, 200, f"application/x-git-{kind}-advertisement", body, _NO_CACHE)
+        await respond(send, 200, f"application/x-git-{kind}-advertisement", body, _NO_CACHE)
 
     async def _rpc(self, send: Send, receive: Receive, path: str, kind: str, headers: dict[str, str]) -> None:
         if headers.get("content-type") != f"application/x-git-{kind}-request":
             raise _Refused(400, "")
-        body = await _read_body(receive)
+        body = await read_body(receive)
         if headers.get("content-encoding") == "gzip":
             try:
                 body = gzip.decompress(body)
@@ -200,24 +200,3 @@ async def _run_git(path: str, args: list[str], stdin: bytes, env: dict[str, str]
     if process.returncode != 0:
         raise _Refused(500, f"git {args[0]}: {err.decode(errors='replace').strip()}\n")
     return out
-
-
-async def _read_body(receive: Receive) -> bytes:
-    chunks = []
-    while True:
-        message = await receive()
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body"):
-            return b"".join(chunks)
-
-
-async def _respond(
-    send: Send, status: int, content_type: str, body: bytes, headers: list[tuple[bytes, bytes]] | None = None
-) -> None:
-    start = [(b"content-type", content_type.encode()), *(headers or [])]
-    await send({"type": "http.response.start", "status": status, "headers": start})
-    await send({"type": "http.response.body", "body": body})
-
-
-async def _plain(send: Send, status: int, text: str, headers: list[tuple[bytes, bytes]] | None = None) -> None:
-    await _respond(send, status, "text/plain; charset=utf-8", text.encode(), headers)

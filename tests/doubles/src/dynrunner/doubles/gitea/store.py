@@ -80,6 +80,15 @@ CREATE TABLE IF NOT EXISTS task_step (
   started INTEGER NOT NULL DEFAULT 0, stopped INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS task_step_task ON task_step (task_id, idx);
+CREATE TABLE IF NOT EXISTS artifact (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, run_id INTEGER NOT NULL, runner_id INTEGER NOT NULL,
+  repo_id INTEGER NOT NULL, owner_id INTEGER NOT NULL, commit_sha TEXT NOT NULL,
+  storage_path TEXT NOT NULL DEFAULT '', file_size INTEGER NOT NULL DEFAULT 0,
+  file_compressed_size INTEGER NOT NULL DEFAULT 0, content_encoding TEXT NOT NULL DEFAULT '',
+  artifact_path TEXT NOT NULL, artifact_name TEXT NOT NULL, status INTEGER NOT NULL,
+  created INTEGER NOT NULL, updated INTEGER NOT NULL, expired INTEGER NOT NULL,
+  UNIQUE (run_id, artifact_name, artifact_path)
+);
 CREATE TABLE IF NOT EXISTS task_output (
   id INTEGER PRIMARY KEY AUTOINCREMENT, task_id INTEGER NOT NULL, output_key TEXT NOT NULL,
   output_value TEXT NOT NULL, UNIQUE (task_id, output_key)
