@@ -23,6 +23,7 @@ import pyqwest
 from connectrpc.codec import Codec
 from connectrpc.compat import google_protobuf_binary_codec, google_protobuf_json_codec
 from connectrpc.errors import ConnectError
+from google.protobuf.message import Message
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_random_exponential
 
 from dynrunner.proto import __version__
@@ -131,8 +132,12 @@ class GiteaClient:
 
     # -- plumbing -----------------------------------------------------------------
 
-    def _headers(self, *, auth: bool = True) -> dict[str, str]:
+    def _headers(self, request: Message, *, auth: bool = True) -> dict[str, str]:
         headers = {"user-agent": USER_AGENT}
+        if self._sends_nothing(request):
+            # The HTTP client sends an empty body without any length, which HTTP/1.1 allows
+            # but strict front ends (some load balancers) answer with 411 Length Required.
+            headers["content-length"] = "0"
         if auth:
             if self.credentials is None:
                 raise ValueError("this call needs runner credentials")
@@ -141,6 +146,12 @@ class GiteaClient:
             if self.credentials.token:
                 headers[HEADER_TOKEN] = self.credentials.token
         return headers
+
+    def _sends_nothing(self, request: Message) -> bool:
+        """Whether `request` goes out as an empty body: a binary message with every field at
+        its default (FetchTask with tasks_version 0), uncompressed (JSON is at least `{}`,
+        a gzip stream never empty)."""
+        return not self._json and not self._gzip and not request.ListFields()
 
     async def _call(self, fn: Callable[[], Awaitable[T]]) -> T:
         try:
@@ -167,7 +178,7 @@ class GiteaClient:
 
     async def ping(self, data: str = "dynrunner") -> str:
         req = ping_pb.PingRequest(data=data)
-        resp = await self._retrying(lambda: self._ping.ping(req, headers=self._headers(auth=False)))
+        resp = await self._retrying(lambda: self._ping.ping(req, headers=self._headers(req, auth=False)))
         return resp.data
 
     async def register(
@@ -189,21 +200,21 @@ class GiteaClient:
             ephemeral=ephemeral,
             capabilities=list(capabilities),
         )
-        resp = await self._call(lambda: self._runner.register(req, headers=self._headers(auth=False)))
+        resp = await self._call(lambda: self._runner.register(req, headers=self._headers(req, auth=False)))
         return RunnerInfo.from_proto(resp.runner)
 
     async def declare(
         self, *, labels: Sequence[str], version: str = USER_AGENT, capabilities: Iterable[str] = ()
     ) -> RunnerInfo:
         req = pb.DeclareRequest(version=version, labels=list(labels), capabilities=list(capabilities))
-        resp = await self._retrying(lambda: self._runner.declare(req, headers=self._headers()))
+        resp = await self._retrying(lambda: self._runner.declare(req, headers=self._headers(req)))
         return RunnerInfo.from_proto(resp.runner)
 
     async def fetch_task(self, tasks_version: int = 0, *, timeout_s: float | None = None) -> FetchResult:
         """One claim attempt. Not retried (see the module docstring)."""
         req = pb.FetchTaskRequest(tasks_version=tasks_version)
         resp = await self._call(
-            lambda: self._runner.fetch_task(req, headers=self._headers(), timeout_ms=self._timeout_ms(timeout_s))
+            lambda: self._runner.fetch_task(req, headers=self._headers(req), timeout_ms=self._timeout_ms(timeout_s))
         )
         task = Task.from_proto(resp.task) if resp.HasField("task") else None
         return FetchResult(task=task, tasks_version=resp.tasks_version)
@@ -216,7 +227,7 @@ class GiteaClient:
         retry: RetryPolicy | None = None,
     ) -> UpdateTaskResult:
         req = pb.UpdateTaskRequest(state=state.to_proto(), outputs=dict(outputs or {}))
-        resp = await self._retrying(lambda: self._runner.update_task(req, headers=self._headers()), retry)
+        resp = await self._retrying(lambda: self._runner.update_task(req, headers=self._headers(req)), retry)
         return UpdateTaskResult(result=Result.from_wire(resp.state.result), sent_outputs=frozenset(resp.sent_outputs))
 
     async def update_log(
@@ -237,7 +248,7 @@ class GiteaClient:
             if row.time is not last_time:
                 last_time, stamp = row.time, ts_to_proto(row.time)
             req.rows.add(time=stamp, content=row.content)
-        resp = await self._retrying(lambda: self._runner.update_log(req, headers=self._headers()), retry)
+        resp = await self._retrying(lambda: self._runner.update_log(req, headers=self._headers(req)), retry)
         return resp.ack_index
 
 
