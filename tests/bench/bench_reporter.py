@@ -35,9 +35,9 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from dynrunner.executor.masking import Masker
 from dynrunner.executor.reporter import Reporter
 from dynrunner.proto.gitea import GiteaClient, LogRow, Result, RunnerCredentials
+from dynrunner.proto.masking import Masker
 
 LINES = int(os.environ.get("DYNRUNNER_BENCH_LINES", "200000"))
 WORDS = ["the", "quick", "fox", "compiled", "src/main.c", "-O2", "warning:", "unused", "variable", "1234", "PASS"]

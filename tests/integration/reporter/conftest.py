@@ -9,8 +9,8 @@ import pyqwest
 import pytest
 
 from dynrunner.doubles.gitea import GiteaDouble, RunView
-from dynrunner.executor.masking import Masker
 from dynrunner.proto.gitea import GiteaClient, RunnerCredentials, RunnerInfo, Task
+from dynrunner.proto.masking import Masker
 from tests.integration.reporter.wire import FaultyWire
 
 LABELS = ["self-hosted", "pod"]

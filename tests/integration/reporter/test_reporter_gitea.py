@@ -12,9 +12,9 @@ from datetime import UTC, datetime
 import pytest
 
 from dynrunner.doubles.gitea import GiteaDouble
-from dynrunner.executor.masking import Masker
 from dynrunner.executor.reporter import Reporter, ReporterConfig
 from dynrunner.proto.gitea import GiteaClient, Internal, LogRow, Result, RunnerCredentials, Unauthenticated
+from dynrunner.proto.masking import Masker
 from tests.integration.reporter.conftest import ClaimTask
 from tests.integration.reporter.wire import Exchange, FaultyWire
 

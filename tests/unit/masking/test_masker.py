@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dynrunner.executor.masking import MASK, Masker, secret_forms
+from dynrunner.proto.masking import MASK, Masker, secret_forms
 
 SECRET = "s3cr3t-T0ken!value"
 

@@ -10,9 +10,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from dynrunner.executor.masking import Masker
 from dynrunner.executor.reporter import OutputLimitError, Reporter, ReporterClosedError, ReporterConfig
 from dynrunner.proto.gitea import Internal, Result, Unauthenticated, Unavailable
+from dynrunner.proto.masking import Masker
 
 SLOW = 60.0  # an interval that never fires during a test
 FAST = ReporterConfig(

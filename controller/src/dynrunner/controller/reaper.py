@@ -30,12 +30,12 @@ from dynrunner.controller.logs import log_context
 from dynrunner.controller.metrics import Metrics
 from dynrunner.proto.assignment import Assignment
 from dynrunner.proto.gitea import GiteaClient, GiteaError, RunnerCredentials
+from dynrunner.proto.masking import Masker, add_mask_values, assignment_values
 
 log = logging.getLogger(__name__)
 
 SWEEP_INTERVAL_S = 1.0
 ORPHAN_INTERVAL_S = 60.0
-MASK = "***"
 
 
 @dataclass
@@ -51,18 +51,14 @@ class PoolWatch:
 
 
 def mask_secrets(text: str, assignment: Assignment) -> str:
-    """`text` with every secret the assignment carries replaced by ***, line by line as the
-    executor masks (each line of a multi-line secret longer than one character)."""
-    values: set[str] = set(assignment.task.secrets.values())
-    values.add(assignment.runner.token)
-    context = assignment.task.context or {}
-    for key in ("token", "gitea_runtime_token"):
-        if isinstance(context.get(key), str):
-            values.add(context[key])
-    pieces = {line.strip() for value in values for line in value.splitlines()}
-    for piece in sorted((p for p in pieces if len(p) > 1), key=len, reverse=True):
-        text = text.replace(piece, MASK)
-    return text
+    """`text` (the executor's output) masked as the executor masks the job log, with the same
+    masker: every credential the assignment carries, and any value an `::add-mask::` line in
+    `text` registers, in every form the masker knows (each line of a multi-line value, base64,
+    JSON and URL escapes, ...)."""
+    masker = Masker(assignment_values(assignment))
+    for value in add_mask_values(text):
+        masker.add(value)
+    return masker.mask(text)
 
 
 def failure_report(observation: Observation, assignment: Assignment) -> str:

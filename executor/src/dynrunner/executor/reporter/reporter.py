@@ -25,7 +25,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import NoReturn, TypeVar
 
-from dynrunner.executor.masking import Masker
 from dynrunner.executor.reporter.config import ReporterConfig
 from dynrunner.executor.reporter.logbuffer import ROW_OVERHEAD, LogBuffer
 from dynrunner.executor.reporter.outputs import Outputs
@@ -33,6 +32,7 @@ from dynrunner.executor.reporter.rows import MAX_ROW_BYTES, cap, split_rows, utf
 from dynrunner.executor.reporter.steps import StepTracker
 from dynrunner.proto.gitea import GiteaClient, GiteaError, LogRow, Result, TaskState, Unauthenticated, Unavailable
 from dynrunner.proto.gitea.client import NO_RETRY
+from dynrunner.proto.masking import Masker
 
 log = logging.getLogger(__name__)
 
