@@ -93,6 +93,32 @@ async def test_job_log_steps_outputs_and_close(gitea: GiteaDouble, claim: ClaimT
         await c.client.update_log(c.task.id, task.log_length, [], retry=None)
 
 
+async def test_steps_stay_right_in_gitea_while_reports_leave_out_what_it_keeps(
+    gitea: GiteaDouble, claim: ClaimTask
+) -> None:
+    """Reports carry the steps that started and a skipped one until Gitea has it, never the
+    untouched ones; between reports (heartbeats included) Gitea still shows every step as it is."""
+    c = await claim(steps=4)
+    rep = Reporter(c.client, c.task.id, Masker(), replace(CONFIG, transition_window_s=0.01))
+    await rep.start(4)
+    rep.step_started(0)
+    rep.step_finished(0, Result.SUCCESS)
+    rep.step_finished(1, Result.SKIPPED)
+    rep.step_started(2)
+
+    def statuses() -> list[str]:
+        return [s.status for s in gitea.task(c.task.id).steps]
+
+    await until(lambda: statuses()[2] == "running")
+    await asyncio.sleep(0.5)  # heartbeats every 0.2 s
+    assert statuses() == ["success", "skipped", "running", "waiting"]
+    sent = [[s.id for s in e.request.state.steps] for e in c.wire.exchanges if e.method == "UpdateTask"]
+    assert len(sent) >= 3 and sent[0] == [0, 1, 2] and all(ids == [0, 2] for ids in sent[1:])
+    rep.step_finished(2, Result.FAILURE)
+    assert await rep.close(Result.FAILURE)
+    assert statuses() == ["success", "skipped", "failure", "cancelled"]
+
+
 async def test_first_request_reads_the_position_without_writing(gitea: GiteaDouble, claim: ClaimTask) -> None:
     c = await claim(steps=1)
     now = datetime.now(UTC)

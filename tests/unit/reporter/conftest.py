@@ -10,6 +10,7 @@ on a final result. The integration tests run the same flows against the real dou
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -37,6 +38,7 @@ class Call:
     state: TaskState | None = None
     outputs: dict[str, str] = field(default_factory=dict)
     ack: int | None = None
+    at: float = field(default_factory=time.monotonic)
 
 
 class FakeGitea:
@@ -93,6 +95,12 @@ class FakeGitea:
         call = Call("task", state=replace(state, steps=[replace(s) for s in state.steps]), outputs=dict(outputs or {}))
         self.calls.append(call)
         self._gate()
+        # Gitea's UpdateTaskByState: a step the request leaves out keeps its fields, and is
+        # `running` again if it has a start time.
+        reported = {step.id for step in state.steps}
+        for step in list(self.steps.values()):
+            if step.id not in reported and step.started_at is not None:
+                self.steps[step.id] = replace(step, result=Result.UNSPECIFIED)
         for step in state.steps:
             self.steps[step.id] = replace(step)
         for key, value in (outputs or {}).items():

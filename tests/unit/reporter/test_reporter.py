@@ -124,7 +124,7 @@ async def test_step_transitions_flush_logs_then_state_at_once(fake, make) -> Non
     kinds = [(c.kind, len(c.rows)) for c in fake.calls]
     assert kinds.index(("log", 1)) < max(i for i, c in enumerate(fake.calls) if c.kind == "task")
     task = fake.task_calls()[-1]
-    assert [s.id for s in task.state.steps] == [0, 1]  # every step, every time
+    assert [s.id for s in task.state.steps] == [0]  # step 1 was not touched: Gitea keeps it waiting
     assert task.state.result == Result.UNSPECIFIED
     rep.log("work", step=0)
     rep.step_finished(0, Result.SUCCESS)
@@ -154,13 +154,73 @@ async def test_transitions_within_the_window_share_one_log_and_one_state_request
     assert await rep.close(Result.SUCCESS)
 
 
+async def test_reports_leave_out_the_steps_gitea_keeps_as_they_are(fake, make) -> None:
+    """Gitea keeps a step that a report leaves out as stored, and makes it `running` again if
+    it started: untouched steps are left out, a skipped one once Gitea has it, started ones
+    never (see reporter/steps.py)."""
+    rep = make(replace(FAST, transition_window_s=0.01))
+    await rep.start(4)
+    rep.step_started(0)
+    rep.step_finished(0, Result.SUCCESS)
+    rep.step_finished(1, Result.SKIPPED)
+    await until(lambda: fake.steps.get(1))
+    rep.step_started(2)
+    await until(lambda: fake.steps.get(2))
+    assert [[s.id for s in c.state.steps] for c in fake.task_calls()] == [[0, 1], [0, 2]]
+    assert [(i, s.result) for i, s in sorted(fake.steps.items())] == [
+        (0, Result.SUCCESS),
+        (1, Result.SKIPPED),
+        (2, Result.UNSPECIFIED),
+    ]
+    await rep.close(Result.SUCCESS)
+    assert [s.id for s in fake.task_calls()[-1].state.steps] == [0, 2, 3]
+    assert [s.result for s in fake.steps.values()] == [
+        Result.SUCCESS,
+        Result.SKIPPED,
+        Result.CANCELLED,
+        Result.CANCELLED,
+    ]
+
+
+async def test_step_times_are_sent_in_whole_seconds(fake, make) -> None:
+    rep = make(
+        replace(FAST, transition_window_s=0.01, clock=lambda: datetime(2026, 3, 1, 8, 0, 5, 987_654, tzinfo=UTC))
+    )
+    await rep.start(1)
+    rep.step_started(0)
+    await until(lambda: fake.steps.get(0))
+    assert fake.steps[0].started_at == datetime(2026, 3, 1, 8, 0, 5, tzinfo=UTC)
+    await rep.close(Result.SUCCESS)
+
+
+@pytest.mark.parametrize(("steps", "spacing"), [(30, 0.1), (4000, 0.6)])
+async def test_reports_of_a_job_of_many_steps_are_further_apart(fake, make, steps: int, spacing: float) -> None:
+    """Each UpdateTask makes Gitea rewrite every step row of the task: a job of 4,000 steps
+    (0.15 ms each here: 0.6 s) is reported at most every 0.6 s however fast its steps go,
+    where one of 30 steps gets the transition window's 0.1 s."""
+    rep = make(replace(FAST, state_spacing_per_step_s=0.00015))
+    await rep.start(steps)
+    step = 0
+    while len(fake.task_calls()) < 4:
+        rep.step_started(step % steps)
+        rep.step_finished(step % steps, Result.SUCCESS)
+        step += 1
+        await asyncio.sleep(0.01)
+    at = [call.at for call in fake.task_calls()]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(at)]
+    assert min(gaps) >= spacing * 0.95
+    if spacing < 0.5:
+        assert min(gaps) < 0.5
+    await rep.close(Result.SUCCESS)
+
+
 async def test_heartbeat_when_nothing_happens(fake, make) -> None:
     rep = make(replace(FAST, heartbeat_s=0.05))
     await rep.start(3)
     await until(lambda: len(fake.task_calls()) >= 4)
     for call in fake.task_calls():
         assert call.state.result == Result.UNSPECIFIED
-        assert [s.id for s in call.state.steps] == [0, 1, 2]
+        assert call.state.steps == []  # none started: each stays waiting in Gitea
     await rep.close(Result.SUCCESS)
 
 

@@ -248,3 +248,149 @@ def test_any_sequence_partitions_the_log_as_gitea_reads_it(ops: list[str]) -> No
     assert shown["Complete job"].start == covered
     every = [*shown["Set up job"], *(i for s in ran for i in shown[f"step {s.id}"]), *shown["Complete job"]]
     assert every == list(range(log.next))
+
+
+# -- what an UpdateTask carries ------------------------------------------------------------
+
+
+class GiteaSteps:
+    """The task's step rows as Gitea's `UpdateTaskByState` keeps them (v1.24.0 … main): for
+    each stored step, the request's step with `id == index` overwrites the fields (xorm's
+    `Update` skips zero values); then the status is the result if one was sent, else
+    `running` if the step has a start time, else unchanged."""
+
+    def __init__(self, count: int) -> None:
+        self.rows = [{"status": "waiting", "index": 0, "length": 0, "started": 0, "stopped": 0} for _ in range(count)]
+
+    def update(self, steps: list[StepState]) -> None:
+        given = {s.id: s for s in steps}
+        for idx, row in enumerate(self.rows):
+            result = Result.UNSPECIFIED
+            if idx in given:
+                s = given[idx]
+                result = s.result
+                fields = {
+                    "index": s.log_index,
+                    "length": s.log_length,
+                    "started": int(s.started_at.timestamp()) if s.started_at else 0,
+                    "stopped": int(s.stopped_at.timestamp()) if s.stopped_at else 0,
+                }
+                row.update({k: v for k, v in fields.items() if v})
+            if result != Result.UNSPECIFIED:
+                row["status"] = result.word
+            elif row["started"]:
+                row["status"] = "running"
+
+
+def as_gitea_shows(step: StepState) -> dict[str, object]:
+    status = step.result.word or ("running" if step.started_at else "waiting")
+    return {
+        "status": status,
+        "index": step.log_index,
+        "length": step.log_length,
+        "started": int(step.started_at.timestamp()) if step.started_at else 0,
+        "stopped": int(step.stopped_at.timestamp()) if step.stopped_at else 0,
+    }
+
+
+def test_a_report_carries_the_steps_that_started_and_leaves_untouched_ones_out() -> None:
+    tracker = StepTracker(4)
+    assert tracker.report()[0] == []
+    tracker.start(0, T0, 0)
+    assert [s.id for s in tracker.report()[0]] == [0]
+    tracker.finish(0, Result.SUCCESS, T0, 3)
+    tracker.start(1, T0, 3)
+    assert [s.id for s in tracker.report()[0]] == [0, 1]  # a finished step goes with every report
+
+
+def test_a_step_that_finished_without_starting_goes_until_gitea_has_it() -> None:
+    tracker = StepTracker(3)
+    tracker.start(0, T0, 0)
+    tracker.finish(0, Result.FAILURE, T0, 2)
+    tracker.finish(1, Result.SKIPPED, T0, 2)
+    steps, receipt = tracker.report()
+    assert [(s.id, s.result) for s in steps] == [(0, Result.FAILURE), (1, Result.SKIPPED)]
+    tracker.confirm(receipt)
+    assert [s.id for s in tracker.report()[0]] == [0]
+    tracker.shift(2, 5)  # foreign rows before its empty range: its log_index moved
+    steps, receipt = tracker.report()
+    assert [(s.id, s.log_index) for s in steps] == [(0, 0), (1, 7)]
+    tracker.close(T0, skipped=False)  # step 2 ends cancelled before this report was confirmed
+    tracker.confirm(receipt)
+    assert [s.id for s in tracker.report()[0]] == [0, 2]
+
+
+def test_a_change_after_the_report_was_taken_is_sent_again() -> None:
+    tracker = StepTracker(2)
+    tracker.finish(0, Result.SKIPPED, T0, 0)
+    _, receipt = tracker.report()
+    tracker.shift(0, 3)
+    tracker.confirm(receipt)  # Gitea has the old log_index only
+    assert [(s.id, s.log_index) for s in tracker.report()[0]] == [(0, 3)]
+
+
+def test_step_times_are_whole_seconds_as_gitea_stores_them() -> None:
+    tracker = StepTracker(1)
+    tracker.start(0, T0.replace(microsecond=999_999), 0)
+    tracker.finish(0, Result.SUCCESS, T0.replace(second=1, microsecond=1), 0)
+    (step,) = tracker.report()[0]
+    assert (step.started_at, step.stopped_at) == (T0, T0.replace(second=1))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(["row", "start", "finish", "skip", "shift", "report", "lost-report", "taken-report"]),
+        max_size=60,
+    ),
+    st.booleans(),
+)
+def test_gitea_shows_every_step_as_it_is_after_each_report(ops: list[str], skipped: bool) -> None:
+    """Reports leave out what Gitea keeps on its own; after each one Gitea's step rows are
+    exactly the tracker's steps (untouched ones waiting), whatever happened in between:
+    reports lost on the way, or whose answer came after the steps changed again."""
+    n_steps = 5
+    log = Log(n_steps)
+    gitea = GiteaSteps(n_steps)
+    nxt = 0
+    pending: dict[int, int] | None = None  # the receipt of a report Gitea took, its answer not yet read
+
+    def check() -> None:
+        for step, row in zip(log.tracker.snapshot(), gitea.rows, strict=True):
+            if step.started_at is None and step.result == Result.UNSPECIFIED:
+                assert row["status"] == "waiting"
+            else:
+                assert row == as_gitea_shows(step), step.id
+
+    for op in ops:
+        running = log.tracker.running
+        if op == "row":
+            log.row("r", running)
+        elif op == "start" and running is None and nxt < n_steps:
+            log.start(nxt)
+            nxt += 1
+        elif op == "finish" and running is not None:
+            log.finish(running, Result.SUCCESS)
+        elif op == "skip" and running is None and nxt < n_steps:
+            log.finish(nxt, Result.SKIPPED)
+            nxt += 1
+        elif op == "shift":
+            log.tracker.shift(log.next, 2)
+            log.next += 2
+        elif op in ("report", "taken-report"):
+            if pending is not None:  # the answer to the previous one arrives only now
+                log.tracker.confirm(pending)
+                pending = None
+            steps, receipt = log.tracker.report()
+            gitea.update(steps)
+            if op == "report":
+                log.tracker.confirm(receipt)
+                check()
+            else:
+                pending = receipt
+        elif op == "lost-report":
+            log.tracker.report()
+    log.tracker.close(T0, skipped=skipped)
+    steps, receipt = log.tracker.report()
+    gitea.update(steps)
+    check()

@@ -25,6 +25,11 @@ class ReporterConfig:
     state of every step. Transitions within that window share one UpdateLog and one
     UpdateTask, so a job of many short steps costs a few requests, not four per step.
 
+    Gitea rewrites every step row of the task on each UpdateTask, whatever the request
+    carries, and every step that started must be in each (see `steps`): so reports of a job
+    of N steps are at least N × `state_spacing_per_step_s` apart (at most `heartbeat_s`):
+    the transition window alone up to 1,000 steps, 2 s for 20,000.
+
     `heartbeat_s` keeps UpdateTask at most this far apart even when nothing changed, so
     Gitea never takes a quiet job for a zombie and a cancellation is seen within it.
     `batch_bytes` stays well below the 1 MiB request limit of common reverse proxies; a
@@ -40,6 +45,7 @@ class ReporterConfig:
     batch_rows: int = 5000
     batch_bytes: int = 512 * 1024
     transition_window_s: float = 0.1
+    state_spacing_per_step_s: float = 0.0001
     heartbeat_s: float = 4.0
     request_timeout_s: float = 30.0
     retry_initial_s: float = 0.5

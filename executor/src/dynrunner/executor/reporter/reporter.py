@@ -78,6 +78,7 @@ class Reporter:
         self._unsent_since: float | None = None
         self._last_log_send = float("-inf")
         self._last_state_send = float("-inf")
+        self._state_spacing = 0.0  # least time between state reports, for the job's step count
         self._failures = 0
         self._drained = asyncio.Event()
         self._closing = False
@@ -94,6 +95,7 @@ class Reporter:
         if self._pump is not None or self._closing:
             raise RuntimeError("reporter already started")
         self._steps = StepTracker(step_count)
+        self._state_spacing = min(self._cfg.heartbeat_s, step_count * self._cfg.state_spacing_per_step_s)
         self._started_at = self._clock()
         try:
             await self._handshake(time.monotonic() + self._cfg.start_timeout_s)
@@ -216,9 +218,11 @@ class Reporter:
     # -- background pump ------------------------------------------------------------
 
     def _transition(self) -> None:
-        """Report step transitions within the window that the first unreported one opens."""
+        """Report step transitions within the window that the first unreported one opens, and
+        no sooner after the previous report than the job's size allows (`_state_spacing`)."""
         if self._transition_at is None:
-            self._transition_at = time.monotonic() + self._cfg.transition_window_s
+            window = time.monotonic() + self._cfg.transition_window_s
+            self._transition_at = max(window, self._last_state_send + self._state_spacing)
             self._wake.set()
 
     def _transitions_due(self, now: float) -> float:
@@ -333,16 +337,16 @@ class Reporter:
     async def _send_state(self, state: TaskState | None = None) -> None:
         if state is None:
             state = TaskState(id=self.task_id, started_at=self._started_at)
-        state.steps = self._steps.snapshot()
+        state.steps, receipt = self._steps.report()
         outputs = self._outputs.pending
         self._state_due = False
-        sent_at = time.monotonic()
+        self._last_state_send = time.monotonic()  # transitions meanwhile are spaced from this one
         try:
             answer = await self._call(lambda: self._client.update_task(state, outputs, retry=NO_RETRY))
         except BaseException:
             self._state_due = True
             raise
-        self._last_state_send = sent_at
+        self._steps.confirm(receipt)
         self._outputs.confirmed(answer.sent_outputs)
         # The answer to the final report echoes our own result; only a different one is news.
         if answer.result not in (Result.UNSPECIFIED, state.result) and self.server_result == Result.UNSPECIFIED:
