@@ -47,6 +47,20 @@ class Log:
     def finish(self, i: int, result: Result = Result.SUCCESS) -> None:
         self.tracker.finish(i, result, T0, self.next)
 
+    next_step = 0  # the next step an engine running them in order starts or skips
+
+    def engine(self, op: str) -> None:
+        """`start` the next step, `finish` the running one or `skip` the next, when the engine can."""
+        running = self.tracker.running
+        if op == "finish" and running is not None:
+            self.finish(running, Result.SUCCESS)
+        elif op in ("start", "skip") and running is None and self.next_step < len(self.tracker.steps):
+            if op == "start":
+                self.start(self.next_step)
+            else:
+                self.finish(self.next_step, Result.SKIPPED)
+            self.next_step += 1
+
     def shown(self) -> dict[str, list[str]]:
         ranges = ui_ranges(self.tracker.snapshot(), self.next)
         return {name: [self.owner.get(i, f"foreign {i}") for i in rows] for name, rows in ranges.items()}
@@ -217,23 +231,16 @@ def test_any_sequence_partitions_the_log_as_gitea_reads_it(ops: list[str]) -> No
     cover every row exactly once (Gitea derives the last from the sum of step lengths)."""
     n_steps = 4
     log = Log(n_steps)
-    nxt = 0  # the next step to start or skip
     for op in ops:
         running = log.tracker.running
         if op == "row":
             log.row("r")
         elif op == "row-step":
-            log.row("r", running if running is not None else min(nxt, n_steps - 1))
+            log.row("r", running if running is not None else min(log.next_step, n_steps - 1))
         elif op == "row-last":
-            log.row("r", max(nxt - 1, 0))
-        elif op == "start" and running is None and nxt < n_steps:
-            log.start(nxt)
-            nxt += 1
-        elif op == "finish" and running is not None:
-            log.finish(running, Result.SUCCESS)
-        elif op == "skip" and running is None and nxt < n_steps:
-            log.finish(nxt, Result.SKIPPED)
-            nxt += 1
+            log.row("r", max(log.next_step - 1, 0))
+        else:
+            log.engine(op)
     if log.tracker.running is not None:
         log.finish(log.tracker.running, Result.FAILURE)
     steps = log.tracker.snapshot()
@@ -352,7 +359,6 @@ def test_gitea_shows_every_step_as_it_is_after_each_report(ops: list[str], skipp
     n_steps = 5
     log = Log(n_steps)
     gitea = GiteaSteps(n_steps)
-    nxt = 0
     pending: dict[int, int] | None = None  # the receipt of a report Gitea took, its answer not yet read
 
     def check() -> None:
@@ -363,17 +369,8 @@ def test_gitea_shows_every_step_as_it_is_after_each_report(ops: list[str], skipp
                 assert row == as_gitea_shows(step), step.id
 
     for op in ops:
-        running = log.tracker.running
         if op == "row":
-            log.row("r", running)
-        elif op == "start" and running is None and nxt < n_steps:
-            log.start(nxt)
-            nxt += 1
-        elif op == "finish" and running is not None:
-            log.finish(running, Result.SUCCESS)
-        elif op == "skip" and running is None and nxt < n_steps:
-            log.finish(nxt, Result.SKIPPED)
-            nxt += 1
+            log.row("r", log.tracker.running)
         elif op == "shift":
             log.tracker.shift(log.next, 2)
             log.next += 2
@@ -390,6 +387,8 @@ def test_gitea_shows_every_step_as_it_is_after_each_report(ops: list[str], skipp
                 pending = receipt
         elif op == "lost-report":
             log.tracker.report()
+        else:
+            log.engine(op)
     log.tracker.close(T0, skipped=skipped)
     steps, receipt = log.tracker.report()
     gitea.update(steps)
