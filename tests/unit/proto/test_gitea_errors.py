@@ -3,6 +3,8 @@ proper Connect codes (Forgejo, proxies)."""
 
 from __future__ import annotations
 
+from http import HTTPStatus
+
 import pytest
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
@@ -105,3 +107,10 @@ def test_a_bare_http_500_is_a_transient_internal_error():
     assert err.wire == "Internal Server Error"
     # Gitea's own errors keep their meaning.
     assert not e.from_connect(ConnectError(Code.UNKNOWN, "runner registration token not found")).transient
+
+
+def test_a_bare_http_413_is_a_request_too_large_for_good():
+    """A front end's "body too large" page (nginx: client_max_body_size): the same request
+    never passes, so it is not retried; the reporter makes its requests smaller instead."""
+    err = e.from_connect(ConnectError(Code.UNKNOWN, HTTPStatus.REQUEST_ENTITY_TOO_LARGE.phrase))
+    assert type(err) is e.RequestTooLarge and not err.transient

@@ -21,6 +21,7 @@ from dynrunner.proto.gitea import (
     AlreadyExists,
     GiteaError,
     LogRow,
+    RequestTooLarge,
     Result,
     StepState,
     TaskState,
@@ -55,6 +56,7 @@ class FakeGitea:
         self.lose_rows_after: int | None = None  # drop stored rows beyond this once
         self.delay_s = 0.0  # how long each UpdateLog takes
         self.cancel_as_error = False  # answer a cancelled call as connectrpc does: a "Canceled" error
+        self.max_output_bytes: int | None = None  # a front end's body limit: larger outputs get HTTP 413
 
     async def update_log(
         self, task_id: int, index: int, rows: Sequence[LogRow], *, no_more: bool = False, retry: object = None
@@ -94,6 +96,9 @@ class FakeGitea:
     ) -> UpdateTaskResult:
         call = Call("task", state=replace(state, steps=[replace(s) for s in state.steps]), outputs=dict(outputs or {}))
         self.calls.append(call)
+        size = sum(len(k) + len(v) for k, v in (outputs or {}).items())
+        if self.max_output_bytes is not None and size > self.max_output_bytes:
+            raise RequestTooLarge("HTTP 413")
         self._gate()
         # Gitea's UpdateTaskByState: a step the request leaves out keeps its fields, and is
         # `running` again if it has a start time.

@@ -254,6 +254,67 @@ async def test_outputs_are_resent_until_stored(fake, make) -> None:
     await rep.close(Result.SUCCESS)
 
 
+async def test_outputs_are_spread_over_reports_that_fit_the_request_size(fake, make) -> None:
+    """Gitea accumulates outputs over UpdateTasks; each carries what fits `max_request_bytes`
+    with its steps (estimated at 64 bytes for the task and 40 a step)."""
+    rep = make(replace(FAST, max_request_bytes=10_000))
+    await rep.start(2)
+    rep.step_started(0)
+    rep.step_started(1)
+    values = {f"out{i}": str(i) * 4_000 for i in range(5)}
+    rep.set_outputs(values)
+    await until(lambda: fake.outputs == values)
+    carried = [list(c.outputs) for c in fake.task_calls() if c.outputs]
+    assert carried == [["out0", "out1"], ["out2", "out3"], ["out4"]]
+    await rep.close(Result.SUCCESS)
+
+
+async def test_close_sends_pending_outputs_before_completing_the_log(fake, make) -> None:
+    rep = make(replace(FAST, max_request_bytes=10_000))
+    await rep.start(0)
+    values = {f"out{i}": "v" * 6_000 for i in range(3)}
+    rep.set_outputs(values)  # the pump has not run yet: close sends them
+    assert await rep.close(Result.SUCCESS)
+    assert fake.outputs == values
+    kinds = [(c.kind, list(c.outputs), c.no_more, c.state.result if c.state else None) for c in fake.calls[1:]]
+    assert kinds == [
+        ("task", ["out0"], False, Result.UNSPECIFIED),
+        ("task", ["out1"], False, Result.UNSPECIFIED),
+        ("task", ["out2"], False, Result.UNSPECIFIED),
+        ("log", [], True, None),
+        ("task", [], False, Result.SUCCESS),
+    ]
+
+
+async def test_a_report_refused_as_too_large_sends_one_output_per_report(fake, make) -> None:
+    """A front end with a lower body limit than ours answers 413: outputs then go one by one."""
+    fake.max_output_bytes = 5_000
+    rep = make()
+    await rep.start(0)
+    values = {f"out{i}": "v" * 4_000 for i in range(3)}
+    rep.set_outputs(values)
+    await until(lambda: fake.outputs == values)
+    carried = [list(c.outputs) for c in fake.task_calls() if c.outputs]
+    assert carried == [["out0", "out1", "out2"], ["out0"], ["out1"], ["out2"]]
+    assert rep.error is None
+    assert await rep.close(Result.SUCCESS)
+
+
+async def test_an_output_refused_alone_is_given_up_and_the_log_says_why(fake, make) -> None:
+    fake.max_output_bytes = 5_000
+    rep = make()
+    await rep.start(0)
+    rep.set_outputs({"big": "v" * 6_000, "small": "s"})
+    assert await rep.close(Result.SUCCESS)
+    assert fake.outputs == {"small": "s"} and fake.result == Result.SUCCESS
+    assert fake.contents[:-1] == [
+        "##[error]Job output 'big' was not stored: a proxy in front of Gitea refused the request carrying it "
+        "(6015 bytes) as too large (HTTP 413). Its request body limit (nginx: client_max_body_size) must be "
+        "above 1 MiB for outputs this large."
+    ]
+    assert fake.log_calls()[-1].no_more and fake.contents[-1] == "Job succeeded"
+
+
 async def test_outputs_over_gitea_limits_are_refused_by_name(fake, make) -> None:
     rep = make()
     await rep.start(0)

@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from dynrunner.proto.gitea.client import MAX_REQUEST_BYTES
+
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
@@ -35,6 +37,11 @@ class ReporterConfig:
     `batch_bytes` stays well below the 1 MiB request limit of common reverse proxies; a
     single row (at most 64 KiB) always fits.
 
+    `max_request_bytes` bounds each request's body where it can be split, for front ends
+    that limit bodies (nginx: 1 MiB by default): outputs are spread over as many UpdateTasks
+    as needed (one over it alone goes compressed, see `GiteaClient`), and `batch_bytes` plus
+    one row of 64 KiB stays well under it.
+
     `max_backlog_bytes` bounds what `Reporter.throttle` lets pile up unacknowledged before
     it makes the engine wait (rows take about three times their size in memory: 4 MiB of
     backlog is about 12 MB).
@@ -54,5 +61,6 @@ class ReporterConfig:
     close_timeout_s: float = 60.0
     retain_acked_rows: int = 10_000
     max_backlog_bytes: int = 4 * 1024 * 1024
+    max_request_bytes: int = MAX_REQUEST_BYTES
     closing_line: bool = True
     clock: Callable[[], datetime] = field(default=utc_now)

@@ -2,7 +2,10 @@
 
 Gitea ignores (only logs) an output whose key exceeds 255 bytes or whose value exceeds
 1 MiB, and stores the first value it receives for a key. `sent_outputs` in each
-UpdateTask answer lists every key it has stored so far.
+UpdateTask answer lists every key it has stored so far, whichever request brought it
+(`UpdateTask` in `routers/api/actions/runner/runner.go`, the same at v1.24.0, v1.25.0,
+v1.26.0 and on main): so outputs can travel in several requests, each small enough for a
+front end's body limit (`batch`).
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from dataclasses import dataclass
 
 MAX_KEY_BYTES = 255
 MAX_VALUE_BYTES = 1024 * 1024
+ENTRY_OVERHEAD = 12
+"""Wire bytes of one `outputs` map entry beyond its key and value (tags and lengths)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,10 +41,10 @@ class OutputLimitError(ValueError):
 
 
 def check(key: str, value: str) -> OutputViolation | None:
-    key_size = len(key.encode("utf-8", "surrogatepass"))
+    key_size = _utf8_size(key)
     if key_size > MAX_KEY_BYTES:
         return OutputViolation(key, "key", key_size, MAX_KEY_BYTES)
-    value_size = len(value.encode("utf-8", "surrogatepass"))
+    value_size = _utf8_size(value)
     if value_size > MAX_VALUE_BYTES:
         return OutputViolation(key, "value", value_size, MAX_VALUE_BYTES)
     return None
@@ -48,12 +53,36 @@ def check(key: str, value: str) -> OutputViolation | None:
 class Outputs:
     def __init__(self) -> None:
         self._pending: dict[str, str] = {}
+        self._sizes: dict[str, int] = {}  # wire bytes of each pending entry
         self._stored: set[str] = set()
+        self.per_request: int | None = None
+        """At most this many outputs in one request (after a front end refused a batch)."""
 
     @property
     def pending(self) -> dict[str, str]:
-        """Outputs Gitea has not confirmed yet (sent with every UpdateTask)."""
+        """Outputs Gitea has not confirmed yet."""
         return dict(self._pending)
+
+    def batch(self, budget: int) -> dict[str, str]:
+        """Pending outputs for the next UpdateTask: in order, as many as fit in `budget`
+        bytes of request body (and `per_request`); at least one, however big."""
+        out: dict[str, str] = {}
+        used = 0
+        for key, value in self._pending.items():
+            size = self._sizes[key]
+            if out and (used + size > budget or (self.per_request is not None and len(out) >= self.per_request)):
+                break
+            out[key] = value
+            used += size
+        return out
+
+    def size(self, key: str) -> int:
+        return self._sizes[key]
+
+    def drop(self, key: str) -> None:
+        """Give up on `key`: it can never be sent."""
+        self._pending.pop(key, None)
+        self._sizes.pop(key, None)
 
     @property
     def stored(self) -> frozenset[str]:
@@ -70,6 +99,7 @@ class Outputs:
                 violations.append(problem)
             elif key not in self._stored and self._pending.get(key) != value:
                 self._pending[key] = value
+                self._sizes[key] = _utf8_size(key) + _utf8_size(value) + ENTRY_OVERHEAD
                 queued = True
         if violations:
             raise OutputLimitError(violations)
@@ -78,4 +108,8 @@ class Outputs:
     def confirmed(self, keys: Iterable[str]) -> None:
         for key in keys:
             self._stored.add(key)
-            self._pending.pop(key, None)
+            self.drop(key)
+
+
+def _utf8_size(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))

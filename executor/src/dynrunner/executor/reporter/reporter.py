@@ -18,6 +18,7 @@ the final UpdateTask, which makes Gitea delete the runner; nothing is sent after
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 import time
@@ -30,13 +31,27 @@ from dynrunner.executor.reporter.logbuffer import ROW_OVERHEAD, LogBuffer
 from dynrunner.executor.reporter.outputs import Outputs
 from dynrunner.executor.reporter.rows import MAX_ROW_BYTES, cap, split_rows, utf8_size, valid_utf8
 from dynrunner.executor.reporter.steps import StepTracker
-from dynrunner.proto.gitea import GiteaClient, GiteaError, LogRow, Result, TaskState, Unauthenticated, Unavailable
+from dynrunner.proto.gitea import (
+    GiteaClient,
+    GiteaError,
+    LogRow,
+    RequestTooLarge,
+    Result,
+    TaskState,
+    Unauthenticated,
+    Unavailable,
+    UpdateTaskResult,
+)
 from dynrunner.proto.gitea.client import NO_RETRY
 from dynrunner.proto.masking import Masker
 
 log = logging.getLogger(__name__)
 
 DEFAULT_CONFIG = ReporterConfig()
+# Wire bytes of an UpdateTask beyond its outputs: the task's state, and at most this much per
+# step (whole-second times, indexes below 2^35).
+_TASK_BYTES = 64
+_STEP_BYTES = 40
 
 T = TypeVar("T")
 
@@ -338,21 +353,68 @@ class Reporter:
         if state is None:
             state = TaskState(id=self.task_id, started_at=self._started_at)
         state.steps, receipt = self._steps.report()
-        outputs = self._outputs.pending
         self._state_due = False
         self._last_state_send = time.monotonic()  # transitions meanwhile are spaced from this one
         try:
-            answer = await self._call(lambda: self._client.update_task(state, outputs, retry=NO_RETRY))
+            answer, outputs = await self._update_task(state)
         except BaseException:
             self._state_due = True
             raise
         self._steps.confirm(receipt)
         self._outputs.confirmed(answer.sent_outputs)
+        if any(key not in outputs for key in self._outputs.pending):
+            self._state_due = True  # more outputs than one request takes: the next report goes at once
         # The answer to the final report echoes our own result; only a different one is news.
         if answer.result not in (Result.UNSPECIFIED, state.result) and self.server_result == Result.UNSPECIFIED:
             self.server_result = answer.result
             log.info("task %d: Gitea ended the task (%s)", self.task_id, answer.result.name)
             self.cancelled.set()
+
+    def _output_budget(self, steps: int) -> int:
+        """Request bytes left for outputs in an UpdateTask carrying `steps` steps."""
+        return self._cfg.max_request_bytes - _TASK_BYTES - steps * _STEP_BYTES
+
+    async def _update_task(self, state: TaskState) -> tuple[UpdateTaskResult, dict[str, str]]:
+        """One UpdateTask with as many outputs as fit the request size. When a front end
+        refuses it as too large anyway, outputs go one per request from then on; one refused
+        alone is given up, and the job log says why."""
+        while True:
+            outputs = self._outputs.batch(self._output_budget(len(state.steps)))
+            try:
+                answer = await self._call(functools.partial(self._client.update_task, state, outputs, retry=NO_RETRY))
+            except RequestTooLarge:
+                if not outputs:
+                    raise
+                self._outputs_refused(outputs)
+            else:
+                return answer, outputs
+
+    def _outputs_refused(self, outputs: Mapping[str, str]) -> None:
+        if len(outputs) > 1:
+            self._outputs.per_request = 1
+            log.warning(
+                "task %d: a report with %d outputs was refused as too large (HTTP 413): one output per report from now",
+                self.task_id,
+                len(outputs),
+            )
+            return
+        (key,) = outputs
+        size = self._outputs.size(key)
+        self._outputs.drop(key)
+        log.error("task %d: output %r (%d bytes) refused as too large (HTTP 413), not stored", self.task_id, key, size)
+        self._note(
+            f"##[error]Job output '{key}' was not stored: a proxy in front of Gitea refused the request "
+            f"carrying it ({size} bytes) as too large (HTTP 413). Its request body limit (nginx: "
+            "client_max_body_size) must be above 1 MiB for outputs this large."
+        )
+
+    def _note(self, text: str) -> None:
+        """A row of the reporter's own, masked; also while closing, before the closing line."""
+        content = cap(self._masker.mask(text))
+        self._buffer.append(LogRow(time=self._clock(), content=content), utf8_size(content) + ROW_OVERHEAD)
+        if self._unsent_since is None:
+            self._unsent_since = time.monotonic()
+        self._wake.set()
 
     async def _call(self, fn: Callable[[], Awaitable[T]]) -> T:
         timeout = self._cfg.request_timeout_s
@@ -426,6 +488,9 @@ class Reporter:
                 await self._handshake(deadline)
             while self._buffer.pending:
                 await self._retrying("sending the log", self._send_logs, deadline)
+            await self._send_outputs(deadline)
+            while self._buffer.pending:  # what that had to say
+                await self._retrying("sending the log", self._send_logs, deadline)
             self._buffer.append(LogRow(time=self._clock(), content=closing), utf8_size(closing) + ROW_OVERHEAD)
             done = False
             while not done:
@@ -436,6 +501,16 @@ class Reporter:
             if self.error is None:
                 self.error = err
             return False
+
+    async def _send_outputs(self, deadline: float) -> None:
+        """Outputs still pending go before the log is completed, in as many reports as they
+        need: the final report ends the task (and deletes the runner), so nothing can follow
+        it, and an output a proxy refuses can still be explained in the log. What Gitea does
+        not store here is tried once more with the final report."""
+        while pending := self._outputs.pending:
+            await self._retrying("sending outputs", self._send_state, deadline)
+            if self._outputs.pending == pending:
+                return
 
     async def _final_state(self, state: TaskState) -> bool:
         assert self._deadline is not None

@@ -8,6 +8,13 @@ FetchTask is a new claim attempt, not a repeat of the old one.
 
 Timeouts: Gitea may hold FetchTask for up to 50 s (long-poll), so every call's client
 timeout defaults to 65 s; a shorter timeout would abandon claims the server already made.
+
+Body size: front ends before Gitea often limit request bodies (nginx: 1 MiB by default).
+Callers keep requests under `MAX_REQUEST_BYTES` where they can (the reporter splits its
+outputs, bounds its log batches); an UpdateTask that cannot be split (one output of up to
+1 MiB, the steps of a job of ~20,000 of them) is sent gzip-compressed above
+`compress_above_bytes` (Gitea's Connect handlers accept gzip, as every connect-go handler).
+UpdateLog is not measured (that costs as much as encoding it): its callers bound batches.
 """
 
 from __future__ import annotations
@@ -47,6 +54,8 @@ T = TypeVar("T")
 
 USER_AGENT = f"dynrunner/{__version__}"
 DEFAULT_TIMEOUT_S = 65.0
+MAX_REQUEST_BYTES = 768 * 1024
+"""A request body size that passes common front ends (nginx's default limit is 1 MiB)."""
 HEADER_UUID = "x-runner-uuid"
 HEADER_TOKEN = "x-runner-token"
 
@@ -94,6 +103,7 @@ class GiteaClient:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         retry: RetryPolicy = RetryPolicy(),
         gzip_requests: bool = False,
+        compress_above_bytes: int | None = MAX_REQUEST_BYTES,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.credentials = credentials
@@ -102,9 +112,11 @@ class GiteaClient:
         self._timeout_s = timeout_s
         self._retry = retry
         self._gzip = gzip_requests
+        self._compress_above = compress_above_bytes
         codec: Codec = google_protobuf_json_codec() if json else google_protobuf_binary_codec()
         address = f"{self.base_url}/api/actions"
         kwargs = {"codec": codec, "http_client": self._http, "timeout_ms": int(timeout_s * 1000)}
+        self._runner_gzip = RunnerServiceClient(address, **kwargs)  # gzip is connectrpc's default
         if not gzip_requests:
             kwargs["send_compression"] = None
         self._runner = RunnerServiceClient(address, **kwargs)
@@ -119,6 +131,7 @@ class GiteaClient:
             timeout_s=self._timeout_s,
             retry=self._retry,
             gzip_requests=self._gzip,
+            compress_above_bytes=self._compress_above,
         )
 
     async def aclose(self) -> None:
@@ -152,6 +165,13 @@ class GiteaClient:
         its default (FetchTask with tasks_version 0), uncompressed (JSON is at least `{}`,
         a gzip stream never empty)."""
         return not self._json and not self._gzip and not request.ListFields()
+
+    def _runner_for(self, request: Message) -> RunnerServiceClient:
+        """The gzip-sending service client for a request over `compress_above_bytes`.
+        Measuring a request costs about as much as encoding it: for UpdateTask only."""
+        if self._compress_above is not None and request.ByteSize() > self._compress_above:
+            return self._runner_gzip
+        return self._runner
 
     async def _call(self, fn: Callable[[], Awaitable[T]]) -> T:
         try:
@@ -227,7 +247,8 @@ class GiteaClient:
         retry: RetryPolicy | None = None,
     ) -> UpdateTaskResult:
         req = pb.UpdateTaskRequest(state=state.to_proto(), outputs=dict(outputs or {}))
-        resp = await self._retrying(lambda: self._runner.update_task(req, headers=self._headers(req)), retry)
+        runner = self._runner_for(req)
+        resp = await self._retrying(lambda: runner.update_task(req, headers=self._headers(req)), retry)
         return UpdateTaskResult(result=Result.from_wire(resp.state.result), sent_outputs=frozenset(resp.sent_outputs))
 
     async def update_log(

@@ -15,7 +15,8 @@ Hierarchy::
     ├── Unimplemented              the server lacks the RPC (Gitea too old)
     ├── Internal                   server-side failure (or a bare HTTP 500); transient unless the text says otherwise
     │   └── RunnerRemoved          an ephemeral runner whose task finished ("runner has been removed")
-    └── Unavailable                network errors, timeouts, 502/503/504 (always transient)
+    ├── Unavailable                network errors, timeouts, 502/503/504 (always transient)
+    └── RequestTooLarge            a front end refused the body as too large (HTTP 413)
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ _CONNECT_TO_NAME = {
 
 _BARE_500 = HTTPStatus.INTERNAL_SERVER_ERROR.phrase
 """What the Connect client makes of an HTTP 500 without a Connect error body."""
+_BARE_413 = HTTPStatus.REQUEST_ENTITY_TOO_LARGE.phrase
 _TRANSIENT_CODES = {"Unavailable", "DeadlineExceeded", "ResourceExhausted", "Aborted", "Canceled"}
 # Internal errors whose text shows they will never succeed on retry.
 _PERMANENT_INTERNAL = ("invalid runner for task", "runner has been removed", "task with id", "resource does not exist")
@@ -139,6 +141,14 @@ class Unavailable(GiteaError):
         return True
 
 
+class RequestTooLarge(GiteaError):
+    """A front end before Gitea refused the request's body as too large (HTTP 413; nginx's
+    `client_max_body_size` is 1 MiB by default). Gitea never saw it; the same request never
+    passes, a smaller one may."""
+
+    code = "RequestTooLarge"
+
+
 _CLASSES: dict[str, type[GiteaError]] = {
     "Unauthenticated": Unauthenticated,
     "InvalidArgument": InvalidArgument,
@@ -168,6 +178,8 @@ def from_connect(err: ConnectError) -> GiteaError:
     Gitea's own errors always carry a Connect body, so they never look like that."""
     if err.code is Code.UNKNOWN and err.message == _BARE_500 and not err.details:
         return Internal("HTTP 500 without a Connect error (an error page)", wire=err.message)
+    if err.code is Code.UNKNOWN and err.message == _BARE_413 and not err.details:
+        return RequestTooLarge("HTTP 413: a proxy in front of Gitea refused the request as too large", wire=err.message)
     if err.code is Code.UNKNOWN:
         match = _GRPC_TEXT.match(err.message)
         if match:
