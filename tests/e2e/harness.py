@@ -21,6 +21,7 @@ from dynrunner.controller.backends.base import Backend
 from dynrunner.controller.config import ControllerConfig
 from dynrunner.controller.sealing import ensure_key_file
 from dynrunner.doubles.gitea import GiteaDouble
+from tests.fixtures import crash_points
 
 FAKE_EXECUTOR = Path(__file__).resolve().parents[1] / "integration" / "controller" / "flow" / "fake_executor.py"
 REAL_EXECUTOR = str(Path(sys.executable).parent / "dynrunner-executor")
@@ -158,14 +159,22 @@ class Subprocess:
         self.log_file = workdir / "controller.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> None:
+    def start(self, *, crash: str | None = None) -> None:
+        """`crash`: a point of `tests.fixtures.crash_points` where the process kills itself."""
+        argv = [str(Path(sys.executable).parent / "dynrunner-controller"), "run", "--config", str(self.config_file)]
+        env = os.environ
+        if crash is not None:
+            argv, env = crash_points.command(self.config_file, crash), crash_points.environment()
         with self.log_file.open("ab") as out:
             self.proc = subprocess.Popen(
-                [str(Path(sys.executable).parent / "dynrunner-controller"), "run", "--config", str(self.config_file)],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                argv, stdout=out, stderr=subprocess.STDOUT, env={**env, "PYTHONUNBUFFERED": "1"}
             )
+
+    async def crashed(self, within: float = 60) -> None:
+        """Wait for a controller started with `crash=` to have killed itself."""
+        assert self.proc is not None
+        status = await asyncio.to_thread(self.proc.wait, within)
+        assert status == -signal.SIGKILL, f"exit status {status}: {self.log()[-3000:]}"
 
     def kill(self) -> None:
         """SIGKILL: no shutdown at all, as a crash or an OOM kill."""

@@ -4,10 +4,11 @@ Loop: reserve a permit (wait while the pool is full) → FetchTask with the loop
 registration, sending the last `tasks_version` (Gitea answers "nothing new" without
 scanning jobs when it is current) → on no task, back off (short first, doubling with
 jitter up to `fetchIntervalMaxSeconds`; the loops of a pool take turns, see `PollPacer`;
-failing calls back off up to 5 s) and poll again with the same permit → on a task, reset
-the version (another job may be waiting without a version bump), retire the spent
-registration, build the Assignment, hand its first stage line to the launcher
-(`ClaimedLines`), seal and publish it.
+failing calls back off up to 5 s) and poll again with the same permit → on a task, log its
+id, reset the version (another job may be waiting without a version bump), build the
+Assignment, seal and publish it at once (its first stage line waits for the launcher in
+`ClaimedLines`), then retire the spent registration from the store; meanwhile the loop
+registers its next runner.
 
 A claimed task is never dropped: a task that cannot be run (bad job key) or whose
 assignment JetStream would not take is finalized failed, with the reason in its log.
@@ -206,16 +207,13 @@ class Claimer:
                     publishing.release()
                     return
                 task, reg = claimed
-                retired = asyncio.get_running_loop().create_future()
-                handling = asyncio.create_task(
-                    self._handle_claim(task, reg, reservation, retired), name=f"claim-{task.id}"
-                )
+                handling = asyncio.create_task(self._handle_claim(task, reg, reservation), name=f"claim-{task.id}")
                 self._claims.add(handling)
                 handling.add_done_callback(self._claims.discard)
                 handling.add_done_callback(lambda _: publishing.release())
-                # Never claim with the spent runner again; the next one is registered while the
-                # spent one leaves the store, and stored after that.
-                self._registrations.spend(retired)
+                # Never claim with the spent runner again: the next one is registered at once and
+                # stored over it (the claim also retires it from the store once published).
+                self._registrations.spend()
         finally:
             await self.drain()
 
@@ -259,6 +257,9 @@ class Claimer:
             self.reached_gitea = True
             self._error_backoff.reset()
             if result.task is not None:
+                with log_context(task_id=result.task.id, pool=self.pool):
+                    # First of all: a controller killed from here on leaves this line to find the task by.
+                    log.info("claimed task %s as runner %s (id %s)", result.task.id, reg.name, reg.id)
                 self._metrics.fetch_calls.labels(pool=self.pool, outcome="task").inc()
                 self._metrics.claim_latency.labels(pool=self.pool).observe(elapsed)
                 self._tasks_version = 0
@@ -273,18 +274,16 @@ class Claimer:
 
     # -- one claim ---------------------------------------------------------------------------
 
-    async def _handle_claim(
-        self, task: Task, reg: ArmedRegistration, reservation: Reservation, retired: asyncio.Future[None]
-    ) -> None:
+    async def _handle_claim(self, task: Task, reg: ArmedRegistration, reservation: Reservation) -> None:
+        """Build, seal and publish at once: until JetStream acknowledges the assignment, a
+        controller killed loses the claim (docs/operations.md, "Known windows"), so nothing
+        else is awaited before. The claim's stage line is handed to the launcher, and the
+        spent runner leaves the registration store, after."""
         assignment_id = str(uuid.uuid4())
         claimed_at = datetime.now(UTC)
         with log_context(assignment_id=assignment_id, task_id=task.id, pool=self.pool):
-            log.info("claimed task %s as runner %s (id %s)", task.id, reg.name, reg.id)
             client = self._registrations.client(reg)
-            try:
-                retiring = await self._retire_now(reg)
-            finally:
-                retired.set_result(None)
+            line = claimed_line(self.pool, reg.name, reg.id, reg.labels)
             try:
                 try:
                     assignment = build_assignment(
@@ -298,11 +297,8 @@ class Claimer:
                     await self._fail(client, task.id, reason, "invalid-task")
                     reservation.cancel()
                     return
-                line = claimed_line(self.pool, reg.name, reg.id, reg.labels)
                 if self._claimed_lines is not None:
-                    self._claimed_lines.defer(assignment_id, client, task.id, line)
-                else:
-                    await StageLog(client, task.id, next_index=0).write(line)
+                    self._claimed_lines.defer(assignment_id, client, task.id, line)  # no I/O
                 try:
                     await self._publisher.publish(self._sealer.seal_assignment(assignment))
                 except Exception as err:  # PublishError, or a sealing failure: either way, not queued
@@ -310,35 +306,29 @@ class Claimer:
                     reason = f"the controller could not queue the job for launch: {err}"
                     if self._claimed_lines is not None:
                         await self._claimed_lines.write(assignment_id)
+                    else:
+                        await StageLog(client, task.id, next_index=0).write(line)
                     await self._fail(client, task.id, reason, "publish")
                     reservation.cancel()
                     return
                 reservation.bind(assignment_id)
+                if self._claimed_lines is None:
+                    await StageLog(client, task.id, next_index=0).write(line)
             except BaseException:
                 if not reservation.done:
                     reservation.cancel()
                 raise
             finally:
-                if retiring is not None:
-                    await retiring
-
-    async def _retire_now(self, reg: ArmedRegistration) -> asyncio.Task[None] | None:
-        """The armed runner is spent: remove it from the store first, so a controller restarted
-        a moment later does not poll with a runner that holds a task (Gitea would give it no
-        task until its zombie reaper ends that one). Meanwhile the claim loop registers the
-        next runner; it stores it once this is done (`retired`). A slow store is retried
-        alongside the launch instead of delaying the next claim."""
-        try:
-            await asyncio.wait_for(self._registrations.spent(), RETIRE_TIMEOUT_S)
-        except Exception as err:
-            self._error("registration-store", err)
-            return asyncio.create_task(self._retire(reg), name=f"retire-{reg.name}")
-        return None
+                await self._retire(reg)
 
     async def _retire(self, reg: ArmedRegistration) -> None:
+        """The spent runner leaves the registration store, unless the loop stored its next
+        runner over it already. Until then a restarted controller would poll with it: Gitea
+        answers such a runner "no task" while its task runs, and "unauthenticated" once the
+        task ended and Gitea deleted it, when the loop arms another (docs/operations.md)."""
         for attempt in range(3):
             try:
-                await self._registrations.forget(reg)
+                await asyncio.wait_for(self._registrations.forget(reg), RETIRE_TIMEOUT_S)
                 return
             except Exception as err:
                 self._error("registration-store", err)

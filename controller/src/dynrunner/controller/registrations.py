@@ -16,7 +16,6 @@ The registration token never leaves this module's Register call.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import secrets
 from datetime import UTC, datetime
@@ -82,11 +81,10 @@ class Registrations:
         self._metrics = metrics
         self._current: ArmedRegistration | None = None
         self._spent: set[int] = set()
+        """Runners of this loop that claimed a task, while the store may still hold one of them
+        (cleared once a newer registration is stored over them)."""
         self._store_empty = False
-        """This loop removed its key from the store itself: the next arm need not read it."""
-        self._retiring: asyncio.Future[None] | None = None
-        """The spent runner's removal from the store, under way: the next runner is registered
-        alongside and stored once it is done."""
+        """The store holds nothing this loop may arm again: the next arm need not read it."""
         self._unstored: ArmedRegistration | None = None
         """Registered in Gitea, but the store did not take it (NATS down): the next arm stores
         this one instead of registering another (Gitea never removes a runner that claimed
@@ -105,13 +103,8 @@ class Registrations:
         if self._current is not None:
             return self._current
         if self._unstored is not None:
-            await self._store_new(self._unstored, store_after=self._retiring)
-            self._current, self._unstored, self._retiring = self._unstored, None, None
-            return self._current
-        if self._retiring is not None:
-            # The key holds only the spent runner: register the next one while it is removed.
-            self._current = await self._register(store_after=self._retiring)
-            self._retiring = None
+            await self._store_new(self._unstored)
+            self._current, self._unstored = self._unstored, None
             return self._current
         reg = None if self._store_empty else await self._stored()
         if reg is not None and not await self._still_registered(reg):
@@ -122,36 +115,21 @@ class Registrations:
         self._current = reg
         return reg
 
-    def spend(self, retiring: asyncio.Future[None] | None = None) -> None:
+    def spend(self) -> None:
         """The armed runner claimed a task: never hand it out again (in shared mode the runner
-        stays). `retiring` is its removal from the store (`spent()`) running elsewhere: the
-        next `armed()` registers the next runner meanwhile and stores it once that is done."""
-        if self._forget_current():
-            self._retiring = retiring
-
-    async def spent(self) -> None:
-        """The armed runner claimed a task: the next claim needs another, and the spent one
-        leaves the store. The id is remembered first, so even if removing it from the store
-        fails it is never armed again from there."""
-        if not self._forget_current():
-            return
-        await self._store.delete(self.key)
-        self._store_empty = True
-
-    def _forget_current(self) -> bool:
-        """Never arm the current runner again; False in shared mode, where it stays armed."""
+        stays). The next `armed()` registers the next runner without reading the store, and
+        storing it replaces the spent one there; the claim also `forget`s the spent one once
+        its assignment is published, whichever comes first."""
         if not self.ephemeral:
-            return False
+            return
         if self._current is not None:
             self._spent.add(self._current.id)
             self._current = None
-        self._store_empty = False
-        return True
+        self._store_empty = True
 
     async def forget(self, reg: ArmedRegistration) -> None:
-        """Remove the spent `reg` from the store if it is still the stored one (a retry of
-        `spent()` after the store failed; a newer armed registration, even one stored between
-        the read and the delete, is left alone)."""
+        """Remove the spent `reg` from the store if it is still the stored one (a newer armed
+        registration, even one stored between the read and the delete, is left alone)."""
         await self._store.delete_if(self.key, reg.id)
 
     async def lost(self) -> None:
@@ -188,9 +166,8 @@ class Registrations:
         log.info("pool %s: reusing armed runner %s (id %s)", self.pool, reg.name, reg.id)
         return True
 
-    async def _register(self, store_after: asyncio.Future[None] | None = None) -> ArmedRegistration:
-        """Register a runner and store it before it is used (after `store_after`: the removal
-        of the spent runner from the same key, which must not delete the new one)."""
+    async def _register(self) -> ArmedRegistration:
+        """Register a runner and store it before it is used."""
         name = contract.runner_name(self._name_prefix, self.pool, secrets.token_hex(4))
         info = await self._gitea.register(
             name=name,
@@ -218,15 +195,13 @@ class Registrations:
             created_at=datetime.now(UTC),
         )
         self._unstored = reg
-        await self._store_new(reg, store_after)
+        await self._store_new(reg)
         self._unstored = None
         return reg
 
-    async def _store_new(self, reg: ArmedRegistration, store_after: asyncio.Future[None] | None) -> None:
-        """Store a newly registered runner (after `store_after`, the spent runner's removal
-        from the same key, which must not delete it). A failure leaves it in `_unstored`."""
-        if store_after is not None:
-            await asyncio.wait([store_after])  # it never fails: a failed removal is overwritten here
+    async def _store_new(self, reg: ArmedRegistration) -> None:
+        """Store a newly registered runner over whatever the key held (a spent runner whose
+        claim has not retired it yet). A failure leaves it in `_unstored`."""
         self._store_empty = False  # a put whose answer was lost may still have stored it
         try:
             await self._store.put(self.key, reg)
@@ -240,4 +215,5 @@ class Registrations:
                 err or type(err).__name__,
             )
             raise
+        self._spent.clear()  # the key holds this one now, none of the spent ones
         log.info("pool %s: registered %s runner %s (id %s)", self.pool, self.mode, reg.name, reg.id)

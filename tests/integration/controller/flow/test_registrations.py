@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
@@ -55,11 +54,24 @@ async def test_arms_one_ephemeral_runner_and_reuses_it_after_a_restart(
 async def test_a_spent_runner_is_forgotten_and_the_next_one_armed(gitea: GiteaDouble, store: RegistrationStore) -> None:
     regs = registrations(gitea, store)
     first = await regs.armed()
-    await regs.spent()
-    assert await store.get("local") is None
+    regs.spend()
     second = await regs.armed()
     assert second.id != first.id
+    assert await store.get("local") == second  # stored over the spent one
+    await regs.forget(first)  # the claim retires the spent one after publishing: too late to matter
     assert await store.get("local") == second
+
+
+async def test_a_spent_runner_retired_before_the_next_one_is_stored(
+    gitea: GiteaDouble, store: RegistrationStore
+) -> None:
+    regs = registrations(gitea, store)
+    first = await regs.armed()
+    regs.spend()
+    await regs.forget(first)
+    assert await store.get("local") is None
+    second = await regs.armed()
+    assert second.id != first.id and await store.get("local") == second
 
 
 async def test_a_runner_gitea_forgot_is_replaced(gitea: GiteaDouble, store: RegistrationStore) -> None:
@@ -101,7 +113,7 @@ async def test_shared_mode_keeps_one_ordinary_runner(gitea: GiteaDouble, store: 
         mode="shared",
     )
     first = await regs.armed()
-    await regs.spent()
+    regs.spend()
     assert await regs.armed() == first
     [runner] = live_runners(gitea)
     assert not runner.ephemeral
@@ -110,11 +122,11 @@ async def test_shared_mode_keeps_one_ordinary_runner(gitea: GiteaDouble, store: 
 async def test_the_next_arm_after_a_spent_runner_does_not_read_the_store(
     gitea: GiteaDouble, store: RegistrationStore
 ) -> None:
-    """The loop removed its key itself, so arming again only registers (one NATS read less
+    """The key holds only the spent runner, so arming again only registers (one NATS read less
     per claim); a store it did not empty itself is still read."""
     regs = registrations(gitea, store)
     await regs.armed()
-    await regs.spent()
+    regs.spend()
     reads: list[str] = []
     original = store.get
 
@@ -127,29 +139,6 @@ async def test_the_next_arm_after_a_spent_runner_does_not_read_the_store(
     assert reads == [] and await original("local") == second
     assert await registrations(gitea, store).armed() == second  # a fresh object reads it
     assert reads == ["local"]
-
-
-async def test_the_next_runner_is_registered_while_the_spent_one_leaves_the_store(
-    gitea: GiteaDouble, store: RegistrationStore
-) -> None:
-    """After a claim the loop does not wait for the store: it registers the next runner at
-    once and stores it only after the spent one was removed (which must not delete it)."""
-    regs = registrations(gitea, store)
-    first = await regs.armed()
-    retired: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    regs.spend(retired)
-    arming = asyncio.create_task(regs.armed())
-    for _ in range(200):  # registered in Gitea ...
-        if len(live_runners(gitea)) == 2:
-            break
-        await asyncio.sleep(0.01)
-    assert len(live_runners(gitea)) == 2
-    assert not arming.done() and await store.get("local") == first  # ... but not stored yet
-    await regs.spent()  # what the claim handler does, then it resolves `retired`
-    retired.set_result(None)
-    second = await arming
-    assert second.id != first.id and await store.get("local") == second
-    assert await regs.armed() == second
 
 
 async def test_a_runner_the_store_did_not_take_is_stored_later_not_registered_again(
@@ -176,10 +165,8 @@ async def test_a_runner_the_store_did_not_take_is_stored_later_not_registered_ag
     armed = await regs.armed()
     assert [r.id for r in live_runners(gitea)] == [armed.id]
     assert await store.get("local") == armed
-    # Also after a claim, while the spent runner leaves the store.
-    retired: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    retired.set_result(None)
-    regs.spend(retired)
+    # Also after a claim, while the spent runner is still stored.
+    regs.spend()
     failures[0] = 2
     for _ in range(2):
         with pytest.raises(TimeoutError):

@@ -1,0 +1,125 @@
+"""End to end (real executor): a controller killed right after a claim (issue 14, item 5).
+
+The controller runs as a child process and kills itself (SIGKILL) at a chosen point
+(`tests/fixtures/crash_points.py`); then the ordinary `dynrunner-controller run` starts on
+the same state. Gitea is the double, NATS a real nats-server.
+
+* Killed once JetStream acknowledged the assignment: the job runs, once. The spent runner
+  was still in the registration store; the restarted claim loop arms it again, Gitea gives it
+  nothing while its task runs (the other loop claims the next job), and once the task ended
+  Gitea deleted the runner and the loop arms another.
+* Killed between FetchTask's answer and the publish (the window docs/operations.md
+  documents): the claim is lost, Gitea's zombie reaper fails the task, and claiming goes on.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from dynrunner.controller.app import CLAIM_LOOPS
+from dynrunner.doubles.gitea import GiteaDouble
+from tests.e2e.harness import (
+    REAL_EXECUTOR,
+    Subprocess,
+    assert_only_armed_runners,
+    config_data,
+    live_runners,
+    recorded,
+    recording_workflow,
+    wait_for,
+    wait_run_done,
+)
+
+
+def controller(gitea: GiteaDouble, nats_url: str, tmp_path: Path) -> Subprocess:
+    data = config_data(
+        gitea_url=gitea.url,
+        registration_token=gitea.registration_token,
+        state_dir=tmp_path / "state",
+        nats_url=nats_url,
+        nats={"ackWaitSeconds": 3.0},
+        executor_command=[REAL_EXECUTOR],
+    )
+    return Subprocess(data, tmp_path)
+
+
+def task_of(gitea: GiteaDouble, run_id: int) -> Any:
+    [job] = gitea.jobs(run_id)
+    return gitea.task(job.task_id) if job.task_id else None
+
+
+async def test_killed_after_the_publish_the_job_runs_once_and_the_spent_runner_is_replaced(
+    gitea: GiteaDouble, nats_url: str, tmp_path: Path
+) -> None:
+    ran = tmp_path / "ran.log"
+    proc = controller(gitea, nats_url, tmp_path)
+    first = gitea.submit("owner/repo", recording_workflow(ran, sleep=3, name="first"))
+    try:
+        proc.start(crash="after-publish")
+        await proc.crashed()
+        spent = task_of(gitea, first.id).runner_id
+        registered = {r.id for r in live_runners(gitea)}
+        proc.start()
+        await wait_for(lambda: recorded(ran) == ["first0"], what="the first job running")
+        # While the first job runs, its runner is armed again by the restarted loop and gets
+        # nothing; the next job goes to the other loop's runner.
+        second = gitea.submit("owner/repo", recording_workflow(ran, name="second"))
+        await wait_for(lambda: task_of(gitea, second.id), within=10, what="the second job claimed")
+        assert task_of(gitea, second.id).runner_id != spent
+        assert (await wait_run_done(gitea, first.id)).status == "success"
+        assert (await wait_run_done(gitea, second.id)).status == "success"
+        spent_name = next(r.name for r in gitea.runners(include_deleted=True) if r.id == spent)
+        await wait_for(
+            lambda: f"armed runner {spent_name} can no longer claim" in proc.log(),
+            within=10,
+            what="the spent runner replaced",
+        )
+        third = gitea.submit("owner/repo", recording_workflow(ran, name="third"))
+        assert (await wait_run_done(gitea, third.id)).status == "success"
+        assert await proc.terminate() == 0
+    finally:
+        if proc.proc is not None and proc.proc.poll() is None:
+            proc.kill()
+    log = proc.log()
+    assert f"reusing armed runner {spent_name} (id {spent})" in log, log[-3000:]
+    assert Counter(recorded(ran)) == {"first0": 1, "second0": 1, "third0": 1}
+    # The claim loop registered its next runner while publishing; killed before storing it, the
+    # controller leaves that one never-used runner in Gitea (the Register→store window, also
+    # documented). Nothing else is left: each loop's armed runner, none holding a task.
+    stored = {int(m) for m in re.findall(r"reusing armed runner \S+ \(id (\d+)\)", log)}
+    leftover = [r for r in live_runners(gitea) if r.id in registered - stored]
+    assert len(leftover) <= 1 and all(r.last_online == 0 for r in leftover), leftover
+    armed = [r for r in live_runners(gitea) if r not in leftover]
+    assert len(armed) == CLAIM_LOOPS and all(r.ephemeral for r in armed), armed
+
+
+async def test_killed_between_fetch_and_publish_the_claim_is_lost_until_gitea_reaps_it(
+    gitea_factory: Any, nats_url: str, tmp_path: Path
+) -> None:
+    """The documented window: the task stays running in Gitea with an empty log until the
+    zombie reaper fails it (10 minutes in Gitea; 2 s here); the spent runner gets no task
+    meanwhile and is replaced once Gitea deleted it with the task."""
+    ran = tmp_path / "ran.log"
+    async with gitea_factory(zombie_timeout_s=2.0, reap_interval_s=0.5) as gitea:
+        proc = controller(gitea, nats_url, tmp_path)
+        lost = gitea.submit("owner/repo", recording_workflow(ran, name="lost"))
+        try:
+            proc.start(crash="after-fetch")
+            await proc.crashed()
+            task = task_of(gitea, lost.id)
+            assert task.status == "running" and task.log_rows == []
+            proc.start()
+            done = await wait_run_done(gitea, lost.id, within=30)
+            assert done.status == "failure"
+            assert task_of(gitea, lost.id).log_rows == []
+            after = gitea.submit("owner/repo", recording_workflow(ran, name="after"))
+            assert (await wait_run_done(gitea, after.id)).status == "success"
+            assert await proc.terminate() == 0
+        finally:
+            if proc.proc is not None and proc.proc.poll() is None:
+                proc.kill()
+        assert recorded(ran) == ["after0"]
+        assert_only_armed_runners(gitea)
