@@ -91,8 +91,10 @@ class CrashAfterCreate(DelegatingBackend):
         self.created = asyncio.Event()
         self.crashed = False
 
-    async def create(self, assignment: Assignment, before_start: BeforeStart) -> Environment:
-        env = await self.inner.create(assignment, before_start)
+    async def create(
+        self, assignment: Assignment, before_start: BeforeStart, *, stream_seq: int | None = None
+    ) -> Environment:
+        env = await self.inner.create(assignment, before_start, stream_seq=stream_seq)
         if not self.crashed:
             self.crashed = True
             self.created.set()

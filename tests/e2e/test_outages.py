@@ -178,10 +178,12 @@ class GatedCreate:
         self.waiting = asyncio.Event()
         self.gate = asyncio.Event()
 
-    async def create(self, assignment: Assignment, before_start: BeforeStart) -> Environment:
+    async def create(
+        self, assignment: Assignment, before_start: BeforeStart, *, stream_seq: int | None = None
+    ) -> Environment:
         self.waiting.set()
         await self.gate.wait()
-        return await self.inner.create(assignment, before_start)
+        return await self.inner.create(assignment, before_start, stream_seq=stream_seq)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dynrunner.controller.assignments import AssignmentLog
-from dynrunner.controller.backends.base import Backend, BackendError
+from dynrunner.controller.backends.base import Backend, BackendError, Environment
 from dynrunner.controller.backends.registry import create_backend
 from dynrunner.controller.capacity import Capacity
 from dynrunner.controller.claimer import Claimer, ClaimSettings, pool_pacer
@@ -162,6 +162,7 @@ class Controller:
                         capacity=p.capacity,
                         launching=lambda p=p: p.launcher.launching,  # type: ignore[misc]
                         pending=lambda name=p.config.name: self._pending(name),  # type: ignore[misc]
+                        unacknowledged=self._unacknowledged,
                     )
                     for p in self.pools.values()
                 ],
@@ -297,6 +298,10 @@ class Controller:
     async def _pending(self, pool: str) -> int:
         assert self._log is not None
         return await self._log.pending(pool)
+
+    async def _unacknowledged(self, env: Environment) -> bool:
+        assert self._log is not None and env.stream_seq is not None
+        return await self._log.unacknowledged(env.stream_seq, env.assignment_id)
 
     def readiness(self) -> tuple[bool, str]:
         if not self.ready.is_set():

@@ -387,6 +387,17 @@ class AssignmentLog:
             log.error("stream seq %d is not a readable assignment and is dropped: %s", seq, err)
             await msg.term()
 
+    async def unacknowledged(self, stream_seq: int, assignment_id: str) -> bool:
+        """Whether the assignment's message (stream sequence `stream_seq`) is still in the
+        stream: waiting, or delivered and not yet acknowledged. A work-queue stream removes a
+        message once it is acknowledged (or terminated); the message id guards against a
+        sequence reused by a re-created stream."""
+        try:
+            msg = await self.js.get_msg(self.cfg.stream, stream_seq)
+        except nats.js.errors.NotFoundError:
+            return False
+        return (msg.headers or {}).get(MSG_ID_HEADER) == assignment_id
+
     async def pending(self, pool: str) -> int:
         """Assignments of `pool` not yet acknowledged: waiting, or delivered and in flight."""
         info = await self.js.consumer_info(self.cfg.stream, consumer_name(pool))

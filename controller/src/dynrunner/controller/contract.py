@@ -20,6 +20,10 @@ LABEL_TASK_ID = "dynrunner.io/task-id"
 LABEL_POOL = "dynrunner.io/pool"
 LABEL_REPOSITORY = "dynrunner.io/repository"
 LABEL_JOB_KEY = "dynrunner.io/job-key"
+LABEL_STREAM_SEQ = "dynrunner.io/stream-seq"
+"""The JetStream stream sequence of the assignment message the environment was made for: the
+reaper asks the stream whether that message is still unacknowledged (a launch interrupted
+between creating the environment and acknowledging, whose redelivery will resume it)."""
 
 ENVIRONMENT_NAME_PREFIX = "dr-"
 LABEL_VALUE_MAX = 63
@@ -103,13 +107,17 @@ def spiffe_id(trust_domain: str, owner: str, repository: str, job_key: str) -> s
     return f"spiffe://{trust_domain}/ci/{segments[0]}/{segments[1]}/{job_key}"
 
 
-def environment_labels(assignment: Assignment) -> dict[str, str]:
-    """The labels every environment carries (DESIGN §6); values are valid label values."""
+def environment_labels(assignment: Assignment, stream_seq: int | None = None) -> dict[str, str]:
+    """The labels every environment carries (DESIGN §6), plus the stream sequence of the
+    assignment's message when the launcher knows it; values are valid label values."""
     owner, name = repository_of(assignment.task)
-    return {
+    labels = {
         LABEL_ASSIGNMENT_ID: assignment.assignment_id,
         LABEL_TASK_ID: str(assignment.task.id),
         LABEL_POOL: assignment.pool,
         LABEL_REPOSITORY: label_value(f"{owner}.{name}"),
         LABEL_JOB_KEY: label_value(assignment.job_key),
     }
+    if stream_seq is not None:
+        labels[LABEL_STREAM_SEQ] = str(stream_seq)
+    return labels

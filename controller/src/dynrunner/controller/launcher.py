@@ -9,7 +9,9 @@ the environment exists. A failure naks it for another attempt after a backoff; t
 attempt finalizes the task failed with the reason and terminates the message.
 
 A redelivered assignment whose environment exists already (the previous launcher died
-between creating and acknowledging) is only acknowledged: the executor runs already.
+between creating and acknowledging) is acknowledged once the environment's executor runs:
+one the earlier attempt never started is started now. The environment records the
+delivery's stream sequence, so until then the reaper leaves it alone.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ class Delivery(Protocol):
     assignment: Assignment
     num_delivered: int
     max_deliver: int
+    stream_seq: int
 
     @property
     def is_last_attempt(self) -> bool: ...
@@ -175,7 +178,7 @@ class Launcher:
                 if existing is not None:
                     log.info("environment %s exists already (redelivery); acknowledging", existing.name)
                     await self._write_claimed_line(assignment.assignment_id)  # before an executor may start
-                    await self._backend.create(assignment, _nothing_to_say)
+                    await self._backend.create(assignment, _nothing_to_say, stream_seq=delivery.stream_seq)
                 else:
                     if delivery.num_delivered > 1:
                         # An earlier attempt may have run the job already and its environment
@@ -197,7 +200,7 @@ class Launcher:
                             retry=LAST_STAGE_RETRY,
                         )
 
-                    await self._backend.create(assignment, before_start)
+                    await self._backend.create(assignment, before_start, stream_seq=delivery.stream_seq)
                     await heartbeat.stop()  # in case the backend found it started and never called before_start
                     self._metrics.claimed_to_launched.labels(pool=self.pool).observe(
                         (datetime.now(UTC) - assignment.claimed_at).total_seconds()

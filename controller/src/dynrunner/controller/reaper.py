@@ -10,6 +10,10 @@ Every sweep lists each pool's environments and observes them:
 * gone (it vanished under us) → release the permit; without the environment there are no
   credentials to report with, so Gitea's zombie reaper ends that task.
 
+A failed environment whose assignment JetStream still holds unacknowledged is left alone: the
+launch that made it was interrupted (a controller killed between creating it and starting
+its executor), and the assignment's redelivery resumes it.
+
 Less often it removes orphans (leftovers of interrupted creates) and trims capacity
 permits recovered at start to what JetStream still holds.
 """
@@ -48,6 +52,9 @@ class PoolWatch:
     launching: Callable[[], Collection[str]]
     pending: Callable[[], Awaitable[int]] | None = None
     """JetStream's count of the pool's unacknowledged assignments (to trim recovered permits)."""
+    unacknowledged: Callable[[Environment], Awaitable[bool]] | None = None
+    """Whether JetStream still holds the environment's assignment unacknowledged (by the stream
+    sequence the environment recorded): its launch was interrupted and will be resumed."""
 
 
 def mask_secrets(text: str, assignment: Assignment) -> str:
@@ -89,6 +96,7 @@ class Reaper:
         self._orphan_interval_s = orphan_interval_s
         self._seen: dict[str, set[str]] = {p.name: set() for p in self._pools}
         self._ready_noted: dict[str, set[str]] = {p.name: set() for p in self._pools}
+        self._awaiting_redelivery: dict[str, set[str]] = {p.name: set() for p in self._pools}
         self._gitea_down = False
         """Set when a finalize outlasted the client's retries in this round: the other failed
         environments wait for the next round instead of each spending the retry budget."""
@@ -136,6 +144,7 @@ class Reaper:
                 log.error("environment of %s disappeared; Gitea's zombie reaper will end its task", assignment_id)
         self._seen[pool.name] = present
         self._ready_noted[pool.name] &= present
+        self._awaiting_redelivery[pool.name] &= present
 
     async def collect(self, pool: PoolWatch) -> None:
         """Orphans, and recovered permits JetStream no longer backs."""
@@ -156,6 +165,9 @@ class Reaper:
             pool.capacity.adopt(env.assignment_id)
             return
         if observation.phase is Phase.FAILED:
+            if await self._redelivery_pending(pool, env):
+                pool.capacity.adopt(env.assignment_id)
+                return  # the launch was interrupted; its redelivery resumes it (or gives up)
             if self._gitea_down or not await self._finalize(pool, env, observation):
                 return  # Gitea unreachable: keep the environment (and its credentials) for the next sweep
         elif observation.phase is Phase.SUCCEEDED:
@@ -170,6 +182,29 @@ class Reaper:
         )
         pool.capacity.release(env.assignment_id)
         log.info("environment %s reaped (%s)", env.name, observation.phase.value)
+
+    async def _redelivery_pending(self, pool: PoolWatch, env: Environment) -> bool:
+        """The environment's assignment is still unacknowledged in JetStream: the launch that
+        made it was interrupted (e.g. the controller was killed before starting the executor),
+        and the message's redelivery resumes it, or finalizes the task after the last attempt.
+        Finalizing it here would fail a job that is about to run. When NATS cannot tell, the
+        environment waits for the next sweep."""
+        if pool.unacknowledged is None or env.stream_seq is None:
+            return False
+        try:
+            pending = await pool.unacknowledged(env)
+        except Exception as err:
+            self._metrics.errors.labels(pool=pool.name, kind="nats").inc()
+            log.warning("environment %s: cannot tell whether its assignment awaits redelivery: %s", env.name, err)
+            return True
+        waiting = self._awaiting_redelivery[pool.name]
+        if pending and env.assignment_id not in waiting:
+            log.info("environment %s: its launch was interrupted; leaving it to the assignment's redelivery", env.name)
+        if pending:
+            waiting.add(env.assignment_id)
+        else:
+            waiting.discard(env.assignment_id)
+        return pending
 
     def _note_ready(self, pool: PoolWatch, env: Environment, observation: Observation) -> None:
         """launched → executor-ready, once per environment, from the backend's own timestamps."""

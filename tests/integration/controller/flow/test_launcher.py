@@ -38,6 +38,7 @@ class FakeDelivery:
     assignment: Assignment
     num_delivered: int = 1
     max_deliver: int = 3
+    stream_seq: int = 1
     calls: list[str] = field(default_factory=list)
 
     @property
@@ -71,12 +72,14 @@ class Gate(DelegatingBackend):
         self.open = asyncio.Event()
         self.fail = fail
 
-    async def create(self, assignment: Assignment, before_start: BeforeStart) -> Environment:
+    async def create(
+        self, assignment: Assignment, before_start: BeforeStart, *, stream_seq: int | None = None
+    ) -> Environment:
         self.entered.set()
         await self.open.wait()
         if self.fail:
             raise OSError("no space left on device")
-        return await self.inner.create(assignment, before_start)
+        return await self.inner.create(assignment, before_start, stream_seq=stream_seq)
 
 
 async def claimed_assignment(gitea: GiteaDouble, capabilities: tuple[str, ...] = ()) -> Assignment:
@@ -231,11 +234,13 @@ class StartedElsewhere(Gate):
     """`create` finds the environment made by a concurrent attempt and does not start it again,
     so the launcher's `before_start` is never called."""
 
-    async def create(self, assignment: Assignment, before_start: BeforeStart) -> Environment:
+    async def create(
+        self, assignment: Assignment, before_start: BeforeStart, *, stream_seq: int | None = None
+    ) -> Environment:
         async def nothing() -> None:
             return None
 
-        return await self.inner.create(assignment, nothing)
+        return await self.inner.create(assignment, nothing, stream_seq=stream_seq)
 
 
 async def test_the_heartbeat_stops_even_when_the_backend_started_nothing(gitea: GiteaDouble, tmp_path: Path) -> None:

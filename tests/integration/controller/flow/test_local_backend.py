@@ -175,6 +175,20 @@ async def test_orphans_are_collected(tmp_path: Path) -> None:
     assert young.exists() and not orphan.exists()
 
 
+async def test_the_assignments_stream_sequence_is_recorded_with_the_environment(tmp_path: Path) -> None:
+    """The launcher passes the delivery's stream sequence; a restarted controller reads it back
+    (the reaper asks JetStream whether that message is still unacknowledged)."""
+    b = backend(tmp_path, script(tmp_path, "exit 0\n"))
+    env = await b.create(assignment(), nothing, stream_seq=42)
+    assert env.stream_seq == 42 and env.labels["dynrunner.io/stream-seq"] == "42"
+    [found] = await backend(tmp_path, ["/bin/true"]).list_owned()
+    assert found.stream_seq == 42
+    await b.delete(env)
+    unrecorded = await b.create(assignment("a1b2c3d4-0000-4000-8000-000000000002"), nothing)
+    assert unrecorded.stream_seq is None and "dynrunner.io/stream-seq" not in unrecorded.labels
+    await b.delete(unrecorded)
+
+
 def test_unknown_program_fails_at_configuration(tmp_path: Path) -> None:
     from dynrunner.controller.backends.local.backend import resolve_program
 

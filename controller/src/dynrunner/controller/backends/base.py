@@ -97,6 +97,12 @@ class Environment:
     def pool(self) -> str:
         return self.labels[contract.LABEL_POOL]
 
+    @property
+    def stream_seq(self) -> int | None:
+        """The stream sequence of the assignment message it was made for, if recorded."""
+        value = self.labels.get(contract.LABEL_STREAM_SEQ, "")
+        return int(value) if value.isdigit() else None
+
 
 BeforeStart = Callable[[], Awaitable[None]]
 """Awaited by a backend right before the executor may start (the launcher writes its last
@@ -108,10 +114,13 @@ class Backend(Protocol):
 
     name: str
 
-    async def create(self, assignment: Assignment, before_start: BeforeStart) -> Environment:
+    async def create(
+        self, assignment: Assignment, before_start: BeforeStart, *, stream_seq: int | None = None
+    ) -> Environment:
         """Create (or find, if it exists) the environment for `assignment` and start its
         executor with the assignment handed over through the environment's own secret
-        channel. Idempotent by assignment id."""
+        channel. Idempotent by assignment id. `stream_seq` (the JetStream sequence of the
+        assignment's message) is recorded with the environment: `contract.environment_labels`."""
         ...
 
     async def find(self, assignment_id: str) -> Environment | None: ...

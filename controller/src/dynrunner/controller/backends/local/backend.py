@@ -121,13 +121,15 @@ class LocalBackend:
 
     # -- the Backend protocol --------------------------------------------------------------
 
-    async def create(self, assignment: Assignment, before_start: BeforeStart) -> Environment:
+    async def create(
+        self, assignment: Assignment, before_start: BeforeStart, *, stream_seq: int | None = None
+    ) -> Environment:
         layout = self._layout(assignment.assignment_id)
         env = self._read_env(layout)
         if env is not None:
             await self._resume(layout, before_start)
             return env
-        env = self._prepare(layout, assignment)
+        env = self._prepare(layout, assignment, stream_seq)
         await before_start()
         await asyncio.to_thread(self._spawn, layout, assignment.assignment_id)
         return env
@@ -192,7 +194,7 @@ class LocalBackend:
             extra={"path": str(layout.dir)},
         )
 
-    def _prepare(self, layout: Layout, assignment: Assignment) -> Environment:
+    def _prepare(self, layout: Layout, assignment: Assignment, stream_seq: int | None = None) -> Environment:
         if layout.dir.exists():
             shutil.rmtree(layout.dir)  # a start interrupted before its metadata was written
         layout.dir.mkdir(mode=0o700)
@@ -201,7 +203,7 @@ class LocalBackend:
         handed = assignment.replace(executor=dataclasses.replace(assignment.executor, workspace=str(layout.workspace)))
         layout.write_secret(encode(handed))
         now = datetime.now(UTC)
-        labels = contract.environment_labels(assignment)
+        labels = contract.environment_labels(assignment, stream_seq)
         layout.write_metadata(
             {
                 "name": contract.environment_name(assignment.assignment_id),
