@@ -82,5 +82,5 @@ async def test_the_in_process_stand_in_answers_as_the_double_over_http(
         local.close()
     assert in_process == over_http
     assert over_http[5] == ("fetch", over_http[4][1], None)  # the fast path answered nothing new
-    assert over_http[1][2] == "runner registration token not found"
+    assert over_http[1][0] == "RegistrationRefused" and over_http[1][2] == "runner registration token not found"
     assert over_http[-2][0] == "Unauthenticated"

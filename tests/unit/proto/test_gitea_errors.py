@@ -60,10 +60,26 @@ def test_gitea_shape(message: str, cls: type[e.GiteaError], code: str, desc: str
     assert (err.code, err.message, err.transient, err.wire) == (code, desc, transient, message)
 
 
-def test_register_plain_error_is_unknown_and_permanent():
-    err = e.from_connect(ConnectError(Code.UNKNOWN, "runner registration token not found"))
+@pytest.mark.parametrize(
+    "message",
+    [
+        "runner registration token not found",
+        "runner registration token has been invalidated, please use the latest one",
+        "owner of the token not found",
+        "repository of the token not found",
+    ],
+)
+@pytest.mark.parametrize("code", [Code.UNKNOWN, Code.INVALID_ARGUMENT])  # Gitea's plain error; Forgejo's code
+def test_a_refused_registration_token_is_its_own_permanent_error(message: str, code: Code):
+    err = e.from_connect(ConnectError(code, message))
+    assert type(err) is e.RegistrationRefused
+    assert (err.message, err.transient) == (message, False)
+
+
+def test_other_register_plain_errors_are_unknown_and_permanent():
+    err = e.from_connect(ConnectError(Code.UNKNOWN, "can't create new runner"))
     assert type(err) is e.GiteaError
-    assert (err.code, err.message, err.transient) == ("Unknown", "runner registration token not found", False)
+    assert (err.code, err.message, err.transient) == ("Unknown", "can't create new runner", False)
 
 
 @pytest.mark.parametrize(

@@ -29,6 +29,7 @@ from dynrunner.controller.launcher import Launcher
 from dynrunner.controller.loops import Backoff, supervise
 from dynrunner.controller.metrics import Metrics
 from dynrunner.controller.reaper import PoolWatch, Reaper
+from dynrunner.controller.registration_token import RegistrationToken
 from dynrunner.controller.registrations import Registrations
 from dynrunner.controller.registrations_store import RegistrationStore
 from dynrunner.controller.sealing import Sealer, SealingError, ensure_key_file
@@ -133,6 +134,7 @@ class Controller:
         self.health_url = ""
         self._log: AssignmentLog | None = None
         self._claimed_lines = ClaimedLines()
+        self._token = RegistrationToken.from_config(cfg.gitea)
 
     async def run(self, stop: asyncio.Event) -> None:
         cfg = self.cfg
@@ -226,7 +228,7 @@ class Controller:
                     store,
                     pool=name,
                     labels=pool_cfg.labels,
-                    registration_token=self.cfg.gitea.registration_token(),
+                    registration_token=self._token,
                     mode=self.cfg.gitea.credential_mode,
                     name_prefix=self.cfg.gitea.runner_name_prefix,
                     metrics=self.metrics,
@@ -308,6 +310,9 @@ class Controller:
             return False, "starting"
         if self._log is None or not self._log.nc.is_connected:
             return False, "not connected to NATS"
+        refusal = self._token.refusal
+        if refusal is not None:
+            return False, refusal
         failing = [name for name, p in self.pools.items() if all(_failing(c) for c in p.claimers)]
         if failing:
             last = next((c.last_error for c in self.pools[failing[0]].claimers if c.last_error), "")

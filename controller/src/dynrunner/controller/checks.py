@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TextIO
 
+import aiohttp
 import nats.errors
 import nats.js.errors
 
@@ -19,10 +20,13 @@ from dynrunner.controller.app import StartupError, open_backend, open_sealer
 from dynrunner.controller.assignments import AssignmentLogError, connect_nats
 from dynrunner.controller.config import ConfigError, ControllerConfig, load_config
 from dynrunner.controller.embedded_nats import EmbeddedNatsError, find_nats_server
+from dynrunner.controller.health import parse_address
+from dynrunner.controller.registration_token import WHERE_TO_GET_ONE
 from dynrunner.proto.gitea import GiteaClient, GiteaError
 from dynrunner.proto.gitea.client import RetryPolicy
 
 CHECK_RETRY = RetryPolicy(attempts=2, max_delay_s=10.0)
+MIN_TOKEN_LENGTH = 32
 
 
 class Report:
@@ -57,10 +61,13 @@ async def run_checks(path: Path | None, out: TextIO = sys.stdout) -> int:
     names = ", ".join(p.name for p in cfg.pools)
     report.line(True, "config", f"{path or 'environment'}: {len(cfg.pools)} pool(s): {names}")
     await report.check("sealing key", lambda: _sealing(cfg))
+    await report.check("registration token", lambda: _token(cfg))
     await report.check("gitea", lambda: _gitea(cfg))
     await report.check("nats", lambda: _nats(cfg))
     for pool in cfg.pools:
         await report.check(f"pool {pool.name}", lambda pool=pool: _pool(cfg, pool.name))  # type: ignore[misc]
+    if cfg.metrics.enabled:
+        await report.check("controller", lambda: _running(cfg))
     return 1 if report.failed else 0
 
 
@@ -69,6 +76,41 @@ async def _sealing(cfg: ControllerConfig) -> str:
     if sealer is None:
         return f"{cfg.sealing.key_file} does not exist yet; it is created at the first start (embedded NATS)"
     return f"{cfg.sealing.key_file} (key id {sealer.key_id})"
+
+
+async def _token(cfg: ControllerConfig) -> str:
+    """What can be told without registering: Gitea's tokens are 40 characters (at least 32 when
+    preset with GITEA_RUNNER_REGISTRATION_TOKEN), without spaces. Whether Gitea still takes it
+    only a Register shows: a running controller that was refused says so (see `_running`)."""
+    token = cfg.gitea.registration_token()
+    where = f"from {cfg.gitea.registration_token_file}" if cfg.gitea.registration_token_file else "inline"
+    if len(token) < MIN_TOKEN_LENGTH or any(c.isspace() for c in token):
+        raise ValueError(
+            f"the token ({where}) has {len(token)} characters{' and spaces' if any(c.isspace() for c in token) else ''}"
+            f": Gitea's registration tokens are 40 characters without spaces ({WHERE_TO_GET_ONE})"
+        )
+    return f"{len(token)} characters ({where}); Gitea checks it when a runner registers (check registers none)"
+
+
+async def _running(cfg: ControllerConfig) -> str:
+    """A controller of this configuration running on this machine: its /readyz (say a refused
+    registration token), read-only."""
+    host, port = parse_address(cfg.metrics.address)
+    url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}/readyz"
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session,
+            session.get(url) as response,
+        ):
+            body = (await response.text()).strip()
+            status = response.status
+    except (aiohttp.ClientConnectionError, TimeoutError):
+        return f"none answers at {url} (not running here)"
+    if status == 503:
+        raise RuntimeError(f"running here and {body} ({url})")
+    if status != 200:
+        return f"{url} answers {status}: not a dynrunner controller"
+    return f"running here and ready ({url})"
 
 
 async def _gitea(cfg: ControllerConfig) -> str:

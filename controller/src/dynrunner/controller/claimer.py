@@ -42,7 +42,14 @@ from dynrunner.controller.registrations_store import ArmedRegistration
 from dynrunner.controller.sealing import Sealer
 from dynrunner.controller.stagelog import ClaimedLines, StageLog, claimed_line
 from dynrunner.proto.assignment import Assignment, ClaimingRunner, ExecutorOptions
-from dynrunner.proto.gitea import GiteaClient, GiteaError, RunnerRemoved, Task, Unauthenticated
+from dynrunner.proto.gitea import (
+    GiteaClient,
+    GiteaError,
+    RegistrationRefused,
+    RunnerRemoved,
+    Task,
+    Unauthenticated,
+)
 
 log = logging.getLogger(__name__)
 
@@ -232,6 +239,9 @@ class Claimer:
                 reg = await self._registrations.armed()
             except Fatal:
                 raise
+            except RegistrationRefused as err:
+                await self._until_token_replaced(err)
+                continue
             except Exception as err:  # Gitea or the registration store (NATS) failing
                 self._error("register", err)
                 await self._sleep(self._error_backoff.next())
@@ -271,6 +281,21 @@ class Claimer:
             self._tasks_version = result.tasks_version
             await self._sleep(self._pacer.delay(loop.time()))
         return None
+
+    async def _until_token_replaced(self, err: RegistrationRefused) -> None:
+        """Gitea refused the registration token: registering again with it cannot succeed, so
+        wait for another one (`registration_token`), or for `stop()`."""
+        self.consecutive_errors += 1
+        self._metrics.errors.labels(pool=self.pool, kind="register").inc()
+        self.last_error = f"register: {err}"
+        replaced = asyncio.create_task(self._registrations.token.replaced(), name=f"token-{self.pool}")
+        stopping = asyncio.create_task(self._stopping.wait(), name=f"stop-{self.pool}")
+        try:
+            await asyncio.wait({replaced, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (replaced, stopping):
+                task.cancel()
+            await asyncio.gather(replaced, stopping, return_exceptions=True)
 
     # -- one claim ---------------------------------------------------------------------------
 

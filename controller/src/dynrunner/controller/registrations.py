@@ -11,7 +11,8 @@ so a restarted controller reuses it instead of leaving it behind.
 store and reused for every claim; every executor of the pool receives its credential, which
 could claim further tasks or report on any task of that runner.
 
-The registration token never leaves this module's Register call.
+The registration token never leaves this module's Register call; a token Gitea refuses
+stops registering (`registration_token`).
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ from typing import Literal
 from dynrunner.controller import contract
 from dynrunner.controller.loops import Fatal
 from dynrunner.controller.metrics import Metrics
+from dynrunner.controller.registration_token import RegistrationToken
 from dynrunner.controller.registrations_store import ArmedRegistration, RegistrationStore
 from dynrunner.controller.sealing import SealingError
-from dynrunner.proto.gitea import GiteaClient, RunnerCredentials, Unauthenticated
+from dynrunner.proto.gitea import GiteaClient, RegistrationRefused, RunnerCredentials, Unauthenticated
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +65,7 @@ class Registrations:
         *,
         pool: str,
         labels: list[str],
-        registration_token: str,
+        registration_token: str | RegistrationToken,
         mode: CredentialMode = "ephemeral",
         name_prefix: str = "dynrunner",
         metrics: Metrics | None = None,
@@ -75,7 +77,12 @@ class Registrations:
         self.key = store_key(pool, slot)
         """Where this claim loop's armed registration is kept (one key per claim loop)."""
         self.labels = list(labels)
-        self._registration_token = registration_token
+        self.token = (
+            registration_token
+            if isinstance(registration_token, RegistrationToken)
+            else RegistrationToken(registration_token)
+        )
+        """The registration token, shared by the claim loops (and Gitea's refusal of it)."""
         self.mode = mode
         self._name_prefix = name_prefix
         self._metrics = metrics
@@ -169,13 +176,18 @@ class Registrations:
     async def _register(self) -> ArmedRegistration:
         """Register a runner and store it before it is used."""
         name = contract.runner_name(self._name_prefix, self.pool, secrets.token_hex(4))
-        info = await self._gitea.register(
-            name=name,
-            registration_token=self._registration_token,
-            labels=self.labels,
-            ephemeral=self.ephemeral,
-            capabilities=EXECUTOR_CAPABILITIES,
-        )
+        token = self.token.value
+        try:
+            info = await self._gitea.register(
+                name=name,
+                registration_token=token,
+                labels=self.labels,
+                ephemeral=self.ephemeral,
+                capabilities=EXECUTOR_CAPABILITIES,
+            )
+        except RegistrationRefused as err:
+            self.token.refused(token, err)
+            raise
         if self._metrics is not None:
             self._metrics.registrations.labels(pool=self.pool).inc()
         if self.ephemeral and not info.ephemeral:

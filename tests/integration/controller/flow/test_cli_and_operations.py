@@ -43,11 +43,12 @@ async def test_check_reports_each_part(gitea: GiteaDouble, nats_url: str, tmp_pa
     assert [line.split(":")[0] for line in lines] == [
         "OK   config",
         "OK   sealing key",
+        "OK   registration token",
         "OK   gitea",
         "OK   nats",
         "OK   pool local",
     ]
-    assert "with JetStream" in lines[3]
+    assert "with JetStream" in lines[4]
     # check changes nothing: no runner was registered
     assert gitea.runners() == []
 

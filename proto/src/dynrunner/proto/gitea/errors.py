@@ -15,6 +15,7 @@ Hierarchy::
     ├── Unimplemented              the server lacks the RPC (Gitea too old)
     ├── Internal                   server-side failure (or a bare HTTP 500); transient unless the text says otherwise
     │   └── RunnerRemoved          an ephemeral runner whose task finished ("runner has been removed")
+    ├── RegistrationRefused        Register refused the registration token (unknown, invalidated, owner gone)
     ├── Unavailable                network errors, timeouts, 502/503/504 (always transient)
     └── RequestTooLarge            a front end refused the body as too large (HTTP 413)
 """
@@ -72,6 +73,14 @@ _BARE_500 = HTTPStatus.INTERNAL_SERVER_ERROR.phrase
 """What the Connect client makes of an HTTP 500 without a Connect error body."""
 _BARE_413 = HTTPStatus.REQUEST_ENTITY_TOO_LARGE.phrase
 _TRANSIENT_CODES = {"Unavailable", "DeadlineExceeded", "ResourceExhausted", "Aborted", "Canceled"}
+# Register's answers to a registration token it will not take (Gitea's routers/api/actions/runner/
+# runner.go, the same from 1.24 to main); no other call says "registration token" or "of the token".
+_TOKEN_REFUSED = (
+    "runner registration token not found",
+    "runner registration token has been invalidated",
+    "owner of the token not found",
+    "repository of the token not found",
+)
 # Internal errors whose text shows they will never succeed on retry.
 _PERMANENT_INTERNAL = ("invalid runner for task", "runner has been removed", "task with id", "resource does not exist")
 
@@ -133,6 +142,12 @@ class RunnerRemoved(Internal):
         return False
 
 
+class RegistrationRefused(GiteaError):
+    """Register refused the registration token: Gitea does not know it, a newer token of its
+    scope replaced it, or the token's owner or repository is gone. The same token never
+    succeeds later; `code` is whatever the server sent (Gitea: Unknown)."""
+
+
 class Unavailable(GiteaError):
     code = "Unavailable"
 
@@ -165,6 +180,8 @@ def classify(code: str, message: str, wire: str = "") -> GiteaError:
     """Build the typed error for a gRPC-style `code` name and its description."""
     if code == "Internal" and "runner has been removed" in message:
         return RunnerRemoved(message, wire=wire)
+    if any(refusal in message for refusal in _TOKEN_REFUSED):
+        return RegistrationRefused(message, code=code, wire=wire)
     cls = _CLASSES.get(code, GiteaError)
     return cls(message, code=code, wire=wire)
 
