@@ -149,3 +149,44 @@ def test_kubelet_double_with_1000_live_pods(tmp_path) -> None:
             f"  events recorded {len(v1.list_namespaced_event('default').items)}; "
             f"test process peak RSS {rss_mib():.0f} MiB"
         )
+
+
+def test_api_double_as_a_process(tmp_path) -> None:
+    """The same calls against `dynrunner-kube-double serve` in its own process: no GIL shared
+    with the client, as when a controller under test runs beside it."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from kubernetes import config
+
+    program = Path(sys.executable).parent / "dynrunner-kube-double"
+    proc = subprocess.Popen([str(program), "serve", "--state-dir", str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        info = json.loads(proc.stdout.readline())
+        apic = config.new_client_from_config(info["kubeconfig"])
+        apic.rest_client.pool_manager.connection_pool_kw["maxsize"] = THREADS
+        v1 = client.CoreV1Api(apic)
+        create_1 = rate(PODS // 2, lambda i: v1.create_namespaced_pod("default", pod(i)))
+        create_n = rate(PODS // 2, lambda i: v1.create_namespaced_pod("default", pod(PODS // 2 + i)), THREADS)
+        get_n = rate(PODS, lambda i: v1.read_namespaced_pod(f"job-{i}", "default"), THREADS)
+        patch_n = rate(
+            PODS,
+            lambda i: v1.patch_namespaced_pod_status(f"job-{i}", "default", {"status": {"phase": "Running"}}),
+            THREADS,
+        )
+        apic.close()
+        print(
+            f"\nKubernetes API double as a process, {PODS} Pods (one node: 110 bound and failing to pull an unknown "
+            "image, the rest unschedulable):\n"
+            f"  create {create_1:.0f}/s (1 thread), {create_n:.0f}/s ({THREADS} threads); get {get_n:.0f}/s; "
+            f"status patch {patch_n:.0f}/s ({THREADS} threads)"
+        )
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        assert proc.stdout is not None
+        proc.stdout.close()

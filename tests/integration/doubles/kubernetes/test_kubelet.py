@@ -343,3 +343,24 @@ def test_pod_logs(v1):
         'container \\"main\\" in pod \\"pulling\\" is waiting to start: trying and failing to pull image'
         in waiting.value.body
     )
+
+
+def test_an_unschedulable_pod_is_scheduled_once_room_is_made(kube_cluster_factory):
+    with (
+        kube_cluster_factory(images=IMAGES, nodes=[NodeSpec("one", pods=1)]) as cluster,
+        api_client(cluster.api) as api,
+    ):
+        v1 = client.CoreV1Api(api)
+        v1.create_namespaced_pod("default", pod("first", "sleep 30"))
+        phase(v1, "first", "Running")
+        v1.create_namespaced_pod("default", pod("second", "true"))
+        wait_for(lambda: any(r == "FailedScheduling" for _, r, _ in events(v1, "second")))
+        assert "1 Too many pods" in next(m for _, r, m in events(v1, "second") if r == "FailedScheduling")
+        v1.delete_namespaced_pod("first", "default", grace_period_seconds=0)
+        assert phase(v1, "second", "Succeeded").spec.node_name == "one"
+        assert not cluster.api.call(
+            lambda: [w for w in cluster.kubelets["one"].workers.values() if w[0].name == "first"]
+        )
+        assert not any(ref.pod_name == "first" for ref in cluster.registry.values()), (
+            "a force-deleted Pod's process is killed"
+        )

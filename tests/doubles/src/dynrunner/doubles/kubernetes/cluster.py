@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import os
 import uuid
 from collections.abc import Iterator, Sequence
@@ -30,6 +29,7 @@ from dynrunner.doubles.kubernetes import podstatus, resources, status
 from dynrunner.doubles.kubernetes.events import Recorder
 from dynrunner.doubles.kubernetes.images import Image
 from dynrunner.doubles.kubernetes.kubelet import ContainerRef, Kubelet, KubeletOptions
+from dynrunner.doubles.kubernetes.objects import clone
 from dynrunner.doubles.kubernetes.scheduler import Scheduler
 from dynrunner.doubles.kubernetes.server import ApiServer
 from dynrunner.doubles.kubernetes.store import Obj, now
@@ -196,7 +196,7 @@ class Cluster:
     async def _node_lost(self, name: str) -> None:
         store = self.api.store
         await asyncio.sleep(self._grace)
-        node = copy.deepcopy(store.peek(resources.NODES, "", name))
+        node = clone(store.peek(resources.NODES, "", name))
         if node is None:
             return
         for cond in node["status"]["conditions"]:
@@ -207,7 +207,7 @@ class Cluster:
                 lastTransitionTime=now(),
             )
         store.update(resources.NODES, "", name, node, "status")
-        node = copy.deepcopy(store.peek(resources.NODES, "", name))
+        node = clone(store.peek(resources.NODES, "", name))
         assert node is not None
         taints = node["spec"].setdefault("taints", [])
         for effect in ("NoSchedule", "NoExecute"):
@@ -221,7 +221,7 @@ class Cluster:
         )
         on_node = [p for p in store.objects(resources.PODS) if p["spec"].get("nodeName") == name]
         for pod in on_node:
-            new = copy.deepcopy(pod)
+            new = clone(pod)
             for cond in new["status"].get("conditions") or []:
                 if cond["type"] == "Ready":
                     cond.update(status="False", lastTransitionTime=now())
@@ -249,7 +249,7 @@ class Cluster:
         current = store.peek(resources.PODS, meta["namespace"], meta["name"])
         if current is None or current["metadata"]["uid"] != meta["uid"]:
             return
-        new = copy.deepcopy(current)
+        new = clone(current)
         podstatus.set_condition(
             new["status"],
             podstatus.condition(

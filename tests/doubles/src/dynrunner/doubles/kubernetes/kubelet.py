@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import os
 import signal
 import time
@@ -26,6 +25,7 @@ from typing import Any
 from dynrunner.doubles.kubernetes import containers, podstatus, resources, status
 from dynrunner.doubles.kubernetes.events import Recorder
 from dynrunner.doubles.kubernetes.images import Image, image_id, pull_error_message
+from dynrunner.doubles.kubernetes.objects import clone
 from dynrunner.doubles.kubernetes.store import Obj, Store, now
 
 
@@ -78,7 +78,7 @@ class PodWorker:
         current = self.pod()
         if current is None or current["metadata"]["uid"] != self.uid:
             raise _Terminate
-        new = copy.deepcopy(current)
+        new = clone(current)
         mutate(new["status"])
         with contextlib.suppress(status.ApiError):
             self.kubelet.store.update(resources.PODS, self.namespace, self.name, new, "status")
@@ -517,6 +517,8 @@ class Kubelet:
                     return
                 if event.type != "DELETED":
                     self.on_pod(event.obj)
+                elif (entry := self.workers.get(event.obj["metadata"]["uid"])) is not None:
+                    entry[0].terminate("", "", 0)  # force-deleted: the containers are killed at once
         finally:
             self.store.unwatch(watcher)
             for worker, task in list(self.workers.values()):

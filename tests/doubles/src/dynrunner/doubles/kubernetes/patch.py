@@ -12,9 +12,9 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
+from dynrunner.doubles.kubernetes.objects import clone
 from dynrunner.doubles.kubernetes.status import ApiError, bad_request
 
 MERGE_KEYS: dict[str, str] = {
@@ -38,7 +38,7 @@ PRIMITIVE_SETS = frozenset({"finalizers"})
 
 def merge_patch(target: Any, patch: Any) -> Any:
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
+        return clone(patch)
     result = dict(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if value is None:
@@ -50,10 +50,10 @@ def merge_patch(target: Any, patch: Any) -> Any:
 
 def strategic_merge_patch(target: Any, patch: Any) -> Any:
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
+        return clone(patch)
     directive = patch.get("$patch")
     if directive == "replace":
-        return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
+        return {k: clone(v) for k, v in patch.items() if k != "$patch"}
     if directive == "delete":
         return None
     result = dict(target) if isinstance(target, dict) else {}
@@ -86,9 +86,9 @@ def _merge_list(field: str, current: Any, patch: list[Any]) -> list[Any]:
         return current + [v for v in patch if v not in current]
     key = MERGE_KEYS.get(field)
     if key is None:
-        return [item for item in copy.deepcopy(patch) if not (isinstance(item, dict) and item.get("$patch"))]
+        return [item for item in clone(patch) if not (isinstance(item, dict) and item.get("$patch"))]
     if any(isinstance(item, dict) and item.get("$patch") == "replace" for item in patch):
-        return [item for item in copy.deepcopy(patch) if not (isinstance(item, dict) and "$patch" in item)]
+        return [item for item in clone(patch) if not (isinstance(item, dict) and "$patch" in item)]
     for item in patch:
         if not isinstance(item, dict) or key not in item:
             raise bad_request(f"map: {item} does not contain declared merge key: {key}")
@@ -124,7 +124,7 @@ def _parent(doc: Any, parts: list[str]) -> tuple[Any, str]:
 def json_patch(doc: Any, operations: Any) -> Any:
     if not isinstance(operations, list):
         raise bad_request("json: cannot unmarshal object into Go value of type jsonpatch.Patch")
-    doc = copy.deepcopy(doc)
+    doc = clone(doc)
     for op in operations:
         try:
             doc = _apply_op(doc, op)
@@ -152,18 +152,18 @@ def _apply_op(doc: Any, op: dict[str, Any]) -> Any:
             raise ValueError(f"testing value {op['path']} failed")
         return doc
     if kind in ("move", "copy"):
-        value = copy.deepcopy(_get(doc, _pointer(op["from"])))
+        value = clone(_get(doc, _pointer(op["from"])))
         if kind == "move":
             doc = _apply_op(doc, {"op": "remove", "path": op["from"]})
         return _apply_op(doc, {"op": "add", "path": op["path"], "value": value})
     if not parts:
-        return copy.deepcopy(op.get("value")) if kind != "remove" else None
+        return clone(op.get("value")) if kind != "remove" else None
     parent, last = _parent(doc, parts)
     if kind == "add":
         if isinstance(parent, list):
-            parent.insert(len(parent) if last == "-" else int(last), copy.deepcopy(op["value"]))
+            parent.insert(len(parent) if last == "-" else int(last), clone(op["value"]))
         else:
-            parent[last] = copy.deepcopy(op["value"])
+            parent[last] = clone(op["value"])
     elif kind == "remove":
         if isinstance(parent, list):
             parent.pop(int(last))
@@ -171,11 +171,11 @@ def _apply_op(doc: Any, op: dict[str, Any]) -> Any:
             del parent[last]
     elif kind == "replace":
         if isinstance(parent, list):
-            parent[int(last)] = copy.deepcopy(op["value"])
+            parent[int(last)] = clone(op["value"])
         else:
             if last not in parent:
                 raise KeyError(f"replace operation does not apply: doc is missing key: {op['path']}")
-            parent[last] = copy.deepcopy(op["value"])
+            parent[last] = clone(op["value"])
     else:
         raise ValueError(f"unexpected kind: {kind}")
     return doc

@@ -8,17 +8,19 @@ a `Scheduled` event. Unschedulable Pods are retried whenever a Node or Pod chang
 from __future__ import annotations
 
 import asyncio
-import copy
 from collections import Counter
 from decimal import Decimal
 from typing import Any
 
 from dynrunner.doubles.kubernetes import resources, status
 from dynrunner.doubles.kubernetes.events import Recorder
+from dynrunner.doubles.kubernetes.objects import clone
 from dynrunner.doubles.kubernetes.quantity import parse
-from dynrunner.doubles.kubernetes.store import Obj, Store, now
+from dynrunner.doubles.kubernetes.resources import Resource
+from dynrunner.doubles.kubernetes.store import Event, Obj, Store, now
 
 _NOT_HELPFUL = "Preemption is not helpful for scheduling"
+_DONE = ("Succeeded", "Failed")
 
 
 def tolerates(tolerations: list[dict[str, Any]], taint: dict[str, Any]) -> bool:
@@ -42,18 +44,51 @@ def requests_of(pod: Obj) -> dict[str, Decimal]:
 
 
 class Scheduler:
+    """Pods that fit nowhere wait in an unschedulable set and are tried again when the cluster
+    changes in a way that could make room (a Node added or changed, a Pod gone or finished),
+    as the scheduling queue's cluster events do; new Pods are tried at once."""
+
     def __init__(self, store: Store) -> None:
         self._store = store
         self._recorder = Recorder(store, "default-scheduler")
         self._wake = asyncio.Event()
         self._reported: dict[str, str] = {}
-        store.listeners.append(lambda res, _: self._wake.set() if res in (resources.PODS, resources.NODES) else None)
+        self._pending: set[tuple[str, str]] = set()
+        self._retry_unschedulable = False
+        store.listeners.append(self._on_event)
+
+    def _on_event(self, res: Resource, event: Event) -> None:
+        if res is resources.NODES:
+            self._retry_unschedulable = True
+        elif res is resources.PODS:
+            obj, meta = event.obj, event.obj["metadata"]
+            if event.type == "DELETED" or (
+                obj["status"].get("phase") in _DONE and (event.old or {}).get("status", {}).get("phase") not in _DONE
+            ):
+                self._retry_unschedulable = True
+            elif not obj["spec"].get("nodeName") and meta["uid"] not in self._reported:
+                self._pending.add((meta["namespace"], meta["name"]))
+        else:
+            return
+        self._wake.set()
 
     async def run(self) -> None:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            for pod in list(self._store.objects(resources.PODS)):
+            if self._retry_unschedulable:
+                self._retry_unschedulable = False
+                self._pending |= {
+                    (p["metadata"]["namespace"], p["metadata"]["name"])
+                    for p in self._store.objects(resources.PODS)
+                    if not p["spec"].get("nodeName")
+                }
+            pending, self._pending = self._pending, set()
+            usage = self._usage()
+            for namespace, name in sorted(pending):
+                pod = self._store.peek(resources.PODS, namespace, name)
+                if pod is None:
+                    continue
                 spec, meta = pod["spec"], pod["metadata"]
                 if (
                     spec.get("nodeName")
@@ -62,19 +97,37 @@ class Scheduler:
                 ):
                     continue
                 try:
-                    self._schedule(pod)
+                    self._schedule(pod, usage)
                 except status.ApiError:
                     continue
             await asyncio.sleep(0)
 
-    def _schedule(self, pod: Obj) -> None:
+    def _usage(self) -> dict[str, tuple[int, dict[str, Decimal]]]:
+        """Per node: Pods that still hold resources, and the sum of their requests."""
+        usage: dict[str, tuple[int, dict[str, Decimal]]] = {}
+        for pod in self._store.objects(resources.PODS):
+            node = pod["spec"].get("nodeName")
+            if not node or pod["status"].get("phase") in _DONE:
+                continue
+            count, used = usage.get(node, (0, {}))
+            for name, value in requests_of(pod).items():
+                used[name] = used.get(name, Decimal(0)) + value
+            usage[node] = (count + 1, used)
+        return usage
+
+    def _schedule(self, pod: Obj, usage: dict[str, tuple[int, dict[str, Decimal]]]) -> None:
         nodes = list(self._store.objects(resources.NODES))
         reasons: Counter[str] = Counter()
         preemption: Counter[str] = Counter()
         for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
-            why = self._unfit(pod, node)
+            name = node["metadata"]["name"]
+            why = self._unfit(pod, node, usage.get(name, (0, {})))
             if why is None:
-                self._bind(pod, node["metadata"]["name"])
+                self._bind(pod, name)
+                count, used = usage.get(name, (0, {}))
+                for key, value in requests_of(pod).items():
+                    used[key] = used.get(key, Decimal(0)) + value
+                usage[name] = (count + 1, used)
                 return
             for reason in why:
                 reasons[reason] += 1
@@ -96,7 +149,7 @@ class Scheduler:
             message += "."
         self._unschedulable(pod, message)
 
-    def _unfit(self, pod: Obj, node: Obj) -> list[str] | None:
+    def _unfit(self, pod: Obj, node: Obj, usage: tuple[int, dict[str, Decimal]]) -> list[str] | None:
         spec = pod["spec"]
         if node["spec"].get("unschedulable") and not tolerates(
             spec.get("tolerations") or [], {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
@@ -111,16 +164,7 @@ class Scheduler:
             ):
                 return [f"node(s) had untolerated taint {{{taint['key']}: {taint.get('value', '')}}}"]
         allocatable = {k: parse(v) for k, v in (node["status"].get("allocatable") or {}).items()}
-        used: dict[str, Decimal] = {}
-        count = 0
-        for other in self._store.objects(resources.PODS):
-            if other["spec"].get("nodeName") == node["metadata"]["name"] and other["status"].get("phase") not in (
-                "Succeeded",
-                "Failed",
-            ):
-                count += 1
-                for name, value in requests_of(other).items():
-                    used[name] = used.get(name, Decimal(0)) + value
+        count, used = usage
         out = []
         if "pods" in allocatable and count + 1 > allocatable["pods"]:
             out.append("Too many pods")
@@ -143,7 +187,7 @@ class Scheduler:
         if self._reported.get(meta["uid"]) == message:
             return
         self._reported[meta["uid"]] = message
-        new = copy.deepcopy(pod)
+        new = clone(pod)
         condition = {
             "type": "PodScheduled",
             "status": "False",

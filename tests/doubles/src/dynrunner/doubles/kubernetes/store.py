@@ -9,7 +9,6 @@ always get copies. All methods run on the double's event loop thread.
 from __future__ import annotations
 
 import asyncio
-import copy
 import datetime as dt
 import uuid
 from collections import defaultdict, deque
@@ -18,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dynrunner.doubles.kubernetes import resources, status, validation
+from dynrunner.doubles.kubernetes.objects import clone, same_except_resource_version
 from dynrunner.doubles.kubernetes.patch import json_patch, merge_patch, strategic_merge_patch
 from dynrunner.doubles.kubernetes.resources import Resource
 
@@ -146,7 +146,7 @@ class Store:
 
     @staticmethod
     def _present(res: Resource, obj: Obj) -> Obj:
-        out = copy.deepcopy(obj)
+        out = clone(obj)
         out["apiVersion"], out["kind"] = res.api_version, res.kind
         return out
 
@@ -178,7 +178,7 @@ class Store:
         return str(self.revision)
 
     def create(self, res: Resource, namespace: str, body: Obj) -> Obj:
-        obj = copy.deepcopy(body)
+        obj = clone(body)
         meta = obj.setdefault("metadata", {})
         if res.namespaced:
             if meta.get("namespace") and meta["namespace"] != namespace:
@@ -235,7 +235,7 @@ class Store:
         old = self._bucket(res).get(key)
         if old is None:
             raise status.not_found(res, name)
-        new = copy.deepcopy(body)
+        new = clone(body)
         new.pop("apiVersion", None), new.pop("kind", None)
         meta = new.setdefault("metadata", {})
         if meta.get("name", name) != name:
@@ -246,14 +246,14 @@ class Store:
         if wanted and wanted != old["metadata"]["resourceVersion"]:
             raise status.conflict(res, name, status.STALE)
         if subresource == "status":
-            merged = copy.deepcopy(old)
+            merged = clone(old)
             merged["status"] = new.get("status", {})
             new = merged
         else:
             if "status" in res.subresources:
                 new.pop("status", None)
                 if "status" in old:
-                    new["status"] = copy.deepcopy(old["status"])
+                    new["status"] = clone(old["status"])
             for server_field in (
                 "uid",
                 "creationTimestamp",
@@ -341,7 +341,7 @@ class Store:
             )
         grace = self._grace(res, obj, options)
         policy = options.get("propagationPolicy") or ("Orphan" if options.get("orphanDependents") else "Background")
-        new = copy.deepcopy(obj)
+        new = clone(obj)
         meta = new["metadata"]
         finalizers = list(meta.get("finalizers") or [])
         if policy == "Foreground" and "foregroundDeletion" not in finalizers:
@@ -388,7 +388,7 @@ class Store:
             raise status.conflict(
                 resources.PODS, name, f"pod {name} is already assigned to node {old['spec']['nodeName']!r}"
             )
-        new = copy.deepcopy(old)
+        new = clone(old)
         new["spec"]["nodeName"] = node
         conditions = [c for c in new["status"].get("conditions") or [] if c.get("type") != "PodScheduled"]
         new["status"]["conditions"] = [condition, *conditions]
@@ -442,7 +442,7 @@ class Store:
         """The namespace controller's last step: the `kubernetes` finalizer goes, and so does the namespace."""
         obj = self._bucket(resources.NAMESPACES).get(("", name))
         if obj is not None and not obj["metadata"].get("finalizers"):
-            self._remove(resources.NAMESPACES, ("", name), copy.deepcopy(obj))
+            self._remove(resources.NAMESPACES, ("", name), clone(obj))
 
     def compact(self) -> None:
         """Forget every logged event, as an etcd compaction does: older resourceVersions get 410."""
@@ -456,8 +456,4 @@ def _spec_of(obj: Obj) -> Any:
 
 
 def _same(old: Obj, new: Obj) -> bool:
-    a = copy.deepcopy(old)
-    b = copy.deepcopy(new)
-    a["metadata"].pop("resourceVersion", None)
-    b["metadata"].pop("resourceVersion", None)
-    return a == b
+    return same_except_resource_version(old, new)
