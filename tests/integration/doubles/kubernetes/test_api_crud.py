@@ -240,3 +240,14 @@ def test_custom_resources_refuse_unconditional_updates(kube_client):
     assert exc.value.status == 422 and "metadata.resourceVersion" in status_of(exc.value)["message"]
     replaced = custom.replace_cluster_custom_object(*CSE, "e", {**created, "spec": {**created["spec"], "hint": "h"}})
     assert replaced["spec"]["hint"] == "h" and replaced["metadata"]["generation"] == 2
+
+
+def test_an_immutable_secret_keeps_its_data(kube_client):
+    v1 = client.CoreV1Api(kube_client)
+    v1.create_namespaced_secret("default", {"metadata": {"name": "s"}, "stringData": {"k": "v"}, "immutable": True})
+    v1.patch_namespaced_secret("s", "default", {"metadata": {"labels": {"a": "b"}}})
+    with pytest.raises(ApiException) as exc:
+        v1.patch_namespaced_secret("s", "default", {"stringData": {"k": "w"}})
+    body = status_of(exc.value)
+    assert exc.value.status == 422 and body["details"]["causes"][0]["field"] == "data"
+    assert body["message"] == 'Secret "s" is invalid: data: Forbidden: field is immutable when `immutable` is set'

@@ -267,8 +267,10 @@ class Store:
                     meta.pop(server_field, None)
             meta["name"] = name
             validation.admit(res, new, creating=False)
-            if res.plural == "pods" and not res.group:
+            if res is resources.PODS:
                 validation.immutable_pod_spec(old, new)
+            elif res is resources.SECRETS:
+                validation.immutable_secret(old, new)
             if "generation" in old["metadata"]:
                 meta["generation"] = old["metadata"]["generation"] + (1 if _spec_of(old) != _spec_of(new) else 0)
         if _same(old, new):

@@ -14,7 +14,7 @@ import re
 import secrets as pysecrets
 from typing import Any
 
-from dynrunner.doubles.kubernetes.resources import Resource
+from dynrunner.doubles.kubernetes.resources import SECRETS, Resource
 from dynrunner.doubles.kubernetes.status import ApiError, bad_request, invalid
 
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -79,6 +79,9 @@ def assign_name(resource: Resource, obj: dict[str, Any]) -> str:
 def _check_meta(resource: Resource, obj: dict[str, Any]) -> Causes:
     meta = obj["metadata"]
     causes = check_name(meta["name"], "metadata.name", dns_label=resource.plural == "namespaces")
+    annotations = meta.get("annotations") or {}
+    if sum(len(k) + len(str(v)) for k, v in annotations.items()) > 256 * 1024:
+        causes.append(("FieldValueTooLong", "metadata.annotations", "Too long: must have at most 262144 bytes"))
     for key, value in (meta.get("labels") or {}).items():
         name = key.rsplit("/", 1)[-1]
         prefix = key.rsplit("/", 1)[0] if "/" in key else ""
@@ -390,3 +393,16 @@ def immutable_pod_spec(old: dict[str, Any], new: dict[str, Any]) -> None:
                 "causes": [{"reason": "FieldValueForbidden", "field": "spec"}],
             },
         )
+
+
+def immutable_secret(old: dict[str, Any], new: dict[str, Any]) -> None:
+    """A Secret with `immutable: true` keeps its data and stays immutable (core validation)."""
+    if not old.get("immutable"):
+        return
+    causes: Causes = []
+    if new.get("data") != old.get("data"):
+        causes.append(("FieldValueForbidden", "data", "Forbidden: field is immutable when `immutable` is set"))
+    if not new.get("immutable"):
+        causes.append(("FieldValueForbidden", "immutable", "Forbidden: field is immutable when `immutable` is set"))
+    if causes:
+        raise invalid(SECRETS, new["metadata"]["name"], causes)
