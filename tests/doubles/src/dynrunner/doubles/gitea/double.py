@@ -15,12 +15,9 @@ import concurrent.futures
 import contextlib
 import re
 import secrets as pysecrets
-import socket
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
-
-import uvicorn
 
 from dynrunner.doubles.gitea import admin, runs, views
 from dynrunner.doubles.gitea.app import build_app
@@ -33,6 +30,7 @@ from dynrunner.doubles.gitea.githttp import GitHTTP
 from dynrunner.doubles.gitea.repos import RepoView
 from dynrunner.doubles.gitea.service import PingServiceImpl, RunnerServiceImpl, Worker
 from dynrunner.doubles.gitea.tokens import DEFAULT_PBKDF2_ITERATIONS, decode_runtime_token
+from dynrunner.doubles.serving import serve_asgi
 
 _NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$", re.IGNORECASE)
 _FORBIDDEN_PREFIX = re.compile(r"^GIT(EA|HUB)_", re.IGNORECASE)
@@ -48,41 +46,6 @@ def _actions_name(name: str) -> str:
 def _normalize_eol(value: str) -> str:
     """`util.NormalizeStringEOL`, applied to variable values."""
     return value.replace("\r\n", "\n").replace("\r", "\n")
-
-
-class _InProcessServer(uvicorn.Server):
-    """uvicorn without its signal handlers (the host process owns signals) that stops as
-    soon as asked instead of at its next 0.1 s tick."""
-
-    def __init__(self, config: uvicorn.Config) -> None:
-        super().__init__(config)
-        self.exit_requested = asyncio.Event()
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        """uvicorn's shutdown without its fixed 0.1 s pause before waiting for connections."""
-        for server in self.servers:
-            server.close()
-        for connection in list(self.server_state.connections):
-            connection.shutdown()
-        await asyncio.sleep(0.005)
-        try:
-            await asyncio.wait_for(self._wait_tasks_to_complete(), timeout=self.config.timeout_graceful_shutdown)
-        except TimeoutError:
-            for task in self.server_state.tasks:
-                task.cancel(msg="the Gitea double is shutting down")
-        await self.lifespan.shutdown()
-
-    async def main_loop(self) -> None:
-        counter = 0
-        while not await self.on_tick(counter):
-            counter = (counter + 10) % 864000  # one tick a second: on_tick refreshes the Date header every 10
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.exit_requested.wait(), timeout=1.0)
-            self.should_exit = self.should_exit or self.exit_requested.is_set()
 
 
 class GiteaDouble:
@@ -153,38 +116,16 @@ class GiteaDouble:
     @contextlib.asynccontextmanager
     async def serving(self, host: str = "127.0.0.1", port: int = 0) -> AsyncIterator[None]:
         """Serve the app in this event loop; `url` is set once the socket is bound."""
-        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # accepted sockets inherit it
-            sock.bind((host, port))
-        except OSError:
-            sock.close()
-            raise
-        bound_port = sock.getsockname()[1]
-        self.url = f"http://{f'[{host}]' if ':' in host else host}:{bound_port}"
-        self.engine.set_root_url(self.url)
-        config = uvicorn.Config(
-            self.app, lifespan="on", log_level="warning", access_log=False, timeout_graceful_shutdown=5
-        )
-        server = _InProcessServer(config)
-        serve = asyncio.create_task(server.serve(sockets=[sock]), name="gitea-double-server")
-        reaper = asyncio.create_task(self._reap_forever(), name="gitea-double-reaper")
-        try:
-            while not server.started:
-                if serve.done():
-                    await serve  # startup failed: raise its error
-                    raise RuntimeError("the Gitea double's server stopped during startup")
-                await asyncio.sleep(0.01)
-            yield
-        finally:
-            reaper.cancel()
-            server.should_exit = True
-            server.exit_requested.set()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reaper
-            await serve
-            sock.close()
+        async with serve_asgi(self.app, host, port, name="Gitea double") as url:
+            self.url = url
+            self.engine.set_root_url(self.url)
+            reaper = asyncio.create_task(self._reap_forever(), name="gitea-double-reaper")
+            try:
+                yield
+            finally:
+                reaper.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await reaper
 
     async def _reap_forever(self) -> None:
         while True:
