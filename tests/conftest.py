@@ -9,4 +9,5 @@ pytest_plugins = [
     "tests.fixtures.git",
     "tests.fixtures.kubernetes",
     "tests.fixtures.clients",
+    "tests.fixtures.opensandbox",
 ]
