@@ -7,7 +7,7 @@ UV := $(BIN)/uv
 STAMP := $(VENV)/.installed
 PKGS := -e proto -e executor -e controller -e tests/doubles
 
-.PHONY: venv test test-fast lint proto requirements clients clients-lock demo bench clean
+.PHONY: venv test test-fast lint proto requirements clients clients-lock demo bench clean vm-validate vm-wheels
 
 venv: $(STAMP)
 
@@ -32,11 +32,27 @@ clients-lock: venv
 test-fast: venv
 	$(BIN)/python -m pytest -q -x tests/unit
 
-lint: venv
+lint: venv vm-validate
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 	$(BIN)/mypy
+
+# The VM image's Packer template (Packer 1.6.6 from Debian; installed when missing) and its
+# entrypoint's shell syntax. Skipped, saying so, only where apt cannot install packer.
+vm-validate:
+	@sh -n vm/entrypoint.sh
+	@command -v packer >/dev/null 2>&1 || apt-get install -y -q packer >/dev/null 2>&1 || \
+	  { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q packer >/dev/null 2>&1; } || true
+	@if command -v packer >/dev/null 2>&1; then \
+	  dist=$$(mktemp -d) && cd vm && packer validate -var "dist_dir=$$dist" . && packer fmt -check . && echo "vm-validate: OK ($$(packer version))"; \
+	  status=$$?; rmdir "$$dist"; exit $$status; \
+	else echo "vm-validate: SKIPPED: packer is not installed and apt-get could not install it"; fi
+
+# The wheels the VM image installs (vm/dist), for `cd vm && packer build .`.
+vm-wheels: venv
+	$(UV) build -q --wheel -o vm/dist proto
+	$(UV) build -q --wheel -o vm/dist executor
 
 proto: venv
 	$(BIN)/python proto/generate.py

@@ -1,0 +1,98 @@
+"""vm/entrypoint.sh booted by the OpenSandbox double: the delivery through execd's file API,
+then the real executor running the job against the Gitea double."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from opensandbox import Sandbox
+from opensandbox.models.filesystem import MoveEntry, WriteEntry
+
+from dynrunner.doubles.opensandbox import LocalImage
+from dynrunner.proto.assignment import encode
+from dynrunner.proto.gitea import Result
+from tests.fixtures.executor import ExecutorHarness
+from tests.fixtures.opensandbox import OpenSandboxFactory, sdk_config, shell_image
+
+VM = Path(__file__).resolve().parents[3] / "vm"
+VM_IMAGE = "registry.test/dynrunner-vm:1"
+ENTRYPOINT = "/usr/local/bin/dynrunner-vm-entrypoint"
+WORKFLOW = """
+on: push
+jobs:
+  build:
+    runs-on: [self-hosted, vm]
+    steps:
+      - run: echo "hello from $(cat /proc/1/comm 2>/dev/null || echo the vm)"
+      - run: test -d /run/dynrunner/delivery && echo delivered
+"""
+
+
+def vm_image(**env: str) -> LocalImage:
+    """The VM image as the double boots it: the entrypoint and agent template at their image
+    paths, the executor from this venv, no executor user switch (tests do not run as root
+    everywhere, and the double's namespace maps one uid)."""
+    base = shell_image().env
+    return LocalImage(
+        files={
+            ENTRYPOINT: VM / "entrypoint.sh",
+            "/etc/dynrunner/spire-agent.conf.template": VM / "spire-agent.conf.template",
+        },
+        env={
+            **base,
+            "DYNRUNNER_EXECUTOR_USER": "",
+            "DYNRUNNER_SPIRE_AGENT_CONFIG_TEMPLATE": "{rootfs}/etc/dynrunner/spire-agent.conf.template",
+            "HOME": "/run/dynrunner/home",
+            **env,
+        },
+    )
+
+
+async def deliver(sandbox: Sandbox, files: dict[str, bytes]) -> None:
+    """What the backend does: write into delivery.partial, then rename it into place."""
+    partial = "/run/dynrunner/delivery.partial"
+    entries = [WriteEntry(path=f"{partial}/{name}", data=data, mode=600) for name, data in files.items()]
+    await sandbox.files.write_files(entries)
+    await sandbox.files.move_files([MoveEntry(src=partial, dest="/run/dynrunner/delivery")])
+
+
+@pytest.mark.slow
+async def test_the_entrypoint_runs_the_delivered_assignment_to_the_end(
+    opensandbox_factory: OpenSandboxFactory, executor_harness: ExecutorHarness
+) -> None:
+    claimed = await executor_harness.claim(WORKFLOW, labels=("self-hosted", "vm"))
+    assignment = dataclasses.replace(
+        claimed.assignment, executor=dataclasses.replace(claimed.assignment.executor, workspace="/run/dynrunner/work")
+    )
+    async with opensandbox_factory(images={VM_IMAGE: vm_image()}) as osb:
+        sandbox = await Sandbox.create(
+            VM_IMAGE,
+            entrypoint=[ENTRYPOINT],
+            metadata={"dynrunner-task-id": str(claimed.task_id)},
+            timeout=timedelta(minutes=10),
+            connection_config=sdk_config(osb),
+        )
+        await deliver(sandbox, {"assignment.pb": encode(assignment)})
+        box = await osb.wait_for_state(sandbox.id, "Terminated", "Failed", timeout_s=60)
+        console = box.console.read_text()
+        assert box.status.state == "Terminated", console
+        await sandbox.kill()
+        await sandbox.close()
+    task = executor_harness.gitea.task(claimed.task_id)
+    assert task.result == Result.SUCCESS, task.log_rows
+    assert "delivered" in task.log_rows
+
+
+async def test_without_a_delivery_the_entrypoint_fails_the_sandbox(opensandbox_factory: OpenSandboxFactory) -> None:
+    async with opensandbox_factory(images={VM_IMAGE: vm_image(DYNRUNNER_DELIVERY_TIMEOUT_SECONDS="1")}) as osb:
+        sandbox = await Sandbox.create(
+            VM_IMAGE, entrypoint=[ENTRYPOINT], skip_health_check=True, connection_config=sdk_config(osb)
+        )
+        box = await osb.wait_for_state(sandbox.id, "Terminated", "Failed")
+        assert (box.status.state, box.status.message) == ("Failed", "Sandbox container exited with code 3.")
+        assert "no assignment was delivered to /run/dynrunner/delivery within 1s" in box.console.read_text()
+        await sandbox.kill()
+        await sandbox.close()

@@ -1,0 +1,96 @@
+#!/bin/sh
+# dynrunner-vm-entrypoint: the entrypoint of the dynrunner VM image (one sandbox = one job).
+#
+# 1. Wait for the controller's delivery: a directory $DYNRUNNER_DELIVERY_DIR holding
+#    `assignment.pb` and, when the job has a workload identity, `join-token` (and the SPIRE
+#    trust bundle `bundle.pem`, unless the image has one). The controller
+#    writes both through execd's file API into "$DYNRUNNER_DELIVERY_DIR.partial" and then
+#    renames that directory, so the directory appears complete or not at all, and only once
+#    (execd refuses a rename onto an existing directory). Neither secret is ever in the
+#    sandbox's env or metadata.
+# 2. With a join token: render the SPIRE agent's config, start the agent (it attests with the
+#    token, which SPIRE accepts once), wait for its Workload API socket, delete the token.
+# 3. Run the executor on the assignment, as $DYNRUNNER_EXECUTOR_USER when running as root;
+#    exit with its status (the sandbox then ends Terminated or Failed).
+#
+# Plain POSIX sh: the OpenSandbox double runs this same script in tests, with the agent
+# command pointed at the SPIRE agent double.
+set -eu
+
+delivery=${DYNRUNNER_DELIVERY_DIR:-/run/dynrunner/delivery}
+delivery_timeout=${DYNRUNNER_DELIVERY_TIMEOUT_SECONDS:-600}
+agent_command=${DYNRUNNER_SPIRE_AGENT_COMMAND:-spire-agent run}
+agent_template=${DYNRUNNER_SPIRE_AGENT_CONFIG_TEMPLATE:-/etc/dynrunner/spire-agent.conf.template}
+agent_config=${DYNRUNNER_SPIRE_AGENT_CONFIG:-/run/dynrunner/spire-agent.conf}
+agent_socket=${SPIFFE_AGENT_SOCKET:-/run/spire/agent/public/api.sock}
+agent_timeout=${DYNRUNNER_SPIRE_AGENT_TIMEOUT_SECONDS:-120}
+executor=${DYNRUNNER_EXECUTOR_COMMAND:-dynrunner-executor}
+executor_user=${DYNRUNNER_EXECUTOR_USER-runner}
+
+say() { printf 'dynrunner-vm-entrypoint: %s\n' "$*" >&2; }
+
+# wait_for TEST PATH SECONDS: poll every 0.1 s until `test TEST PATH` holds.
+wait_for() {
+    tries=$(($3 * 10))
+    while ! test "$1" "$2"; do
+        tries=$((tries - 1))
+        [ "$tries" -gt 0 ] || return 1
+        sleep 0.1
+    done
+}
+
+if ! wait_for -d "$delivery" "$delivery_timeout"; then
+    say "no assignment was delivered to $delivery within ${delivery_timeout}s"
+    exit 3
+fi
+assignment=$delivery/assignment.pb
+[ -f "$assignment" ] || { say "the delivery has no assignment.pb"; exit 3; }
+
+agent_pid=
+stop_agent() {
+    [ -n "$agent_pid" ] && kill "$agent_pid" 2>/dev/null && wait "$agent_pid" 2>/dev/null
+    agent_pid=
+}
+
+if [ -f "$delivery/join-token" ]; then
+    bundle=${SPIRE_TRUST_BUNDLE_PATH:-/etc/dynrunner/spire-bundle.pem}
+    [ -f "$delivery/bundle.pem" ] && bundle=$delivery/bundle.pem
+    mkdir -p "$(dirname "$agent_config")" "$(dirname "$agent_socket")"
+    sed -e "s|@JOIN_TOKEN_FILE@|$delivery/join-token|g" \
+        -e "s|@SOCKET_PATH@|$agent_socket|g" \
+        -e "s|@SERVER_ADDRESS@|${SPIRE_SERVER_ADDRESS:-spire-server}|g" \
+        -e "s|@SERVER_PORT@|${SPIRE_SERVER_PORT:-8081}|g" \
+        -e "s|@TRUST_DOMAIN@|${SPIRE_TRUST_DOMAIN:-example.org}|g" \
+        -e "s|@TRUST_BUNDLE_PATH@|$bundle|g" \
+        -e "s|@DATA_DIR@|${SPIRE_AGENT_DATA_DIR:-/run/spire/agent/data}|g" \
+        "$agent_template" >"$agent_config"
+    # shellcheck disable=SC2086 # the command is a word list by design
+    $agent_command -config "$agent_config" &
+    agent_pid=$!
+    trap 'stop_agent' EXIT
+    if ! wait_for -S "$agent_socket" "$agent_timeout"; then
+        say "the SPIRE agent did not open $agent_socket within ${agent_timeout}s"
+        exit 4
+    fi
+    rm -f "$delivery/join-token"
+fi
+
+run_as=
+if [ -n "$executor_user" ] && [ "$(id -u)" = 0 ]; then
+    chown "$executor_user" "$assignment"
+    chmod 0400 "$assignment"
+    run_as="setpriv --reuid=$executor_user --regid=$(id -g "$executor_user") --init-groups --"
+fi
+
+# shellcheck disable=SC2086
+$run_as $executor run --assignment "$assignment" &
+executor_pid=$!
+trap 'kill -TERM "$executor_pid" 2>/dev/null' TERM INT
+status=0
+wait "$executor_pid" || status=$?
+# A TERM interrupts the first wait; wait again for the executor's own exit.
+if kill -0 "$executor_pid" 2>/dev/null; then
+    wait "$executor_pid" || status=$?
+fi
+stop_agent
+exit "$status"
