@@ -194,7 +194,7 @@ async def test_the_sdks_requests_fit_the_real_schema_and_get_the_same_answers(bo
     by metadata, get, renew, kill; the real server must accept every one."""
     results = []
     for target in both:
-        config = _config(target)
+        config = _config(target).with_transport_if_missing()
         service = AdapterFactory(config).create_sandbox_service()
         created = await service.create_sandbox(
             spec=SandboxImageSpec(image=IMAGE),
@@ -222,6 +222,7 @@ async def test_the_sdks_requests_fit_the_real_schema_and_get_the_same_answers(bo
         await manager.kill_sandbox(created.id)
         after = await manager.list_sandbox_infos(SandboxFilter(metadata={"dynrunner-assignment-id": "a1b2"}))
         await manager.close()
+        await config.close_transport_if_owned()
         results.append(
             (
                 [item.id for item in listed.sandbox_infos] == [created.id],
