@@ -121,3 +121,25 @@ async def test_execd_is_unreachable_once_the_entrypoint_has_exited(opensandbox: 
     assert refused.value.status_code == 502
     await sandbox.kill()
     await sandbox.close()
+
+
+async def test_commands_run_inside_the_sandbox_and_report_their_exit(opensandbox: OpenSandboxDouble) -> None:
+    from opensandbox.models.execd import RunCommandOpts
+
+    config = sdk_config(opensandbox)
+    sandbox = await Sandbox.create(
+        SHELL_IMAGE, entrypoint=["sleep", "600"], env={"A": "from-create"}, connection_config=config
+    )
+    await sandbox.files.write_file("/run/seen", "inside\n")
+    ok = await sandbox.commands.run(
+        'cat /run/seen; echo "$A $B"; echo err >&2', opts=RunCommandOpts(envs={"B": "from-run"})
+    )
+    assert [m.text for m in ok.logs.stdout] == ["inside", "from-create from-run"]
+    assert [m.text for m in ok.logs.stderr] == ["err"]
+    assert ok.exit_code == 0 and ok.error is None
+    failed = await sandbox.commands.run("exit 7")
+    assert failed.exit_code == 7 and failed.error is not None and failed.error.name == "CommandExecError"
+    slow = await sandbox.commands.run("sleep 30", opts=RunCommandOpts(timeout=timedelta(milliseconds=200)))
+    assert slow.exit_code == -1
+    await sandbox.kill()
+    await sandbox.close()

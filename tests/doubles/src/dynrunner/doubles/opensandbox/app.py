@@ -111,7 +111,7 @@ def _json(status: int, model: Any) -> JSONResponse:
 
 
 def _execd_target(sandboxes: Sandboxes) -> Callable[[Request], Any]:
-    def rootfs_of(request: Request) -> Any:
+    def sandbox_of(request: Request) -> Any:
         sandbox_id = request.path_params["sandbox_id"]
         try:
             box = sandboxes.get(sandbox_id)
@@ -122,9 +122,9 @@ def _execd_target(sandboxes: Sandboxes) -> Callable[[Request], Any]:
                 status_code=502,
                 content={"code": "BACKEND_CONNECTION_FAILED", "message": f"Failed to connect to sandbox {sandbox_id}."},
             )
-        return box.rootfs
+        return box
 
-    return rootfs_of
+    return sandbox_of
 
 
 def build_app(sandboxes: Sandboxes, api_key: str | None) -> FastAPI:

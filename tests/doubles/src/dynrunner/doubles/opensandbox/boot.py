@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOTFS_PLACEHOLDER = "{rootfs}"
+ROOT = os.geteuid() == 0
 
 _NAMESPACE_INIT = r"""
 root=$1; shift
@@ -65,7 +66,8 @@ def _install(rootfs: Path, image: LocalImage) -> None:
         vm_path(rootfs, directory).mkdir(parents=True, exist_ok=True)
 
 
-def _environment(rootfs: Path, image: LocalImage, request_env: Mapping[str, str | None]) -> dict[str, str]:
+def environment(rootfs: Path, image: LocalImage, request_env: Mapping[str, str | None]) -> dict[str, str]:
+    """The sandbox's environment: the image's (`{rootfs}` filled in) overlaid by the request's."""
     env = {key: value.replace(ROOTFS_PLACEHOLDER, str(rootfs)) for key, value in image.env.items()}
     env.update({key: value for key, value in request_env.items() if value is not None})
     env.setdefault("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
@@ -85,13 +87,13 @@ def _command(rootfs: Path, argv: list[str], env: Mapping[str, str]) -> list[str]
 
 
 async def start(
-    rootfs: Path, image: LocalImage, argv: list[str], request_env: Mapping[str, str | None], console: Path
+    rootfs: Path, image: LocalImage, argv: list[str], env: Mapping[str, str], console: Path
 ) -> asyncio.subprocess.Process:
-    """Start the entrypoint in a fresh session; its output goes to `console`."""
+    """Start the entrypoint in a fresh session with `env` (see `environment`); its output goes
+    to `console`."""
     _install(rootfs, image)
-    env = _environment(rootfs, image, request_env)
     unshare = [shutil.which("unshare") or "/usr/bin/unshare", "--mount", "--propagation", "private"]
-    if os.geteuid() != 0:
+    if not ROOT:
         unshare[1:1] = ["--user", "--map-root-user"]
     command = [
         *unshare,
@@ -113,3 +115,11 @@ async def start(
             env={**env, "DOUBLE_WORKDIR": image.workdir},
             start_new_session=True,
         )
+
+
+def enter(pid: int, argv: list[str]) -> list[str]:
+    """argv run inside the namespaces of the sandbox whose entrypoint is `pid` (execd's view)."""
+    nsenter = [shutil.which("nsenter") or "/usr/bin/nsenter", "--target", str(pid), "--mount"]
+    if not ROOT:
+        nsenter[3:3] = ["--user", "--preserve-credentials"]
+    return [*nsenter, "--", *argv]

@@ -8,7 +8,8 @@ Modelled: `GET /ping`, `POST /files/upload` (multipart pairs of a `metadata` JSO
 digits (755 is rwxr-xr-x), `owner`/`group` are names. Errors are `{code, message}` with
 execd's codes. Paths are the VM's: they land in the sandbox's rootfs (see `boot`).
 
-Not modelled: commands (`/command`, sessions, code interpreting), search/replace, metrics, PTY.
+`POST /command` runs a command in the sandbox (see execd_command). Not modelled: command
+status and logs, interrupts, sessions, code interpreting, search/replace, metrics, PTY.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 
+from dynrunner.doubles.opensandbox import execd_command
 from dynrunner.doubles.opensandbox.boot import vm_path
 
 
@@ -89,10 +91,21 @@ async def _write_pairs(rootfs: Path, metas: list[Any], files: list[Any]) -> Resp
     return Response(status_code=200)
 
 
-def build_router(rootfs_of: Any) -> APIRouter:
-    """`rootfs_of(request)` returns the rootfs of the sandbox a request is for (or a Response
-    to send instead: the sandbox is missing or its execd does not answer)."""
+def build_router(sandbox_of: Any) -> APIRouter:
+    """`sandbox_of(request)` returns the sandbox a request is for (or a Response to send
+    instead: the sandbox is missing or its execd does not answer)."""
     router = APIRouter()
+
+    def rootfs_of(request: Request) -> Any:
+        found = sandbox_of(request)
+        return found if isinstance(found, Response) else found.rootfs
+
+    @router.post("/command")
+    async def command(request: Request) -> Response:
+        box = sandbox_of(request)
+        if isinstance(box, Response):
+            return box
+        return await execd_command.run(box, await request.body())
 
     @router.get("/ping")
     async def ping(request: Request) -> Response:

@@ -70,6 +70,7 @@ class Sandbox:
     directory: Path
     status: Status
     env: dict[str, str | None] = field(default_factory=dict)
+    vm_env: dict[str, str] = field(default_factory=dict)
     metadata: dict[str, str] = field(default_factory=dict)
     process: asyncio.subprocess.Process | None = None
     watcher: asyncio.Task[None] | None = None
@@ -210,8 +211,9 @@ class Sandboxes:
 
     async def _boot(self, box: Sandbox, image: boot.LocalImage) -> None:
         argv = list(box.request.entrypoint or ["tail", "-f", "/dev/null"])
+        box.vm_env = boot.environment(box.rootfs, image, box.env)
         try:
-            box.process = await boot.start(box.rootfs, image, argv, box.env, box.console)
+            box.process = await boot.start(box.rootfs, image, argv, box.vm_env, box.console)
         except OSError as err:
             self._set(box, "Failed", "CONTAINER_START_FAILED", f"Sandbox container failed to start: {err}")
             return
