@@ -111,17 +111,14 @@ def _json(status: int, model: Any) -> JSONResponse:
 
 
 def _execd_target(sandboxes: Sandboxes) -> Callable[[Request], Any]:
+    """The sandbox whose execd a proxied request reaches; raises the proxy's errors (404 for
+    an unknown sandbox, 502 when nothing answers on that port)."""
+
     def sandbox_of(request: Request) -> Any:
         sandbox_id = request.path_params["sandbox_id"]
-        try:
-            box = sandboxes.get(sandbox_id)
-        except ApiError as err:
-            return _error(err)
+        box = sandboxes.get(sandbox_id)
         if int(request.path_params["port"]) != EXECD_PORT or box.state != "Running":
-            return JSONResponse(
-                status_code=502,
-                content={"code": "BACKEND_CONNECTION_FAILED", "message": f"Failed to connect to sandbox {sandbox_id}."},
-            )
+            raise ApiError(502, "BACKEND_CONNECTION_FAILED", f"Failed to connect to sandbox {sandbox_id}.")
         return box
 
     return sandbox_of

@@ -57,6 +57,14 @@ def _info(host: Path, vm: str) -> dict[str, Any]:
     }
 
 
+async def _json_body(request: Request) -> Any:
+    """The JSON body, or execd's 400 for one it cannot decode."""
+    try:
+        return json.loads(await request.body())
+    except ValueError as err:
+        return _error(400, "INVALID_REQUEST_BODY", f"error parsing request, MAYBE invalid body format. {err}")
+
+
 async def _part_bytes(part: Any) -> bytes:
     return await part.read() if hasattr(part, "read") else str(part).encode()
 
@@ -92,31 +100,25 @@ async def _write_pairs(rootfs: Path, metas: list[Any], files: list[Any]) -> Resp
 
 
 def build_router(sandbox_of: Any) -> APIRouter:
-    """`sandbox_of(request)` returns the sandbox a request is for (or a Response to send
-    instead: the sandbox is missing or its execd does not answer)."""
+    """`sandbox_of(request)` returns the sandbox a request is for (it raises the proxy's error
+    when the sandbox is missing or its execd does not answer)."""
     router = APIRouter()
 
-    def rootfs_of(request: Request) -> Any:
-        found = sandbox_of(request)
-        return found if isinstance(found, Response) else found.rootfs
+    def rootfs_of(request: Request) -> Path:
+        return Path(sandbox_of(request).rootfs)
 
     @router.post("/command")
     async def command(request: Request) -> Response:
-        box = sandbox_of(request)
-        if isinstance(box, Response):
-            return box
-        return await execd_command.run(box, await request.body())
+        return await execd_command.run(sandbox_of(request), await request.body())
 
     @router.get("/ping")
     async def ping(request: Request) -> Response:
-        found = rootfs_of(request)
-        return found if isinstance(found, Response) else Response(status_code=200)
+        rootfs_of(request)
+        return Response(status_code=200)
 
     @router.post("/files/upload")
     async def upload(request: Request) -> Response:
         rootfs = rootfs_of(request)
-        if isinstance(rootfs, Response):
-            return rootfs
         try:
             form = await request.form()
         except Exception:
@@ -129,8 +131,6 @@ def build_router(sandbox_of: Any) -> APIRouter:
     @router.get("/files/download")
     async def download(request: Request, path: str = "") -> Response:
         rootfs = rootfs_of(request)
-        if isinstance(rootfs, Response):
-            return rootfs
         if not path:
             return _error(400, "MISSING_QUERY", "missing query parameter 'path'")
         target = vm_path(rootfs, path)
@@ -141,8 +141,6 @@ def build_router(sandbox_of: Any) -> APIRouter:
     @router.get("/files/info")
     async def info(request: Request) -> Response:
         rootfs = rootfs_of(request)
-        if isinstance(rootfs, Response):
-            return rootfs
         answer: dict[str, Any] = {}
         for path in request.query_params.getlist("path"):
             target = vm_path(rootfs, path)
@@ -154,12 +152,9 @@ def build_router(sandbox_of: Any) -> APIRouter:
     @router.post("/files/mv")
     async def move(request: Request) -> Response:
         rootfs = rootfs_of(request)
-        if isinstance(rootfs, Response):
-            return rootfs
-        try:
-            items = json.loads(await request.body())
-        except ValueError as err:
-            return _error(400, "INVALID_REQUEST_BODY", f"error parsing request, MAYBE invalid body format. {err}")
+        items = await _json_body(request)
+        if isinstance(items, Response):
+            return items
         for item in items or []:
             src, dest = vm_path(rootfs, item.get("src", "")), vm_path(rootfs, item.get("dest", ""))
             if not src.exists():
@@ -175,8 +170,6 @@ def build_router(sandbox_of: Any) -> APIRouter:
     @router.delete("/files")
     async def remove(request: Request) -> Response:
         rootfs = rootfs_of(request)
-        if isinstance(rootfs, Response):
-            return rootfs
         for path in request.query_params.getlist("path"):
             target = vm_path(rootfs, path)
             if target.is_dir():
@@ -187,12 +180,9 @@ def build_router(sandbox_of: Any) -> APIRouter:
     @router.post("/directories")
     async def make_dirs(request: Request) -> Response:
         rootfs = rootfs_of(request)
-        if isinstance(rootfs, Response):
-            return rootfs
-        try:
-            wanted = json.loads(await request.body())
-        except ValueError as err:
-            return _error(400, "INVALID_REQUEST_BODY", f"error parsing request, MAYBE invalid body format. {err}")
+        wanted = await _json_body(request)
+        if isinstance(wanted, Response):
+            return wanted
         for path, meta in (wanted or {}).items():
             target = vm_path(rootfs, path)
             existed = target.exists()
