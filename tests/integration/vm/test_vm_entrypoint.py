@@ -5,21 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from opensandbox import Sandbox
-from opensandbox.models.filesystem import MoveEntry, WriteEntry
 
-from dynrunner.doubles.opensandbox import LocalImage
 from dynrunner.proto.assignment import encode
 from dynrunner.proto.gitea import Result
 from tests.fixtures.executor import ExecutorHarness
-from tests.fixtures.opensandbox import OpenSandboxFactory, sdk_config, shell_image
+from tests.fixtures.opensandbox import ENTRYPOINT, VM_IMAGE, OpenSandboxFactory, deliver, sdk_config, vm_image
 
-VM = Path(__file__).resolve().parents[3] / "vm"
-VM_IMAGE = "registry.test/dynrunner-vm:1"
-ENTRYPOINT = "/usr/local/bin/dynrunner-vm-entrypoint"
 WORKFLOW = """
 on: push
 jobs:
@@ -29,34 +23,6 @@ jobs:
       - run: echo "hello from $(cat /proc/1/comm 2>/dev/null || echo the vm)"
       - run: test -d /run/dynrunner/delivery && echo delivered
 """
-
-
-def vm_image(**env: str) -> LocalImage:
-    """The VM image as the double boots it: the entrypoint and agent template at their image
-    paths, the executor from this venv, no executor user switch (tests do not run as root
-    everywhere, and the double's namespace maps one uid)."""
-    base = shell_image().env
-    return LocalImage(
-        files={
-            ENTRYPOINT: VM / "entrypoint.sh",
-            "/etc/dynrunner/spire-agent.conf.template": VM / "spire-agent.conf.template",
-        },
-        env={
-            **base,
-            "DYNRUNNER_EXECUTOR_USER": "",
-            "DYNRUNNER_SPIRE_AGENT_CONFIG_TEMPLATE": "{rootfs}/etc/dynrunner/spire-agent.conf.template",
-            "HOME": "/run/dynrunner/home",
-            **env,
-        },
-    )
-
-
-async def deliver(sandbox: Sandbox, files: dict[str, bytes]) -> None:
-    """What the backend does: write into delivery.partial, then rename it into place."""
-    partial = "/run/dynrunner/delivery.partial"
-    entries = [WriteEntry(path=f"{partial}/{name}", data=data, mode=600) for name, data in files.items()]
-    await sandbox.files.write_files(entries)
-    await sandbox.files.move_files([MoveEntry(src=partial, dest="/run/dynrunner/delivery")])
 
 
 @pytest.mark.slow
