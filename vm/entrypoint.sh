@@ -48,7 +48,10 @@ assignment=$delivery/assignment.pb
 
 agent_pid=
 stop_agent() {
-    [ -n "$agent_pid" ] && kill "$agent_pid" 2>/dev/null && wait "$agent_pid" 2>/dev/null
+    if [ -n "$agent_pid" ]; then
+        kill "$agent_pid" 2>/dev/null || true
+        wait "$agent_pid" 2>/dev/null || true # its status is not the job's
+    fi
     agent_pid=
 }
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from opensandbox import Sandbox
@@ -62,3 +63,35 @@ async def test_without_a_delivery_the_entrypoint_fails_the_sandbox(opensandbox_f
         assert "no assignment was delivered to /run/dynrunner/delivery within 1s" in box.console.read_text()
         await sandbox.kill()
         await sandbox.close()
+
+
+# An agent that opens the Workload API socket named in its config and dies of SIGTERM
+# (status 143), as any process without a handler does.
+PLAIN_AGENT = """#!/bin/sh
+sock=$(sed -n 's/.*socket_path = "\\(.*\\)"/\\1/p' "$2")
+exec python3 -c 'import socket, sys, time; socket.socket(socket.AF_UNIX).bind(sys.argv[1]); time.sleep(600)' "$sock"
+"""
+
+
+async def test_the_sandbox_ends_with_the_executors_status_not_the_agents(
+    opensandbox_factory: OpenSandboxFactory, executor_harness: ExecutorHarness, tmp_path: Path
+) -> None:
+    claimed = await executor_harness.claim(WORKFLOW, labels=("self-hosted", "vm"))
+    assignment = dataclasses.replace(
+        claimed.assignment, executor=dataclasses.replace(claimed.assignment.executor, workspace="/run/dynrunner/work")
+    )
+    agent = tmp_path / "plain-agent"
+    agent.write_text(PLAIN_AGENT)
+    agent.chmod(0o755)
+    base = vm_image(DYNRUNNER_SPIRE_AGENT_COMMAND="{rootfs}/usr/local/bin/plain-agent")
+    image = dataclasses.replace(base, files={**base.files, "/usr/local/bin/plain-agent": agent})
+    async with opensandbox_factory(images={VM_IMAGE: image}) as osb:
+        sandbox = await Sandbox.create(VM_IMAGE, entrypoint=[ENTRYPOINT], connection_config=sdk_config(osb))
+        await deliver(sandbox, {"assignment.pb": encode(assignment), "join-token": b"t0k3n", "bundle.pem": b""})
+        box = await osb.wait_for_state(sandbox.id, "Terminated", "Failed", timeout_s=60)
+        assert (box.status.state, box.status.message) == ("Terminated", "Sandbox container exited successfully."), (
+            box.console.read_text()
+        )
+        await sandbox.kill()
+        await sandbox.close()
+    assert executor_harness.gitea.task(claimed.task_id).result == Result.SUCCESS
