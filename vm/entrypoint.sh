@@ -82,7 +82,9 @@ run_as=
 if [ -n "$executor_user" ] && [ "$(id -u)" = 0 ]; then
     chown "$executor_user" "$assignment"
     chmod 0400 "$assignment"
-    run_as="setpriv --reuid=$executor_user --regid=$(id -g "$executor_user") --init-groups --"
+    home=$(getent passwd "$executor_user" | cut -d: -f6)
+    run_as="env HOME=${home:-/} USER=$executor_user LOGNAME=$executor_user"
+    run_as="$run_as setpriv --reuid=$executor_user --regid=$(id -g "$executor_user") --init-groups --"
 fi
 
 # shellcheck disable=SC2086
