@@ -74,8 +74,16 @@ class TrustDomainCA:
     def bundle_der(self) -> bytes:
         return self.certificate.public_bytes(serialization.Encoding.DER)
 
-    def sign(self, spiffe_id: str, ttl: dt.timedelta | None = None, dns_names: tuple[str, ...] = ()) -> Svid:
-        key = ec.generate_private_key(ec.SECP256R1())
+    def sign(
+        self,
+        spiffe_id: str,
+        ttl: dt.timedelta | None = None,
+        dns_names: tuple[str, ...] = (),
+        public_key: ec.EllipticCurvePublicKey | None = None,
+    ) -> Svid:
+        """A new key pair and its SVID; or, given the `public_key` of a CSR (as the server signs
+        an agent's or a workload's), the SVID alone (`key_der` empty)."""
+        key = ec.generate_private_key(ec.SECP256R1()) if public_key is None else None
         now = dt.datetime.now(dt.UTC)
         not_after = min(now + (ttl or DEFAULT_X509_SVID_TTL), self.certificate.not_valid_after_utc)
         sans: list[x509.GeneralName] = [x509.UniformResourceIdentifier(spiffe_id)]
@@ -90,7 +98,7 @@ class TrustDomainCA:
             x509.CertificateBuilder()
             .subject_name(x509.Name(subject))
             .issuer_name(self.certificate.subject)
-            .public_key(key.public_key())
+            .public_key(key.public_key() if key is not None else public_key)  # type: ignore[arg-type]
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - BACKDATE)
             .not_valid_after(not_after)
@@ -122,7 +130,9 @@ class TrustDomainCA:
             leaf.public_bytes(serialization.Encoding.DER),
             key.private_bytes(
                 serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-            ),
+            )
+            if key is not None
+            else b"",
             not_after,
             now - BACKDATE,
         )
