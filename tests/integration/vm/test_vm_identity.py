@@ -20,9 +20,8 @@ from dynrunner.doubles.spire.server_api import to_proto_id
 from dynrunner.proto.assignment import IdentityWait, encode
 from dynrunner.proto.gitea import Result
 from tests.fixtures.executor import ExecutorHarness
-from tests.fixtures.opensandbox import OpenSandboxFactory, sdk_config
+from tests.fixtures.opensandbox import ENTRYPOINT, VM_IMAGE, OpenSandboxFactory, deliver, sdk_config, vm_image
 from tests.fixtures.spire_server import TRUST_DOMAIN, spire_admin
-from tests.integration.vm.test_vm_entrypoint import ENTRYPOINT, VM_IMAGE, deliver, vm_image
 
 SOCKET = "/run/spire/agent/public/api.sock"
 JOB_ID = f"spiffe://{TRUST_DOMAIN}/ci/owner/repo/build"
