@@ -7,9 +7,8 @@ pytest_plugins = [
     "tests.fixtures.s3",
     "tests.fixtures.faults",
     "tests.fixtures.git",
-    "tests.fixtures.opensandbox",
-    "tests.fixtures.spire_server",
     "tests.fixtures.kubernetes",
     "tests.fixtures.clients",
     "tests.fixtures.opensandbox",
+    "tests.fixtures.spire_server",
 ]
