@@ -54,6 +54,18 @@ def test_same_content_is_stored_once(backend: Backend) -> None:
     assert backend.stored() == [backend.blob_path(first.location)]
 
 
+def test_delete_removes_a_blob_once_and_only_in_its_own_scope(backend: Backend) -> None:
+    store = backend.store()
+    blob = store.put(producer_of(b"evict me"), threading.Event())
+    with pytest.raises(ScopeError):
+        backend.store(repository="other/repo").delete(blob.location)
+    store.delete(blob.location)
+    store.delete(blob.location)  # already gone: no error
+    assert backend.stored() == []
+    with pytest.raises(ArtifactError, match="missing"):
+        read_all(store, blob.location)
+
+
 def test_repository_names_are_case_insensitive_in_the_scope(backend: Backend) -> None:
     blob = backend.store(repository="Owner/Repo").put(producer_of(b"x"), threading.Event())
     assert blob.location.startswith("owner/repo/")

@@ -72,6 +72,18 @@ class FilesystemStore:
                 os.close(fd)
         return StoredBlob(location, writer.digest, writer.size)
 
+    def delete(self, location: str) -> None:
+        if not self.scope.owns(location):
+            raise ScopeError(f"location {location!r} is not in this repository's part of the store")
+        parts = location.split("/")
+        try:
+            with self._dir(parts[2:4], create=False) as directory:
+                os.unlink(parts[4], dir_fd=directory)
+        except (FileNotFoundError, MissingPath):
+            return
+        except OSError as err:
+            raise ArtifactError(f"cannot delete the artifact blob {location}: {err.strerror}") from None
+
     @contextlib.contextmanager
     def open(self, location: str) -> Iterator[Readable]:
         if not self.scope.owns(location):

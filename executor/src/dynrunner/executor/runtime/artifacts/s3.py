@@ -148,6 +148,15 @@ class S3Store:
         finally:
             body.close()
 
+    def delete(self, location: str) -> None:
+        if not self.scope.owns(location):
+            raise ScopeError(f"location {location!r} is not in this repository's part of the store")
+        key = self.key(location)
+        try:
+            self._client.delete_object(Bucket=self._bucket, Key=key)
+        except (BotoCoreError, ClientError) as err:
+            raise self._error("DeleteObject", key, err) from None
+
     def _error(self, operation: str, key: str, err: Exception) -> ArtifactError:
         return ArtifactError(f"S3 {operation} of {self._where(key)} failed: {err}")
 

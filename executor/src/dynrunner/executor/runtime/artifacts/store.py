@@ -109,6 +109,11 @@ class ArtifactStore(Protocol):
         """A stream of the blob at a location `Scope.check` accepted."""
         ...
 
+    def delete(self, location: str) -> None:
+        """Remove the blob at a location of this scope; a blob already gone is no error. Jobs never
+        delete (artifacts are immutable for a run); the cache server evicts entries with it."""
+        ...
+
 
 class HashingWriter:
     """Counts, hashes and forwards bytes; stops at `max_size` and when `stop` is set."""
