@@ -1,15 +1,6 @@
-"""Artifact failures. Every message is meant for the job log: it names the artifact, path or job."""
+"""Moved to `dynrunner.proto.artifacts.errors` (the cache server in the controller uses the store too,
+and the controller does not carry the executor); this name stays for code still importing it."""
 
-from __future__ import annotations
+from dynrunner.proto.artifacts.errors import ArtifactError, ScopeError, StagingError
 
-
-class ArtifactError(Exception):
-    """An artifact cannot be uploaded, found, fetched or staged; the step fails with this message."""
-
-
-class ScopeError(ArtifactError):
-    """A ref points outside the job's repository (or at another driver)."""
-
-
-class StagingError(ArtifactError):
-    """Unsafe or corrupt content, or an unsafe destination: nothing was written at the destination."""
+__all__ = ["ArtifactError", "ScopeError", "StagingError"]

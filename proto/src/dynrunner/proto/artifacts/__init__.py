@@ -1,0 +1,3 @@
+"""The ArtifactStore (Filesystem, S3) and the artifact refs: shared by the executor's runtime
+library (job-to-job artifacts) and the controller's cache server (the cache's archives), so the
+controller image needs no executor. Stores are blocking and stream; see `store`."""
