@@ -58,12 +58,20 @@ class IdentityWait:
 
 
 @dataclass(frozen=True, slots=True)
+class CacheServiceOptions:
+    url: str = ""
+    v2: bool = False
+    grant: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class ExecutorOptions:
     workspace: str = ""
     artifacts: ArtifactStoreOptions = field(default_factory=ArtifactStoreOptions)
     identity: IdentityWait = field(default_factory=IdentityWait)
     outputs_total_limit_bytes: int = 0
     log_level: str = ""
+    cache: CacheServiceOptions = field(default_factory=CacheServiceOptions)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +130,7 @@ def encode(a: Assignment) -> bytes:
             identity=apb.IdentityWait(**_fields_of(a.executor.identity)),
             outputs_total_limit_bytes=a.executor.outputs_total_limit_bytes,
             log_level=a.executor.log_level,
+            cache=apb.CacheService(**_fields_of(a.executor.cache)),
         ),
     )
     if a.sealed is not None:
@@ -129,7 +138,7 @@ def encode(a: Assignment) -> bytes:
     return msg.SerializeToString(deterministic=True)
 
 
-def _fields_of(options: ArtifactStoreOptions | IdentityWait) -> dict[str, Any]:
+def _fields_of(options: ArtifactStoreOptions | IdentityWait | CacheServiceOptions) -> dict[str, Any]:
     """A flat options dataclass as keyword arguments (`dataclasses.asdict` deep-copies: slow)."""
     return {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
 
@@ -221,6 +230,7 @@ def decode(data: bytes) -> Assignment:
             ),
             outputs_total_limit_bytes=ex.outputs_total_limit_bytes,
             log_level=ex.log_level,
+            cache=CacheServiceOptions(url=ex.cache.url, v2=ex.cache.v2, grant=ex.cache.grant),
         ),
         sealed=sealed,
     )

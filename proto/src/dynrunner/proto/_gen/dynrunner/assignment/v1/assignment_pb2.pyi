@@ -53,18 +53,30 @@ class ClaimingRunner(_message.Message):
     def __init__(self, id: _Optional[int] = ..., uuid: _Optional[str] = ..., token: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
 
 class ExecutorOptions(_message.Message):
-    __slots__ = ("workspace", "artifacts", "identity", "outputs_total_limit_bytes", "log_level")
+    __slots__ = ("workspace", "artifacts", "identity", "outputs_total_limit_bytes", "log_level", "cache")
     WORKSPACE_FIELD_NUMBER: _ClassVar[int]
     ARTIFACTS_FIELD_NUMBER: _ClassVar[int]
     IDENTITY_FIELD_NUMBER: _ClassVar[int]
     OUTPUTS_TOTAL_LIMIT_BYTES_FIELD_NUMBER: _ClassVar[int]
     LOG_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    CACHE_FIELD_NUMBER: _ClassVar[int]
     workspace: str
     artifacts: ArtifactStore
     identity: IdentityWait
     outputs_total_limit_bytes: int
     log_level: str
-    def __init__(self, workspace: _Optional[str] = ..., artifacts: _Optional[_Union[ArtifactStore, _Mapping]] = ..., identity: _Optional[_Union[IdentityWait, _Mapping]] = ..., outputs_total_limit_bytes: _Optional[int] = ..., log_level: _Optional[str] = ...) -> None: ...
+    cache: CacheService
+    def __init__(self, workspace: _Optional[str] = ..., artifacts: _Optional[_Union[ArtifactStore, _Mapping]] = ..., identity: _Optional[_Union[IdentityWait, _Mapping]] = ..., outputs_total_limit_bytes: _Optional[int] = ..., log_level: _Optional[str] = ..., cache: _Optional[_Union[CacheService, _Mapping]] = ...) -> None: ...
+
+class CacheService(_message.Message):
+    __slots__ = ("url", "v2", "grant")
+    URL_FIELD_NUMBER: _ClassVar[int]
+    V2_FIELD_NUMBER: _ClassVar[int]
+    GRANT_FIELD_NUMBER: _ClassVar[int]
+    url: str
+    v2: bool
+    grant: str
+    def __init__(self, url: _Optional[str] = ..., v2: _Optional[bool] = ..., grant: _Optional[str] = ...) -> None: ...
 
 class ArtifactStore(_message.Message):
     __slots__ = ("driver", "path", "bucket", "prefix", "endpoint", "region", "max_size_bytes")
