@@ -11,4 +11,5 @@ pytest_plugins = [
     "tests.fixtures.clients",
     "tests.fixtures.opensandbox",
     "tests.fixtures.spire_server",
+    "tests.fixtures.cache",
 ]

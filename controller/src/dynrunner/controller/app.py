@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from dynrunner.controller.assignments import AssignmentLog
 from dynrunner.controller.backends.base import Backend, BackendError, Environment
 from dynrunner.controller.backends.registry import create_backend
+from dynrunner.controller.cache.grants import CacheGrants
 from dynrunner.controller.capacity import Capacity
 from dynrunner.controller.claimer import Claimer, ClaimSettings, pool_pacer
 from dynrunner.controller.config import ControllerConfig, PoolConfig
@@ -135,6 +136,8 @@ class Controller:
         self._log: AssignmentLog | None = None
         self._claimed_lines = ClaimedLines()
         self._token = RegistrationToken.from_config(cfg.gitea)
+        self._cache_grants: CacheGrants | None = None
+        self.cache_url = ""
 
     async def run(self, stop: asyncio.Event) -> None:
         cfg = self.cfg
@@ -152,6 +155,8 @@ class Controller:
             store = await RegistrationStore.open(self._log, sealer)
             gitea = GiteaClient(cfg.gitea.url, timeout_s=cfg.gitea.request_timeout_s)
             await self._probe_gitea()
+            if cfg.cache.enabled:
+                await self._start_cache(stack)
             for pool_cfg in cfg.pools:
                 pool = await self._build_pool(pool_cfg, gitea, store, sealer)
                 stack.push_async_callback(pool.backend.aclose)
@@ -177,6 +182,17 @@ class Controller:
                 self.health_url = health.url
             await self._run_loops(stop, reaper)
         log.info("controller stopped")
+
+    async def _start_cache(self, stack: contextlib.AsyncExitStack) -> None:
+        """Serve the actions cache here (`cache.serve`), or only sign grants for the one at `cache.url`."""
+        from dynrunner.controller.cache.serve import cache_key, serve_cache
+
+        cache = self.cfg.cache
+        self.cache_url = cache.url
+        if cache.serve:
+            server = await stack.enter_async_context(serve_cache(cache))
+            self.cache_url = server.public_url
+        self._cache_grants = CacheGrants(url=self.cache_url, v2=cache.v2, key=cache_key(cache, create=cache.serve))
 
     async def _probe_gitea(self) -> None:
         """Ping Gitea once. A Gitea that does not answer (down, restarting, a proxy's 502) does
@@ -217,6 +233,7 @@ class Controller:
             default_timeout_minutes=pool_cfg.job_timeout_minutes,
             trust_domain=self.cfg.identity.trust_domain,
             executor=executor_options(self.cfg),
+            cache=self._cache_grants,
         )
         loops = CLAIM_LOOPS if self.cfg.gitea.credential_mode == "ephemeral" else 1
         pacer = pool_pacer(settings)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import math
 import re
@@ -32,6 +33,7 @@ from typing import Any, Protocol
 import yaml
 
 from dynrunner.controller import contract
+from dynrunner.controller.cache.grants import CacheGrants
 from dynrunner.controller.capacity import Capacity, Reservation
 from dynrunner.controller.finalize import finalize_failed
 from dynrunner.controller.logs import log_context
@@ -85,6 +87,7 @@ class ClaimSettings:
     deadline_grace: timedelta = DEADLINE_GRACE
     trust_domain: str = DEFAULT_TRUST_DOMAIN
     executor: ExecutorOptions = field(default_factory=ExecutorOptions)
+    cache: CacheGrants | None = None
 
 
 def pool_pacer(settings: ClaimSettings) -> PollPacer:
@@ -132,6 +135,11 @@ def build_assignment(
     job_key = contract.job_key_of(task)
     owner, repository = contract.repository_of(task)
     minutes = job_timeout_minutes(task.workflow_payload, settings.default_timeout_minutes)
+    deadline = claimed_at + timedelta(minutes=minutes) + settings.deadline_grace
+    executor = settings.executor
+    if settings.cache is not None:
+        cache = settings.cache.options_for(task, gitea_url=settings.gitea_url, deadline=deadline)
+        executor = dataclasses.replace(executor, cache=cache)
     return Assignment(
         assignment_id=assignment_id,
         pool=settings.pool,
@@ -142,8 +150,8 @@ def build_assignment(
         gitea_url=settings.gitea_url,
         job_key=job_key,
         spiffe_id=contract.spiffe_id(settings.trust_domain, owner, repository, job_key),
-        deadline=claimed_at + timedelta(minutes=minutes) + settings.deadline_grace,
-        executor=settings.executor,
+        deadline=deadline,
+        executor=executor,
     )
 
 

@@ -3,6 +3,7 @@
 dynrunner-controller run --config FILE     claim, launch and reap until SIGTERM/SIGINT
 dynrunner-controller check --config FILE   validate the config and reach Gitea and NATS
 dynrunner-controller demo                  the whole flow on this machine, self-checking
+dynrunner-controller cache-server --config FILE   serve the actions cache for controllers elsewhere
 """
 
 from __future__ import annotations
@@ -43,8 +44,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--examples", type=Path, help="directory of example workflows (default: the bundled ones)")
     demo.add_argument("--keep", action="store_true", help="keep the demo's state directory")
     demo.add_argument("--verbose", action="store_true", help="show the controller's log")
+    cache = sub.add_parser("cache-server", help="serve the actions cache (the `cache` section) until SIGTERM/SIGINT")
+    cache.add_argument("--config", type=Path, help="YAML with a `cache` section (DYNRUNNER_CACHE_* override it)")
     args = parser.parse_args(argv)
 
+    if args.command == "cache-server":
+        from dynrunner.controller.cache.serve import run_standalone
+
+        return run_standalone(args.config)
     if args.command == "demo":
         from dynrunner.controller.demo import main as demo_main
 

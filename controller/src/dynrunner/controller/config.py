@@ -14,7 +14,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import (
@@ -37,6 +37,8 @@ from dynrunner.proto.assignment import ArtifactStoreOptions
 
 __all__ = [
     "ArtifactsConfig",
+    "CacheConfig",
+    "CacheServerConfig",
     "ConfigError",
     "ControllerConfig",
     "ExecutorDefaults",
@@ -48,6 +50,7 @@ __all__ = [
     "PoolConfig",
     "SealingConfig",
     "env_overrides",
+    "load_cache_server_config",
     "load_config",
 ]
 
@@ -73,6 +76,7 @@ def _resolve_path(value: Path, info: ValidationInfo) -> Path:
 
 
 ConfigPath = Annotated[Path, AfterValidator(_resolve_path)]
+_M = TypeVar("_M", bound=BaseModel)
 
 
 class _Model(BaseModel):
@@ -276,6 +280,51 @@ class ArtifactsConfig(_Model):
         )
 
 
+class CacheConfig(_Model):
+    """The `actions/cache` service (docs/cache.md); off unless `url` is set."""
+
+    url: str = ""
+    """How executors reach the cache server, e.g. http://dynrunner-cache.ci.svc:8089."""
+    serve: bool = True
+    """Run the server in this controller; false when `dynrunner-controller cache-server` serves `url`."""
+    listen: str = "0.0.0.0:8089"
+    key_file: ConfigPath | None = None
+    """The HMAC key controllers sign cache grants with and the server checks them with."""
+    dir: ConfigPath | None = None
+    """The server's index and upload staging."""
+    storage: ArtifactsConfig = Field(default_factory=ArtifactsConfig)
+    """Where archives go (an ArtifactStore); no driver: Filesystem under `dir`/blobs."""
+    v2: bool = True
+    max_entry_bytes: int = Field(default=10 * 1024**3, ge=1)
+    repo_size_limit_bytes: int = Field(default=10 * 1024**3, ge=1)
+    total_size_limit_bytes: int = Field(default=0, ge=0)
+    retention_days: float = Field(default=7.0, gt=0)
+
+    @field_validator("url")
+    @classmethod
+    def _check_cache_url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if value and (parts.scheme not in ("http", "https") or not parts.hostname or parts.query):
+            raise ValueError("must be an http:// or https:// URL with a host (or empty: no cache)")
+        return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _check_limits(self) -> CacheConfig:
+        if self.max_entry_bytes > self.repo_size_limit_bytes:
+            raise ValueError("maxEntryBytes must not exceed repoSizeLimitBytes")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return self.url != ""
+
+    def with_defaults(self, state_dir: Path) -> CacheConfig:
+        """`keyFile` and `dir` under `state_dir` when not set."""
+        return self.model_copy(
+            update={"key_file": self.key_file or state_dir / "cache.key", "dir": self.dir or state_dir / "cache"}
+        )
+
+
 class MetricsConfig(_Model):
     address: str = "127.0.0.1:9464"
 
@@ -317,6 +366,7 @@ class ControllerConfig(_Model):
     pools: list[PoolConfig] = Field(min_length=1)
     sealing: SealingConfig = Field(default_factory=SealingConfig)
     artifacts: ArtifactsConfig = Field(default_factory=ArtifactsConfig)
+    cache: CacheConfig = Field(default_factory=CacheConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     executor: ExecutorDefaults = Field(default_factory=ExecutorDefaults)
     identity: IdentityConfig = Field(default_factory=IdentityConfig)
@@ -341,6 +391,7 @@ class ControllerConfig(_Model):
             updates["sealing"] = self.sealing.model_copy(update={"key_file": self.state_dir / "sealing.key"})
         if self.nats.data_dir is None:
             updates["nats"] = self.nats.model_copy(update={"data_dir": self.state_dir / "nats"})
+        updates["cache"] = self.cache.with_defaults(self.state_dir)
         updates["pools"] = [
             pool.model_copy(
                 update={"backend": pool.backend.model_copy(update={"root_dir": self.state_dir / "local" / pool.name})}
@@ -358,6 +409,22 @@ class ControllerConfig(_Model):
         raise KeyError(name)
 
 
+class CacheServerConfig(_Model):
+    """What `dynrunner-controller cache-server` reads: the `cache`, `stateDir` and `logging`
+    sections (of the controllers' own file, or a file of their own; other keys are ignored)."""
+
+    model_config = ConfigDict(extra="ignore")
+    cache: CacheConfig = Field(default_factory=CacheConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    state_dir: ConfigPath = Field(default_factory=lambda: default_state_dir(os.environ))
+
+    @model_validator(mode="after")
+    def _derive_paths(self) -> CacheServerConfig:
+        if not self.cache.url:
+            raise ValueError("cache.url is required: the address executors reach this server at")
+        return self.model_copy(update={"cache": self.cache.with_defaults(self.state_dir)})
+
+
 def env_overrides() -> dict[str, str]:
     """Every supported environment variable and the YAML key it overrides (for docs and tests)."""
     return {env: ".".join(path) for env, path in env_keys(ControllerConfig).items()}
@@ -371,15 +438,23 @@ def load_config(path: Path | None, env: Mapping[str, str] = os.environ) -> Contr
 
     Raises ConfigError listing every problem with its key path.
     """
+    return _load(ControllerConfig, path, env)
+
+
+def load_cache_server_config(path: Path | None, env: Mapping[str, str] = os.environ) -> CacheServerConfig:
+    return _load(CacheServerConfig, path, env)
+
+
+def _load(model: type[_M], path: Path | None, env: Mapping[str, str]) -> _M:
     data: dict[str, Any] = {}
     base_dir: Path | None = None
     if path is not None:
         data = read_yaml(path)
         base_dir = path.resolve().parent
-    apply_env(data, env, ControllerConfig)
+    apply_env(data, env, model)
     data.setdefault("stateDir", str(default_state_dir(env)))
     try:
-        return ControllerConfig.model_validate(data, context={"base_dir": base_dir})
+        return model.model_validate(data, context={"base_dir": base_dir})
     except ValidationError as err:
         source = str(path) if path is not None else "environment"
         raise ConfigError(source, format_validation_error(err, data)) from None

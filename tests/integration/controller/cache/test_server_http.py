@@ -1,0 +1,156 @@
+"""The cache server at the wire: registration, who may do what, signed URLs, broken uploads.
+(Both protocols with the real client: tests/integration/services/test_cache_real_clients.py.)"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+
+from dynrunner.controller.cache.grants import grant_for_task, sign
+from tests.fixtures.cache import CacheFixture
+
+V2 = "/twirp/github.actions.results.api.v1.CacheService"
+
+
+def _grant(
+    cache: CacheFixture, token: str, repo: str = "acme/app", *, expires: float | None = None, results: str = ""
+) -> str:
+    context = {"repository": repo, "ref": "refs/heads/main", "event": {"repository": {"default_branch": "main"}}}
+    grant = grant_for_task(
+        context, runtime_token=token, task_id=1, expires=int(expires or time.time() + 600), results_url=results
+    )
+    return sign(grant, cache.grants.key)
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as session:
+        yield session
+
+
+async def _post(http: aiohttp.ClientSession, url: str, body: Any, token: str = "") -> tuple[int, Any]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with http.post(url, json=body, headers=headers) as response:
+        text = await response.text()
+        return response.status, (await response.json(content_type=None)) if text else None
+
+
+async def _register(http: aiohttp.ClientSession, cache: CacheFixture, token: str, **grant: Any) -> tuple[int, Any]:
+    return await _post(
+        http, f"{cache.url}/_dynrunner/register", {"grant": _grant(cache, token, **grant), "token": token}
+    )
+
+
+async def test_registration_wants_this_servers_grant_for_that_very_token(
+    cache_server: CacheFixture, http: aiohttp.ClientSession
+) -> None:
+    url = f"{cache_server.url}/_dynrunner/register"
+    status, body = await _post(http, url, {"grant": _grant(cache_server, "tok-a"), "token": "tok-b"})
+    assert status == 403 and "another token" in body["message"]
+    status, body = await _post(http, url, {"grant": "dcg1.e30.AAAA", "token": "tok-a"})
+    assert status == 403
+    status, body = await _register(http, cache_server, "tok-a", expires=time.time() - 1)
+    assert status == 403 and "expired" in body["message"]
+    assert await _register(http, cache_server, "tok-a") == (200, {"results_url": ""})
+    assert await _register(http, cache_server, "tok-r", results="http://gitea") == (
+        200,
+        {"results_url": cache_server.url},
+    )
+
+
+async def test_only_registered_jobs_are_served_and_revocation_ends_it(
+    cache_server: CacheFixture, http: aiohttp.ClientSession
+) -> None:
+    lookup = f"{cache_server.url}/_apis/artifactcache/cache?keys=k&version=v"
+    async with http.get(lookup, headers={"Authorization": "Bearer nobody"}) as response:
+        assert response.status == 401
+    status, body = await _post(http, f"{cache_server.url}{V2}/GetCacheEntryDownloadURL", {"key": "k", "version": "v"})
+    assert status == 401 and body["code"] == "unauthenticated"
+    await _register(http, cache_server, "tok")
+    async with http.get(lookup, headers={"Authorization": "Bearer tok"}) as response:
+        assert response.status == 204
+    assert (await _post(http, f"{cache_server.url}/_dynrunner/revoke", {"token": "tok"}))[0] == 204
+    async with http.get(lookup, headers={"Authorization": "Bearer tok"}) as response:
+        assert response.status == 401
+
+
+async def test_a_reservation_is_written_only_by_the_job_that_made_it(
+    cache_server: CacheFixture, http: aiohttp.ClientSession
+) -> None:
+    for token, repo in (("owner", "acme/app"), ("sibling", "acme/app"), ("stranger", "evil/repo")):
+        await _register(http, cache_server, token, repo=repo)
+    base = f"{cache_server.url}/_apis/artifactcache"
+    status, body = await _post(http, f"{base}/caches", {"key": "k", "version": "v", "cacheSize": 3}, "owner")
+    assert status == 200
+    entry = body["cacheId"]
+    for intruder in ("sibling", "stranger"):
+        headers = {"Authorization": f"Bearer {intruder}", "Content-Range": "bytes 0-2/*"}
+        async with http.patch(f"{base}/caches/{entry}", data=b"bad", headers=headers) as response:
+            assert response.status == 403
+        assert (await _post(http, f"{base}/caches/{entry}", {"size": 3}, intruder))[0] == 403
+    status, body = await _post(http, f"{base}/caches", {"key": "k", "version": "v"}, "sibling")
+    assert status == 409 and "another job" in body["message"]
+    status, body = await _post(http, f"{base}/caches", {"key": "k", "version": "v", "cacheSize": 10**12}, "stranger")
+    assert status == 400 and "limit" in body["message"]
+
+
+async def test_an_upload_with_a_gap_is_refused_at_commit_and_forgotten(
+    cache_server: CacheFixture, http: aiohttp.ClientSession
+) -> None:
+    await _register(http, cache_server, "tok")
+    base = f"{cache_server.url}/_apis/artifactcache"
+    _, body = await _post(http, f"{base}/caches", {"key": "gap", "version": "v"}, "tok")
+    entry = body["cacheId"]
+    headers = {"Authorization": "Bearer tok", "Content-Range": "bytes 5-9/*"}
+    async with http.patch(f"{base}/caches/{entry}", data=b"12345", headers=headers) as response:
+        assert response.status == 204
+    status, body = await _post(http, f"{base}/caches/{entry}", {"size": 10}, "tok")
+    assert status == 400 and "gap" in body["message"]
+    assert cache_server.service.index.get(entry) is None
+
+
+async def test_signed_urls_are_bound_to_their_entry_purpose_and_time(
+    cache_server: CacheFixture, http: aiohttp.ClientSession
+) -> None:
+    await _register(http, cache_server, "tok")
+    status, body = await _post(http, f"{cache_server.url}{V2}/CreateCacheEntry", {"key": "s", "version": "v"}, "tok")
+    assert status == 200 and body["ok"] is True
+    upload = body["signed_upload_url"]
+    async with http.put(upload, data=b"archive", headers={"x-ms-blob-type": "BlockBlob"}) as response:
+        assert response.status == 201 and response.headers["x-ms-request-id"]
+    status, body = await _post(
+        http, f"{cache_server.url}{V2}/FinalizeCacheEntryUpload", {"key": "s", "version": "v", "size_bytes": "7"}, "tok"
+    )
+    assert body == {"ok": True, "entry_id": body["entry_id"]}
+    entry = int(body["entry_id"])
+    as_download = upload.replace("/blobs/", "/artifacts/")
+    async with http.get(as_download) as response:
+        assert response.status == 401  # an upload URL is no download URL
+    _, found = await _post(
+        http,
+        f"{cache_server.url}{V2}/GetCacheEntryDownloadURL",
+        {"key": "s", "restore_keys": [], "version": "v"},
+        "tok",
+    )
+    assert found["matched_key"] == "s"
+    async with http.get(found["signed_download_url"]) as response:
+        assert response.status == 200 and await response.read() == b"archive"
+    past = int(time.time()) - 1
+    expired = f"{cache_server.url}/_apis/artifactcache/artifacts/{entry}?exp={past}&sig="
+    async with http.get(expired + cache_server.service.signature("download", entry, past)) as response:
+        assert response.status == 401
+    async with http.get(found["signed_download_url"].replace(f"/{entry}?", f"/{entry + 1}?")) as response:
+        assert response.status == 401
+
+
+async def test_the_artifact_forward_serves_only_registered_jobs_with_a_gitea(
+    cache_server: CacheFixture, http: aiohttp.ClientSession
+) -> None:
+    url = f"{cache_server.url}/twirp/github.actions.results.api.v1.ArtifactService/ListArtifacts"
+    assert (await _post(http, url, {}))[0] == 401
+    await _register(http, cache_server, "no-gitea")
+    assert (await _post(http, url, {}, "no-gitea"))[0] == 404
