@@ -45,6 +45,7 @@ from dynrunner.executor.runtime.artifacts.errors import ArtifactError
 from dynrunner.executor.runtime.outputs import OutputLimits
 from dynrunner.executor.scope import Scope
 from dynrunner.executor.scopes import Evaluator, ExpressionError
+from dynrunner.executor.services import close_services, open_services
 from dynrunner.executor.stepenv import StepEnvironment
 from dynrunner.executor.steps.process import StopTimings
 from dynrunner.executor.supervise import Deadlines, JobSignals
@@ -97,6 +98,9 @@ class JobRunner:
 
     def log(self, text: str) -> None:
         self.reporter.log(text)
+
+    def warning(self, text: str) -> None:
+        self.reporter.log(f"##[warning]{text}")
 
     def error(self, text: str) -> None:
         for line in text.splitlines() or [""]:
@@ -192,9 +196,10 @@ class JobRunner:
             shutdown=self.shutdown,
         )
         id_request_token = str((a.task.context or {}).get("actions_id_token_request_token", ""))
+        services = await open_services(a.executor.cache, _runtime_token(a), self.warning)
         environment = StepEnvironment(
             process_base_env(),
-            runner_env(github, where, _runtime_token(a), runner_debug, id_request_token),
+            runner_env(github, where, _runtime_token(a), runner_debug, id_request_token) | services.env(),
             ws.bin_dir,
         )
         engine = StepEngine(
@@ -211,6 +216,7 @@ class JobRunner:
             await engine.run_posts()
         finally:
             await engine.aclose()
+            await close_services(services)
         if signals.aborted:
             return JobResult(Result.CANCELLED if self.reporter.server_result == Result.CANCELLED else Result.FAILURE)
         outputs_ok = self._outputs(evaluator, contexts, runtime)
