@@ -12,7 +12,7 @@ timeout defaults to 65 s; a shorter timeout would abandon claims the server alre
 Body size: front ends before Gitea often limit request bodies (nginx: 1 MiB by default).
 Callers keep requests under `MAX_REQUEST_BYTES` where they can (the reporter splits its
 outputs, bounds its log batches); an UpdateTask that cannot be split (one output of up to
-1 MiB, the steps of a job of ~20,000 of them) is sent gzip-compressed above
+1 MiB, the steps of a job of more than ~27,000 of them) is sent gzip-compressed above
 `compress_above_bytes` (Gitea's Connect handlers accept gzip, as every connect-go handler).
 UpdateLog is not measured (that costs as much as encoding it): its callers bound batches.
 """
