@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dynrunner.controller.assignments import AssignmentLog
-from dynrunner.controller.backends.base import Backend, BackendError, Environment
+from dynrunner.controller.backends.base import Backend, BackendError, Environment, ReportsIsolation
 from dynrunner.controller.backends.registry import create_backend
 from dynrunner.controller.cache.grants import CacheGrants
 from dynrunner.controller.capacity import Capacity
@@ -215,6 +215,11 @@ class Controller:
         assert self._log is not None
         name = pool_cfg.name
         backend = self._backend_overrides.get(name) or open_backend(pool_cfg, self.cfg)
+        if isinstance(backend, ReportsIsolation):
+            isolation = backend.isolation()
+            log.info("pool %s: %s", name, isolation.summary)
+            for warning in isolation.warnings:
+                log.warning("pool %s: %s", name, warning)
         capacity = Capacity(name, pool_cfg.max_concurrency)
         envs = await backend.list_owned()
         pending = await self._log.pending(name)

@@ -18,6 +18,7 @@ import nats.js.errors
 
 from dynrunner.controller.app import StartupError, open_backend, open_sealer
 from dynrunner.controller.assignments import AssignmentLogError, connect_nats
+from dynrunner.controller.backends.base import ReportsIsolation
 from dynrunner.controller.config import ConfigError, ControllerConfig, load_config
 from dynrunner.controller.embedded_nats import EmbeddedNatsError, find_nats_server
 from dynrunner.controller.health import parse_address
@@ -38,6 +39,11 @@ class Report:
         if not ok:
             self.failed += 1
         self.out.write(f"{'OK  ' if ok else 'FAIL'} {what}: {detail}\n")
+        self.out.flush()
+
+    def warn(self, what: str, detail: str) -> None:
+        """Works, but not as safely as a user would expect (not a failure)."""
+        self.out.write(f"WARN {what}: {detail}\n")
         self.out.flush()
 
     async def check(self, what: str, probe: Callable[[], Awaitable[str]]) -> None:
@@ -65,7 +71,10 @@ async def run_checks(path: Path | None, out: TextIO = sys.stdout) -> int:
     await report.check("gitea", lambda: _gitea(cfg))
     await report.check("nats", lambda: _nats(cfg))
     for pool in cfg.pools:
-        await report.check(f"pool {pool.name}", lambda pool=pool: _pool(cfg, pool.name))  # type: ignore[misc]
+        warnings: list[str] = []
+        await report.check(f"pool {pool.name}", lambda pool=pool, w=warnings: _pool(cfg, pool.name, w))  # type: ignore[misc]
+        for warning in warnings:
+            report.warn(f"pool {pool.name}", warning)
     if cfg.metrics.enabled:
         await report.check("controller", lambda: _running(cfg))
     return 1 if report.failed else 0
@@ -144,7 +153,7 @@ async def _nats(cfg: ControllerConfig) -> str:
         await nc.close()
 
 
-async def _pool(cfg: ControllerConfig, name: str) -> str:
+async def _pool(cfg: ControllerConfig, name: str, warnings: list[str]) -> str:
     pool = cfg.pool(name)
     try:
         backend = open_backend(pool, cfg)
@@ -154,4 +163,9 @@ async def _pool(cfg: ControllerConfig, name: str) -> str:
         envs = await backend.list_owned()
     finally:
         await backend.aclose()
-    return f"backend {pool.backend.kind}, labels {', '.join(pool.labels)}, {len(envs)} environment(s) now"
+    detail = f"backend {pool.backend.kind}, labels {', '.join(pool.labels)}, {len(envs)} environment(s) now"
+    if isinstance(backend, ReportsIsolation):
+        isolation = backend.isolation()
+        warnings.extend(isolation.warnings)
+        detail += f"; {isolation.summary}"
+    return detail

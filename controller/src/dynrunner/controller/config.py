@@ -192,6 +192,7 @@ class LocalBackendConfig(_Model):
     kind: Literal["local"] = "local"
     root_dir: ConfigPath | None = None
     executor_command: list[str] = Field(default_factory=lambda: ["dynrunner-executor"], min_length=1)
+    containment: Literal["auto", "cgroup-v2", "cgroup-v1", "pid-namespace", "process-scan"] = "auto"
 
     @field_validator("executor_command")
     @classmethod

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import stat
 import time
@@ -17,7 +18,17 @@ from dynrunner.controller.backends.local.backend import PASSED_ENV, S3_ENV, Loca
 from dynrunner.controller.backends.local.layout import Layout
 from dynrunner.proto.assignment import decode
 from tests.e2e.harness import wait_for
-from tests.fixtures.local_backend import alive, assignment, backend, nothing, observe_until, script
+from tests.fixtures.local_backend import (
+    KINDS,
+    alive,
+    assignment,
+    backend,
+    held,
+    nothing,
+    observe_until,
+    script,
+    sleepers,
+)
 
 
 async def test_lifecycle_of_a_successful_executor(tmp_path: Path) -> None:
@@ -105,22 +116,17 @@ async def test_state_survives_a_controller_restart(tmp_path: Path) -> None:
     await first.aclose()
 
 
-async def test_delete_stops_the_whole_process_group(tmp_path: Path) -> None:
-    cmd = script(tmp_path, 'sleep 300 & echo $! > "$HOME/grandchild"; wait\n')
-    b = backend(tmp_path, cmd)
+@pytest.mark.parametrize("kind", KINDS)
+async def test_delete_stops_the_whole_process_group(tmp_path: Path, kind: str) -> None:
+    n = random.randrange(10**8, 10**9)
+    b = backend(tmp_path, script(tmp_path, f"sleep {n} & wait\n"), containment=held(kind, tmp_path))
     env = await b.create(assignment(), nothing)
     await observe_until(b, env, Phase.RUNNING)
     layout = Layout(b.root / env.assignment_id)
-    await wait_for((layout.home / "grandchild").exists, what="grandchild pid")
-    grandchild = int((layout.home / "grandchild").read_text())
+    [grandchild] = await wait_for(lambda: sleepers(n), what="the executor's child")
     await b.delete(env)
     assert not layout.dir.exists()
-    await wait_for(
-        lambda: (
-            not Path(f"/proc/{grandchild}/cmdline").exists() or not Path(f"/proc/{grandchild}/cmdline").read_bytes()
-        ),
-        what="grandchild gone",
-    )
+    await wait_for(lambda: not alive(grandchild), what="grandchild gone")
 
 
 async def test_a_killed_wrapper_is_vanished(tmp_path: Path) -> None:
@@ -196,16 +202,16 @@ def test_unknown_program_fails_at_configuration(tmp_path: Path) -> None:
         resolve_program("surely-not-a-dynrunner-program", os.defpath)
 
 
-async def test_delete_stops_what_a_job_left_running_in_other_sessions(tmp_path: Path) -> None:
-    """Steps run in sessions of their own and may leave daemons behind: the tracking id finds them."""
-    cmd = script(tmp_path, """setsid sh -c 'echo $$ > "$HOME/orphan"; exec sleep 300' > /dev/null 2>&1 &\nexit 0\n""")
-    b = backend(tmp_path, cmd)
+@pytest.mark.parametrize("kind", KINDS)
+async def test_delete_stops_what_a_job_left_running_in_other_sessions(tmp_path: Path, kind: str) -> None:
+    """Steps run in sessions of their own and may leave daemons behind: the tracking id finds
+    them even without a cgroup or a PID namespace."""
+    n = random.randrange(10**8, 10**9)
+    cmd = script(tmp_path, f"setsid sleep {n} > /dev/null 2>&1 &\nsleep 0.3\n")
+    b = backend(tmp_path, cmd, containment=held(kind, tmp_path))
     env = await b.create(assignment(), nothing)
+    [orphan] = await wait_for(lambda: sleepers(n), what="the orphan started")
     await observe_until(b, env, Phase.SUCCEEDED)
-    layout = Layout(b.root / env.assignment_id)
-    await wait_for((layout.home / "orphan").exists, what="orphan pid")
-    orphan = int((layout.home / "orphan").read_text())
-    assert alive(orphan)
     await b.delete(env)
     await wait_for(lambda: not alive(orphan), what="the orphan stopped")
 

@@ -18,12 +18,13 @@ from dynrunner.controller.capacity import Capacity
 from dynrunner.controller.metrics import Metrics
 from dynrunner.controller.reaper import PoolWatch, Reaper
 from tests.e2e.harness import wait_for
-from tests.fixtures.local_backend import alive, assignment, backend, nothing, observe_until, script
+from tests.fixtures.local_backend import KINDS, alive, assignment, backend, held, nothing, observe_until, script
 
 
-async def test_the_executor_outlives_its_wrapper_killed_alone(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", KINDS)
+async def test_the_executor_outlives_its_wrapper_killed_alone(tmp_path: Path, kind: str) -> None:
     cmd = script(tmp_path, 'while [ ! -e "$HOME/go" ]; do sleep 0.02; done; echo finished > "$HOME/done"\n')
-    b = backend(tmp_path, cmd)
+    b = backend(tmp_path, cmd, containment=held(kind, tmp_path))
     env = await b.create(assignment(), nothing)
     await observe_until(b, env, Phase.RUNNING)
     layout = Layout(b.root / env.assignment_id)
@@ -38,10 +39,14 @@ async def test_the_executor_outlives_its_wrapper_killed_alone(tmp_path: Path) ->
     await wait_for((layout.home / "done").exists, what="the executor finished its job")
     await wait_for(lambda: not alive(executor), what="the executor exited")
     ended = await b.observe(env)
-    # Its exit status died with the wrapper: the reaper finalizes, which changes nothing for a
-    # task the executor finalized (Gitea deleted its runner), and reports one it did not.
-    assert ended.phase is Phase.FAILED and ended.diagnosis is not None
-    assert "its wrapper was killed" in ended.diagnosis.message
+    if kind == "pid-namespace":
+        # The namespace's first process, the executor's parent there, recorded the status.
+        assert ended.phase is Phase.SUCCEEDED
+    else:
+        # The status died with the wrapper: the reaper finalizes, which changes nothing for a
+        # task the executor finalized (Gitea deleted its runner), and reports one it did not.
+        assert ended.phase is Phase.FAILED and ended.diagnosis is not None
+        assert "its wrapper was killed" in ended.diagnosis.message
     await b.delete(env)
 
 

@@ -15,7 +15,7 @@ import enum
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from dynrunner.controller import contract
 from dynrunner.proto.assignment import Assignment
@@ -147,6 +147,22 @@ class Backend(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Isolation:
+    """How a backend keeps jobs contained and apart on this machine, in words."""
+
+    summary: str
+    warnings: tuple[str, ...] = ()
+    """What it cannot do here that a user would expect (one line each)."""
+
+
+@runtime_checkable
+class ReportsIsolation(Protocol):
+    """A backend whose isolation depends on the machine; said at start and by `check`."""
+
+    def isolation(self) -> Isolation: ...
 
 
 class BackendError(Exception):

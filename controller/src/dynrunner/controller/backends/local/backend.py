@@ -14,12 +14,10 @@ job's directory (its workspace can be large).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import os
 import shutil
-import signal
 import sys
 import time
 from collections.abc import Collection, Mapping
@@ -27,7 +25,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from dynrunner.controller import contract
-from dynrunner.controller.backends.base import BackendError, BeforeStart, Environment, Observation
+from dynrunner.controller.backends.base import BackendError, BeforeStart, Environment, Isolation, Observation
+from dynrunner.controller.backends.local.containment import Cage, Containment, choose
 from dynrunner.controller.backends.local.diagnosis import Facts, classify
 from dynrunner.controller.backends.local.layout import (
     DELETING,
@@ -39,7 +38,8 @@ from dynrunner.controller.backends.local.layout import (
     to_trash,
     trashed,
 )
-from dynrunner.controller.backends.local.processes import TRACKING_VAR, ProcessTable, Snapshot, tracking_id
+from dynrunner.controller.backends.local.processes import TRACKING_VAR, tracking_id
+from dynrunner.controller.backends.local.stopping import Stopper
 from dynrunner.controller.config import ControllerConfig, PoolConfig
 from dynrunner.proto.assignment import Assignment, decode, encode
 
@@ -58,8 +58,11 @@ S3_ENV = (
     "AWS_CONFIG_FILE", "AWS_PROFILE",
 )  # fmt: skip
 START_WAIT_S = 2.0
-KILL_GRACE_S = 5.0
 ORPHAN_AGE_S = 60.0
+
+
+class SetupError(BackendError):
+    """The backend cannot run jobs as configured on this machine (the message says why)."""
 
 
 def resolve_program(program: str, path: str) -> str:
@@ -92,6 +95,7 @@ class LocalBackend:
         passed_env: tuple[str, ...] = PASSED_ENV,
         deadline_grace: timedelta = timedelta(minutes=1),
         start_grace: timedelta = timedelta(seconds=30),
+        containment: Containment | None = None,
     ) -> None:
         self.pool = pool
         self.root = root
@@ -102,8 +106,9 @@ class LocalBackend:
         self._start_grace = start_grace
         self._children: dict[str, int] = {}
         self._removing: set[Path] = set()
-        self._processes = ProcessTable()
+        self._stopper = Stopper()
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.containment = containment or choose("auto", self.root, pool)
 
     @classmethod
     def from_config(cls, pool: PoolConfig, config: ControllerConfig) -> LocalBackend:
@@ -117,7 +122,15 @@ class LocalBackend:
         elif config.artifacts.driver == "Filesystem":
             # The store is on this machine: make its root, as a volume mount would provide it.
             Path(config.artifacts.path).mkdir(parents=True, exist_ok=True)
-        return cls(pool.name, backend.root_dir, [resolved, *args], passed_env=passed)
+        try:
+            containment = choose(backend.containment, backend.root_dir, pool.name)
+        except ValueError as err:
+            raise SetupError(str(err)) from None
+        return cls(pool.name, backend.root_dir, [resolved, *args], passed_env=passed, containment=containment)
+
+    def isolation(self) -> Isolation:
+        """How this backend runs jobs, for the start-up log and `check`."""
+        return Isolation(self.containment.describe())
 
     # -- the Backend protocol --------------------------------------------------------------
 
@@ -163,8 +176,14 @@ class LocalBackend:
                 self._removing.discard(trash)
 
     async def collect_orphans(self, launching: Collection[str]) -> list[str]:
-        removed = await asyncio.to_thread(self._collect_orphans, set(launching))
-        return removed + await asyncio.to_thread(self._finish_deletions)
+        busy = set(launching)
+        removed = await asyncio.to_thread(self._collect_orphans, busy)
+        removed += await asyncio.to_thread(self._finish_deletions)
+
+        def in_use(name: str) -> bool:
+            return name in busy or name in self._children or (self.root / name).exists()
+
+        return removed + await asyncio.to_thread(self.containment.leftovers, in_use)
 
     async def aclose(self) -> None:
         """Running executors are left alone (a graceful shutdown never stops jobs); exited
@@ -200,6 +219,7 @@ class LocalBackend:
         layout.dir.mkdir(mode=0o700)
         for sub in (layout.workspace, layout.home, layout.tmp):
             sub.mkdir(mode=0o700)
+        cage = self.containment.cage(assignment.assignment_id)
         handed = assignment.replace(executor=dataclasses.replace(assignment.executor, workspace=str(layout.workspace)))
         layout.write_secret(encode(handed))
         now = datetime.now(UTC)
@@ -211,6 +231,7 @@ class LocalBackend:
                 "created_at": now.isoformat(),
                 "deadline": assignment.deadline.isoformat() if assignment.deadline else None,
                 "command": self.command,
+                "cage": cage.record(),
             }
         )
         return Environment(
@@ -224,9 +245,13 @@ class LocalBackend:
 
     def _spawn(self, layout: Layout, assignment_id: str) -> None:
         """Start the wrapper in a session of its own (posix_spawn: no Popen object to outlive
-        a shutdown that leaves jobs running; exited children are reaped in `_reap`)."""
-        argv = ["/bin/sh", "-c", WRAPPER, "dynrunner-local", str(layout.dir), *self.command]
-        argv += ["run", "--assignment", str(layout.assignment_file)]
+        a shutdown that leaves jobs running; exited children are reaped in `_reap`). It
+        enters the job's cgroup before anything else; the executor runs inside whatever
+        the containment puts around it (a PID namespace)."""
+        cage = _cage(layout)
+        argv = ["/bin/sh", "-c", WRAPPER, "dynrunner-local", str(layout.dir), cage.join_file]
+        argv += self.containment.command_prefix(layout.dir) if cage.kind is self.containment.kind else []
+        argv += [*self.command, "run", "--assignment", str(layout.assignment_file)]
         actions = [
             (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
             (os.POSIX_SPAWN_OPEN, 1, str(layout.output), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600),
@@ -325,37 +350,19 @@ class LocalBackend:
         return observation
 
     async def _stop_processes(self, assignment_id: str, pid: int | None, layout: Layout) -> None:
-        """SIGTERM, then SIGKILL, every process of the environment: the wrapper's group,
-        the executor (it outlives a wrapper killed alone), and whatever carries its
-        tracking id (steps run in sessions of their own)."""
-        tracking = tracking_id(assignment_id)
+        """Every process of the environment: the wrapper's group, the executor (it outlives a
+        wrapper killed alone), and whatever else the job's cage holds."""
         leader = pid if pid is not None and owned_by(pid, layout) else None
         executor = layout.read_int(layout.executor_pid_file)
         roots = [one for one in (leader, executor) if one is not None and owned_by(one, layout)]
-        fresh = 1.0  # one snapshot of /proc serves every deletion of a sweep
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            pids = (await self._snapshot(fresh)).belonging(tracking, roots)
-            if not pids:
-                return
-            if leader is not None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(leader, sig)
-            for one in pids:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(one, sig)
-            fresh = 0.0
-            stop = time.monotonic() + KILL_GRACE_S
-            while time.monotonic() < stop:
-                self._reap(assignment_id, pid)
-                await asyncio.sleep(0.05)
-                if not (await self._snapshot(0.0)).belonging(tracking, roots):
-                    return
-        log.error("processes of %s survived SIGKILL", layout.dir)
-
-    async def _snapshot(self, max_age_s: float) -> Snapshot:
-        """The process table, read again (in a thread: all of /proc) only when older than `max_age_s`."""
-        cached = self._processes.cached(max_age_s)
-        return cached if cached is not None else await asyncio.to_thread(self._processes.snapshot, max_age_s)
+        await self._stopper.stop(
+            _cage(layout),
+            tracking_id(assignment_id),
+            roots,
+            leader,
+            while_waiting=lambda: self._reap(assignment_id, pid),
+            what=str(layout.dir),
+        )
 
     def _collect_orphans(self, launching: set[str]) -> list[str]:
         removed = []
@@ -393,3 +400,8 @@ class LocalBackend:
                 continue
             finished.append(f"{path} (the rest of an interrupted deletion)")
         return finished
+
+
+def _cage(layout: Layout) -> Cage:
+    meta = layout.read_metadata() or {}
+    return Cage.from_record(meta.get("cage"))

@@ -19,6 +19,8 @@ state to Gitea (whatever the job's result). Any other status: the controller fin
 
 EXIT_NOT_FOUND = 127
 EXIT_NOT_EXECUTABLE = 126
+EXIT_SETUP_FAILED = 125
+"""The wrapper could not set up the job's environment (its cgroup, its workspace)."""
 SIGNAL_BASE = 128
 
 
@@ -80,6 +82,10 @@ def exit_status_diagnosis(code: int, command: str = "the executor") -> Diagnosis
         return Diagnosis(FailureReason.START_FAILED, f"{command} could not be started: program not found (exit 127)")
     if code == EXIT_NOT_EXECUTABLE:
         return Diagnosis(FailureReason.START_FAILED, f"{command} could not be started: not executable (exit 126)")
+    if code == EXIT_SETUP_FAILED:
+        return Diagnosis(
+            FailureReason.START_FAILED, f"the job's environment could not be set up, so {command} never started"
+        )
     if code > SIGNAL_BASE:
         number = code - SIGNAL_BASE
         try:

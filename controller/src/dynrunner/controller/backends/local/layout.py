@@ -40,18 +40,29 @@ _HAS_PROC = Path("/proc/self/cmdline").exists()
 
 DELETING = ".deleting-"
 
-# HUP/INT/TERM only reach the wrapper as part of its group (the executor gets them too): the
-# wrapper stays to record how the executor ended. The executor's process writes its own pid
-# before it becomes the executor, so it stays observable should the wrapper be killed alone.
+# The wrapper enters the job's cgroup ($2, when there is one) before anything else, so all
+# the job starts is in it. HUP/INT/TERM only reach the wrapper as part of its group (the
+# executor gets them too): the wrapper stays to record how the executor ended. The
+# executor's process writes its own pid before it becomes the executor, so it stays
+# observable should the wrapper be killed alone. 125: the environment could not be set up.
+# At the end it steps back into the controller's cgroup and removes the job's (and the
+# pool's, when it was the last): that fails while a process the job left runs in it, which
+# deleting the environment then stops.
 WRAPPER = """\
-dir=$1; shift
+dir=$1 cage=$2; shift 2
+fail() { echo "dynrunner: $1" >&2; echo 125 > "$dir/exit-status"; exit 125; }
+if [ -n "$cage" ]; then echo $$ > "$cage" || fail "could not enter the job's cgroup"; fi
 echo $$ > "$dir/pid"
-cd "$dir/workspace" || exit 125
+cd "$dir/workspace" || fail "could not enter the job's workspace"
 unset OLDPWD
 trap : HUP INT TERM
 /bin/sh -c 'echo $$ > "$0/executor-pid"; exec "$@"' "$dir" "$@" < /dev/null
 status=$?
 echo "$status" > "$dir/exit-status"
+if [ -n "$cage" ]; then
+  job=${cage%/*}; pool=${job%/*}
+  { echo $$ > "${pool%/*}/cgroup.procs" && rmdir "$job" "$pool"; } 2> /dev/null
+fi
 exit "$status"
 """
 

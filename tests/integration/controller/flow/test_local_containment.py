@@ -1,0 +1,82 @@
+"""No process of a job outlives it: daemons that leave the job's process tree and drop its
+RUNNER_TRACKING_ID are held by the job's cgroup (v2 or v1) or PID namespace, and stopped
+with it. Each escape technique against each containment this machine offers."""
+
+from __future__ import annotations
+
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+
+from dynrunner.controller.backends.base import Phase
+from dynrunner.controller.backends.local.containment import PREFERENCE, Kind, choose
+from dynrunner.controller.backends.local.layout import Layout
+from tests.e2e.harness import wait_for
+from tests.fixtures.local_backend import assignment, backend, held, nothing, observe_until, script, sleepers
+
+ESCAPES = {
+    # a new session with an empty environment: no tracking id, no process group
+    "env -i setsid": "env -i /usr/bin/setsid /bin/sleep {n} > /dev/null 2>&1 &",
+    # a double fork: re-parented to init, without the tracking id
+    "double fork": "env -u RUNNER_TRACKING_ID /bin/sh -c '/bin/sh -c \"/bin/sleep {n} > /dev/null 2>&1 &\" &'",
+    # sudo resets the environment (env_reset) and runs as another user; its child detaches
+    "sudo": "sudo -u nobody /bin/sh -c '/bin/sleep {n} > /dev/null 2>&1 &'",
+}
+HELD = ("cgroup-v2", "cgroup-v1", "pid-namespace")
+
+
+@pytest.mark.parametrize("kind", HELD)
+@pytest.mark.parametrize("technique", sorted(ESCAPES))
+async def test_no_daemon_outlives_its_job(tmp_path: Path, kind: str, technique: str) -> None:
+    if technique == "sudo" and shutil.which("sudo") is None:
+        pytest.skip("sudo is not installed")
+    n = random.randrange(10**8, 10**9)
+    body = ESCAPES[technique].format(n=n) + '\nwhile [ ! -e "$HOME/go" ]; do sleep 0.02; done\nexit 0\n'
+    b = backend(tmp_path, script(tmp_path, body), containment=held(kind, tmp_path))
+    assert b.containment.kind is Kind(kind)
+    env = await b.create(assignment(), nothing)
+    daemons = await wait_for(lambda: sleepers(n), what="the daemon started")
+    tracked = f"RUNNER_TRACKING_ID=dynrunner_{env.assignment_id}".encode()
+    assert not any(carries(pid, tracked) for pid in daemons)
+    (Layout(b.root / env.assignment_id).home / "go").touch()
+    await observe_until(b, env, Phase.SUCCEEDED)
+    await b.delete(env)
+    await wait_for(lambda: not sleepers(n), within=5, what="the daemon stopped with its job")
+    assert not b.root.exists() or list(b.root.iterdir()) == []
+    if b.containment.parent is not None:
+        assert not b.containment.parent.exists(), "the job's cgroup was left behind"
+
+
+def test_auto_chooses_the_first_available_in_order_and_says_which(tmp_path: Path) -> None:
+    available = []
+    for kind in PREFERENCE:
+        try:
+            available.append(choose(kind.value, tmp_path / "root", "local").kind)
+        except ValueError:
+            continue
+    chosen = choose("auto", tmp_path / "root", "local")
+    assert chosen.kind is available[0]
+    assert chosen.describe().startswith(f"processes contained by {chosen.kind.value}")
+    assert "best effort" in choose("process-scan", tmp_path / "root", "local").describe()
+
+
+def carries(pid: int, variable: bytes) -> bool:
+    return variable in Path(f"/proc/{pid}/environ").read_bytes()
+
+
+async def test_a_job_cgroup_without_its_environment_is_collected(tmp_path: Path) -> None:
+    cgroup = held("cgroup-v2", tmp_path)
+    n = random.randrange(10**8, 10**9)
+    b = backend(tmp_path, script(tmp_path, f"/bin/sleep {n}\n"), containment=cgroup)
+    env = await b.create(assignment(), nothing)
+    await wait_for(lambda: sleepers(n), what="the job's process started")
+    # Its directory went without its processes being stopped; the controller restarts:
+    # orphan collection stops them through the cgroup.
+    shutil.rmtree(b.root / env.assignment_id)
+    restarted = backend(tmp_path, script(tmp_path, "exit 0\n"), containment=cgroup)
+    removed = await restarted.collect_orphans(launching=set())
+    assert any("the cgroup of a job that is gone" in line for line in removed), removed
+    await wait_for(lambda: not sleepers(n), within=5, what="the orphaned cgroup's process stopped")
+    await b.aclose()
