@@ -1,5 +1,11 @@
 """The assignment log: sealed Assignments on a JetStream work-queue stream, one subject per pool.
 
+Each message is a `SealedAssignment` envelope (the whole assignment sealed with the
+controller's key); the launcher opens and authenticates it. A message that is no envelope —
+garbage, or an assignment in the previous format, which sealed only its secrets and could be
+altered by anyone able to publish — is refused here: dropped, logged and counted
+(`assignments_refused_total{reason="unauthenticated"}`), never run.
+
 The claimer publishes with `Nats-Msg-Id` = assignment id, so a retried publish is stored
 once; launchers pull from a durable consumer per pool (`launcher-<pool>`), acknowledge once
 the environment exists, and get the message again after `ack_wait` if they crash before.
@@ -40,7 +46,14 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_bef
 from dynrunner.controller.config import NatsConfig
 from dynrunner.controller.delivery import Delivery
 from dynrunner.controller.metrics import Metrics
-from dynrunner.proto.assignment import VERSION, Assignment, AssignmentError, decode, encode, peek_version
+from dynrunner.proto.assignment import (
+    AssignmentError,
+    NewerEnvelope,
+    NotAnEnvelope,
+    SealedAssignment,
+    decode_sealed,
+    encode_sealed,
+)
 
 __all__ = ["AssignmentLog", "AssignmentLogError", "Delivery", "PublishError", "connect_nats"]
 
@@ -244,15 +257,13 @@ class AssignmentLog:
 
     # --- publishing -------------------------------------------------------------------------
 
-    async def publish(self, sealed_assignment: Assignment) -> int:
+    async def publish(self, sealed_assignment: SealedAssignment) -> int:
         """Store the assignment once (retried within `nats.publishTimeoutSeconds`); returns its stream
         sequence. Raises PublishError when it could not be stored."""
         a = sealed_assignment
-        if a.sealed is None:
-            raise ValueError(f"assignment {a.assignment_id} must be sealed before it is published")
         if a.pool not in self.pools:
             raise PublishError(f"pool {a.pool!r} is not configured (pools: {', '.join(self.pools)})")
-        data = encode(a)
+        data = encode_sealed(a)
         if len(data) > self.cfg.max_message_bytes:
             raise PublishError(
                 f"the assignment is {len(data)} bytes, more than nats.maxMessageBytes ({self.cfg.max_message_bytes})"
@@ -354,7 +365,7 @@ class AssignmentLog:
     async def _delivery(self, pool: str, msg: Msg) -> Delivery | None:
         meta = msg.metadata
         try:
-            assignment = decode(msg.data)
+            assignment = decode_sealed(msg.data)
         except AssignmentError as err:
             await self._unreadable(pool, msg, err)
             return None
@@ -371,21 +382,26 @@ class AssignmentLog:
         )
 
     async def _unreadable(self, pool: str, msg: Msg, err: AssignmentError) -> None:
-        """A newer major version may be read by a newer controller during a rolling upgrade: leave it
-        for that one. Anything else can never be read by anyone: drop it loudly."""
+        """A newer envelope may be read by a newer controller during a rolling upgrade: leave it
+        for that one. Anything else is refused: dropped, logged and counted."""
         seq = msg.metadata.sequence.stream
-        if self._metrics is not None:
-            self._metrics.errors.labels(pool=pool, kind="unreadable_assignment").inc()
-        try:
-            version = peek_version(msg.data)
-        except AssignmentError:
-            version = 0
-        if version > VERSION:
+        if isinstance(err, NewerEnvelope):
             log.error("stream seq %d: %s; leaving it for a newer controller", seq, err)
             await msg.nak(delay=_UNKNOWN_VERSION_DELAY_S)
+            return
+        if self._metrics is not None:
+            self._metrics.errors.labels(pool=pool, kind="unreadable_assignment").inc()
+            self._metrics.refused.labels(pool=pool, reason="unauthenticated").inc()
+        if isinstance(err, NotAnEnvelope) and err.previous_format:
+            log.error(
+                "stream seq %d is refused and dropped: an assignment in the previous format, whose workflow and "
+                "settings are not authenticated (anyone able to publish to NATS could have written them); "
+                "Gitea fails its task when its zombie timeout ends it",
+                seq,
+            )
         else:
-            log.error("stream seq %d is not a readable assignment and is dropped: %s", seq, err)
-            await msg.term()
+            log.error("stream seq %d is refused and dropped: %s", seq, err)
+        await msg.term()
 
     async def unacknowledged(self, stream_seq: int, assignment_id: str) -> bool:
         """Whether the assignment's message (stream sequence `stream_seq`) is still in the

@@ -43,7 +43,7 @@ from dynrunner.controller.registrations import Registrations
 from dynrunner.controller.registrations_store import ArmedRegistration
 from dynrunner.controller.sealing import Sealer
 from dynrunner.controller.stagelog import ClaimedLines, StageLog, claimed_line
-from dynrunner.proto.assignment import Assignment, ClaimingRunner, ExecutorOptions
+from dynrunner.proto.assignment import Assignment, ClaimingRunner, ExecutorOptions, SealedAssignment
 from dynrunner.proto.gitea import (
     GiteaClient,
     GiteaError,
@@ -72,7 +72,7 @@ _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class Publisher(Protocol):
-    async def publish(self, sealed_assignment: Assignment) -> int: ...
+    async def publish(self, sealed_assignment: SealedAssignment) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from dynrunner.proto.assignment import Assignment
+from dynrunner.proto.assignment import SealedAssignment
 
 __all__ = ["Delivery"]
 
@@ -28,9 +28,10 @@ CONFIRM_TIMEOUT_S = 5.0
 
 @dataclass(slots=True)
 class Delivery:
-    """One delivery of an assignment to a launcher. `assignment` is still sealed."""
+    """One delivery of an assignment to a launcher. `assignment` is still sealed (and not yet
+    authenticated)."""
 
-    assignment: Assignment
+    assignment: SealedAssignment
     num_delivered: int
     max_deliver: int
     stream_seq: int

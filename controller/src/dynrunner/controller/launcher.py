@@ -1,6 +1,8 @@
 """The launcher of one pool: JetStream deliveries → environments.
 
-For each delivery: unseal the assignment, take its capacity permit, and create its
+For each delivery: open the sealed assignment — refusing (dropping, logging and counting,
+never running or reporting anything) one that does not authenticate with the controller's
+key or belongs to another pool — take its capacity permit, and create its
 environment idempotently. While the environment is being made the launcher keeps the
 delivery alive (`in_progress`), heartbeats the task in Gitea and writes stage lines; right
 before the executor may start, it writes the last stage line and stops heartbeating (the
@@ -12,6 +14,8 @@ A redelivered assignment whose environment exists already (the previous launcher
 between creating and acknowledging) is acknowledged once the environment's executor runs:
 one the earlier attempt never started is started now. The environment records the
 delivery's stream sequence, so until then the reaper leaves it alone.
+
+The executor reports to the configured Gitea: the URL in the assignment is replaced by it.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from dynrunner.controller.finalize import finalize_failed, finalize_task
 from dynrunner.controller.logs import log_context
 from dynrunner.controller.loops import Backoff
 from dynrunner.controller.metrics import Metrics
-from dynrunner.controller.sealing import Sealer, SealingError
+from dynrunner.controller.sealing import ForgedAssignment, Sealer, SealingError
 from dynrunner.controller.stagelog import (
     HEARTBEAT_INTERVAL_S,
     LAST_STAGE_RETRY,
@@ -40,7 +44,7 @@ from dynrunner.controller.stagelog import (
     StageLog,
     TaskEnded,
 )
-from dynrunner.proto.assignment import Assignment
+from dynrunner.proto.assignment import Assignment, SealedAssignment
 from dynrunner.proto.gitea import GiteaClient, GiteaError, LogRow, Result, RunnerCredentials
 
 log = logging.getLogger(__name__)
@@ -52,7 +56,7 @@ NAK_BACKOFF = Backoff(initial=1.0, maximum=60.0, jitter=0.2)
 class Delivery(Protocol):
     """What the launcher needs of `assignments.Delivery`."""
 
-    assignment: Assignment
+    assignment: SealedAssignment
     num_delivered: int
     max_deliver: int
     stream_seq: int
@@ -146,12 +150,15 @@ class Launcher:
         """One delivery, as a task nobody awaits: every failure is logged here (an unanswered
         delivery simply comes back after ack-wait)."""
         sealed = delivery.assignment
-        with log_context(assignment_id=sealed.assignment_id, task_id=sealed.task.id, pool=self.pool):
+        with log_context(assignment_id=sealed.assignment_id, task_id=sealed.task_id, pool=self.pool):
             try:
-                assignment = self._sealer.unseal_assignment(sealed)
+                assignment = self._open(sealed)
             except SealingError as err:
                 try:
-                    await self._unopenable(delivery, err)
+                    if isinstance(err, ForgedAssignment):
+                        await self._refuse(delivery, "forged", str(err))
+                    else:
+                        await self._unopenable(delivery, err)
                 except Exception:
                     log.exception("answering the delivery of an unopenable assignment failed")
                 return
@@ -275,6 +282,22 @@ class Launcher:
         await self._remove(assignment.assignment_id)
         await delivery.ack()
         self._capacity.release(assignment.assignment_id)
+
+    def _open(self, sealed: SealedAssignment) -> Assignment:
+        """The authenticated assignment, bound to this pool and to the configured Gitea."""
+        assignment = self._sealer.unseal_assignment(sealed)
+        if assignment.pool != self.pool:
+            raise ForgedAssignment(
+                f"assignment {assignment.assignment_id} of pool {assignment.pool!r} was delivered to pool {self.pool!r}"
+            )
+        return assignment.replace(gitea_url=self._gitea.base_url)
+
+    async def _refuse(self, delivery: Delivery, reason: str, why: str) -> None:
+        """Never run, never report: a message that proves nothing about its origin (or was
+        already used) gets no answer but its removal from the stream."""
+        self._metrics.refused.labels(pool=self.pool, reason=reason).inc()
+        log.error("assignment refused (%s) and dropped, nothing was run: %s", reason, why)
+        await delivery.term()
 
     async def _unopenable(self, delivery: Delivery, err: SealingError) -> None:
         """Without the key nothing can be reported to Gitea: retry (another replica may hold

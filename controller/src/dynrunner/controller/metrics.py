@@ -69,6 +69,11 @@ class Metrics:
             "publish_duplicates", "Publishes JetStream dropped as duplicates of the same assignment id."
         )
         self.redeliveries = counter("redeliveries", "Assignments delivered to a launcher more than once.")
+        self.refused = counter(
+            "assignments_refused",
+            "Deliveries refused without running anything: unauthenticated, forged, replayed, expired.",
+            "reason",
+        )
 
     def exposition(self) -> bytes:
         """The registry in the Prometheus text format."""

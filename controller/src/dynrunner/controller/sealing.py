@@ -1,9 +1,11 @@
-"""Sealing secrets at rest: AES-256-GCM with the controller's key.
+"""Sealing at rest: AES-256-GCM with the controller's key.
 
-Assignment secrets (task secrets, runner token, task and runtime tokens) and armed
-registrations sit in JetStream; only the controller holds the key. Every sealed value is
-bound to what it belongs to through the associated data (the assignment id, or the
-registration's pool), so a sealed blob copied onto another record does not open.
+Assignments and armed registrations sit in JetStream; only the controller holds the key.
+An assignment is sealed whole — its workflow, URLs and options as well as its secrets — in
+a `SealedAssignment` envelope whose readable header is the associated data, so a launcher
+runs nothing that was not written, byte for byte, by a holder of the key. An armed
+registration is bound to its pool through the associated data, so a sealed value copied
+onto another record does not open.
 
 Keys rotate without downtime: the current key seals, retired keys (listed in
 `sealing.retiredKeyFiles`) still unseal, and each `Sealed` names its key by `key_id`, a
@@ -25,19 +27,42 @@ from pathlib import Path
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from dynrunner.proto.assignment import Assignment, Sealed, merge_secrets, split_secrets
+from dynrunner.proto.assignment import (
+    Assignment,
+    AssignmentError,
+    EnvelopeHeader,
+    Sealed,
+    SealedAssignment,
+    decode,
+    encode,
+)
 
-__all__ = ["KEY_BYTES", "NONCE_BYTES", "Sealer", "SealingError", "ensure_key_file", "key_id", "read_key_file"]
+__all__ = [
+    "KEY_BYTES",
+    "NONCE_BYTES",
+    "ForgedAssignment",
+    "Sealer",
+    "SealingError",
+    "ensure_key_file",
+    "key_id",
+    "read_key_file",
+]
 
 log = logging.getLogger(__name__)
 
 KEY_BYTES = 32
 NONCE_BYTES = 12
 _KEY_ID_DOMAIN = b"dynrunner sealing key id v1\0"
+_ENVELOPE_DOMAIN = b"dynrunner assignment envelope\0"
 
 
 class SealingError(Exception):
     """A key cannot be used, or a sealed value cannot be opened (wrong key, tampered, wrong record)."""
+
+
+class ForgedAssignment(SealingError):
+    """A sealed assignment that does not authenticate under the key it names, or whose header
+    does not match what it seals: written or altered by someone without the key."""
 
 
 def key_id(key: bytes) -> str:
@@ -128,15 +153,41 @@ class Sealer:
                 "it was altered, or it belongs to another record"
             ) from None
 
-    def seal_assignment(self, a: Assignment) -> Assignment:
-        """Blank every secret of `a` and attach them sealed, bound to the assignment id."""
-        if a.sealed is not None:
-            raise SealingError(f"assignment {a.assignment_id} is already sealed")
-        public, parts = split_secrets(a)
-        return public.replace(sealed=self.seal(a.assignment_id, parts))
+    def seal_assignment(self, a: Assignment) -> SealedAssignment:
+        """`a`, secrets included, sealed whole under a header naming it and the key."""
+        header = EnvelopeHeader(assignment_id=a.assignment_id, pool=a.pool, task_id=a.task.id, key_id=self._key_id)
+        header_bytes = header.to_bytes()
+        nonce = secrets.token_bytes(NONCE_BYTES)
+        ciphertext = self._seal_with.encrypt(nonce, encode(a.replace(sealed=None)), _ENVELOPE_DOMAIN + header_bytes)
+        return SealedAssignment(header=header, header_bytes=header_bytes, nonce=nonce, ciphertext=ciphertext)
 
-    def unseal_assignment(self, a: Assignment) -> Assignment:
-        """The assignment with its secrets restored; SealingError if they cannot be opened."""
-        if a.sealed is None:
-            raise SealingError(f"assignment {a.assignment_id} carries no sealed secrets")
-        return merge_secrets(a, self.unseal(a.assignment_id, a.sealed))
+    def unseal_assignment(self, sealed: SealedAssignment) -> Assignment:
+        """The assignment, once it is proven to come from a holder of the key. ForgedAssignment
+        if it does not authenticate or its header does not match its content; SealingError
+        if the key it names is not held here."""
+        header = sealed.header
+        aead = self._open_with.get(header.key_id)
+        if aead is None:
+            raise SealingError(
+                f"assignment {header.assignment_id} is sealed with key {header.key_id!r}, which this controller "
+                f"does not hold (current key {self._key_id!r}); list the old key file under sealing.retiredKeyFiles"
+            )
+        if len(sealed.nonce) != NONCE_BYTES:
+            raise ForgedAssignment(f"assignment {header.assignment_id} has a {len(sealed.nonce)}-byte nonce")
+        try:
+            plain = aead.decrypt(sealed.nonce, sealed.ciphertext, _ENVELOPE_DOMAIN + sealed.header_bytes)
+        except InvalidTag:
+            raise ForgedAssignment(
+                f"assignment {header.assignment_id} does not authenticate with key {header.key_id!r}: "
+                "it was altered, or made, by someone without the sealing key"
+            ) from None
+        try:
+            a = decode(plain)
+        except AssignmentError as err:
+            raise SealingError(f"assignment {header.assignment_id} is authentic but cannot be read: {err}") from None
+        if (a.assignment_id, a.pool, a.task.id) != (header.assignment_id, header.pool, header.task_id):
+            raise ForgedAssignment(
+                f"assignment {header.assignment_id}: the header (pool {header.pool!r}, task {header.task_id}) "
+                f"does not match the sealed assignment {a.assignment_id} (pool {a.pool!r}, task {a.task.id})"
+            )
+        return a

@@ -1,9 +1,10 @@
 """The Assignment contract (`dynrunner.assignment.v1`) as typed values.
 
 Controller and executor work with these dataclasses; protobuf bytes appear only in
-`encode`/`decode`. Secrets travel separately from the rest: `split_secrets` blanks the
-secret parts and returns them as bytes for the controller to seal; `merge_secrets` puts
-unsealed parts back before a launcher hands the assignment to its executor.
+`encode`/`decode`. On JetStream an assignment travels sealed whole in a `SealedAssignment`
+envelope (`encode_sealed`/`decode_sealed`; the controller seals and opens it). `split_secrets`
+and `merge_secrets` separate the secret parts from the rest (the previous, unauthenticated
+wire format sealed only those).
 """
 
 from __future__ import annotations
@@ -18,10 +19,13 @@ from google.protobuf import struct_pb2
 from google.protobuf.message import DecodeError
 
 from dynrunner.proto._gen.dynrunner.assignment.v1 import assignment_pb2 as apb
+from dynrunner.proto._gen.dynrunner.assignment.v1 import envelope_pb2 as epb
 from dynrunner.proto.gitea.types import Task, ts_from_proto, ts_to_proto
 
 VERSION = 1
 """The major version this code writes and understands."""
+ENVELOPE_FORMAT = 1
+"""The `SealedAssignment` format this code writes and understands."""
 
 JOB_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 TOKEN_CONTEXT_KEYS = ("token", "gitea_runtime_token")
@@ -234,6 +238,107 @@ def decode(data: bytes) -> Assignment:
         ),
         sealed=sealed,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class EnvelopeHeader:
+    """The readable (and authenticated) part of a `SealedAssignment`."""
+
+    assignment_id: str
+    pool: str
+    task_id: int
+    key_id: str
+    format: int = ENVELOPE_FORMAT
+
+    def to_bytes(self) -> bytes:
+        return epb.SealedAssignmentHeader(
+            format=self.format,
+            assignment_id=self.assignment_id,
+            pool=self.pool,
+            task_id=self.task_id,
+            key_id=self.key_id,
+        ).SerializeToString(deterministic=True)
+
+
+@dataclass(frozen=True, slots=True)
+class SealedAssignment:
+    """An assignment as it travels on JetStream. `header_bytes` are the header exactly as
+    carried: what the seal authenticates (`header` is parsed from them)."""
+
+    header: EnvelopeHeader
+    header_bytes: bytes
+    nonce: bytes
+    ciphertext: bytes
+
+    @property
+    def assignment_id(self) -> str:
+        return self.header.assignment_id
+
+    @property
+    def pool(self) -> str:
+        return self.header.pool
+
+    @property
+    def task_id(self) -> int:
+        return self.header.task_id
+
+
+class NotAnEnvelope(AssignmentError):
+    """The bytes are no `SealedAssignment`. `previous_format` when they are an Assignment as the
+    previous wire format carried it (only its secrets sealed, everything else forgeable)."""
+
+    def __init__(self, message: str, *, previous_format: bool = False) -> None:
+        super().__init__(message)
+        self.previous_format = previous_format
+
+
+class NewerEnvelope(AssignmentError):
+    """A `SealedAssignment` of a format newer than `ENVELOPE_FORMAT` (from a newer controller)."""
+
+
+def encode_sealed(sealed: SealedAssignment) -> bytes:
+    return epb.SealedAssignment(
+        header=sealed.header_bytes, nonce=sealed.nonce, ciphertext=sealed.ciphertext
+    ).SerializeToString(deterministic=True)
+
+
+def decode_sealed(data: bytes) -> SealedAssignment:
+    """Parse an envelope (nothing in it is authenticated yet). Raises NotAnEnvelope, or
+    NewerEnvelope for a format this code does not know."""
+    try:
+        msg = epb.SealedAssignment.FromString(data)
+        header = epb.SealedAssignmentHeader.FromString(msg.header)
+    except DecodeError as err:
+        raise NotAnEnvelope(f"not a sealed assignment: {err}", previous_format=_previous_format(data)) from None
+    if not msg.header or not header.format or not header.assignment_id or not msg.ciphertext:
+        previous = _previous_format(data)
+        what = "an assignment in the previous, unauthenticated format" if previous else "not a sealed assignment"
+        raise NotAnEnvelope(what, previous_format=previous)
+    if header.format > ENVELOPE_FORMAT:
+        raise NewerEnvelope(
+            f"sealed assignment format {header.format} is newer than this controller's ({ENVELOPE_FORMAT})"
+        )
+    return SealedAssignment(
+        header=EnvelopeHeader(
+            assignment_id=header.assignment_id,
+            pool=header.pool,
+            task_id=header.task_id,
+            key_id=header.key_id,
+            format=header.format,
+        ),
+        header_bytes=msg.header,
+        nonce=msg.nonce,
+        ciphertext=msg.ciphertext,
+    )
+
+
+def _previous_format(data: bytes) -> bool:
+    """An Assignment written directly onto the stream, as before envelopes existed."""
+    try:
+        msg = apb.Assignment.FromString(data)
+    except DecodeError:
+        return False
+    return msg.version == VERSION and bool(msg.assignment_id) and msg.HasField("task") and msg.HasField("sealed")
 
 
 def split_secrets(a: Assignment) -> tuple[Assignment, bytes]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -22,10 +23,11 @@ from dynrunner.controller.metrics import Metrics
 from dynrunner.controller.registrations_store import ArmedRegistration
 from dynrunner.controller.sealing import Sealer
 from dynrunner.doubles.gitea import GiteaDouble
-from dynrunner.proto.assignment import Assignment
+from dynrunner.proto.assignment import Assignment, SealedAssignment
 from dynrunner.proto.gitea import GiteaClient, RunnerCredentials
 from tests.e2e.harness import fake_executor_command, wait_for
 from tests.fixtures.backends import DelegatingBackend
+from tests.fixtures.faults import FaultProxy
 
 WORKFLOW = "on: push\njobs:\n  build:\n    runs-on: [self-hosted]\n    steps:\n      - run: echo\n"
 SEALER = Sealer(b"s" * 32)
@@ -82,7 +84,9 @@ class Gate(DelegatingBackend):
         return await self.inner.create(assignment, before_start, stream_seq=stream_seq)
 
 
-async def claimed_assignment(gitea: GiteaDouble, capabilities: tuple[str, ...] = ()) -> Assignment:
+async def claimed_assignment(
+    gitea: GiteaDouble, capabilities: tuple[str, ...] = (), *, gitea_url: str | None = None
+) -> SealedAssignment:
     base = GiteaClient(gitea.url)
     info = await base.register(
         name="r",
@@ -100,20 +104,26 @@ async def claimed_assignment(gitea: GiteaDouble, capabilities: tuple[str, ...] =
         assignment_id="5f0c2d7e-0000-4000-8000-00000000000a",
         claimed_at=datetime.now(UTC),
         runner=reg,
-        settings=ClaimSettings(pool="local", backend="local", gitea_url=gitea.url),
+        settings=ClaimSettings(pool="local", backend="local", gitea_url=gitea_url or gitea.url),
     )
     return SEALER.seal_assignment(a)
 
 
 def launcher(
-    gitea: GiteaDouble, backend: object, capacity: Capacity, metrics: Metrics, sealer: Sealer = SEALER
+    gitea: GiteaDouble,
+    backend: object,
+    capacity: Capacity,
+    metrics: Metrics,
+    sealer: Sealer = SEALER,
+    pool: str = "local",
+    url: str | None = None,
 ) -> Launcher:
     return Launcher(
-        "local",
+        pool,
         backend=backend,  # type: ignore[arg-type]
         source=None,  # type: ignore[arg-type]
         sealer=sealer,
-        gitea=GiteaClient(gitea.url),
+        gitea=GiteaClient(url or gitea.url),
         capacity=capacity,
         metrics=metrics,
         heartbeat_interval_s=0.05,
@@ -143,7 +153,7 @@ async def test_a_run_cancelled_before_the_start_is_not_started(
     assert not capacity.holds(sealed.assignment_id)
     assert metrics.sample("dynrunner_job_results_total", pool="local", result="cancelled") == 1.0
     assert gitea.run(run.id).status == "cancelled"
-    assert gitea.task(sealed.task.id).status == "cancelled"
+    assert gitea.task(sealed.task_id).status == "cancelled"
     assert not [r for r in gitea.runners() if not r.deleted]
 
 
@@ -156,7 +166,7 @@ async def test_a_failed_attempt_is_retried_later(gitea: GiteaDouble, tmp_path: P
     await launcher(gitea, gate, capacity, metrics)._launch(delivery)  # type: ignore[arg-type]
     assert delivery.calls == ["nak 2"]
     assert capacity.holds(sealed.assignment_id)  # still claimed: the next attempt comes
-    assert gitea.task(sealed.task.id).status == "running"
+    assert gitea.task(sealed.task_id).status == "running"
 
 
 async def test_the_last_failed_attempt_finalizes_the_task(gitea: GiteaDouble, tmp_path: Path) -> None:
@@ -167,7 +177,7 @@ async def test_the_last_failed_attempt_finalizes_the_task(gitea: GiteaDouble, tm
     delivery = FakeDelivery(sealed, num_delivered=3)
     await launcher(gitea, gate, capacity, metrics)._launch(delivery)  # type: ignore[arg-type]
     assert delivery.calls == ["term"]
-    view = gitea.task(sealed.task.id)
+    view = gitea.task(sealed.task_id)
     assert view.status == "failure"
     assert view.log_rows[-1] == (
         "[dynrunner] the job failed: the local environment could not be created (attempt 3 of 3): "
@@ -197,7 +207,7 @@ async def test_a_redelivery_after_the_job_already_ran_starts_nothing(gitea: Gite
     await launch._launch(FakeDelivery(sealed))  # type: ignore[arg-type]
     env = await backend.find(sealed.assignment_id)
     assert env is not None
-    await wait_for(lambda: gitea.task(sealed.task.id).status == "success", what="the job ran")
+    await wait_for(lambda: gitea.task(sealed.task_id).status == "success", what="the job ran")
     await backend.delete(env)  # reaped
     again = FakeDelivery(sealed, num_delivered=2)
     await launch._launch(again)  # type: ignore[arg-type]
@@ -205,6 +215,60 @@ async def test_a_redelivery_after_the_job_already_ran_starts_nothing(gitea: Gite
     assert await backend.find(sealed.assignment_id) is None
     starts = (tmp_path / "starts.log").read_text().splitlines()
     assert len(starts) == 1
+
+
+class Recording(DelegatingBackend):
+    def __init__(self, inner: LocalBackend) -> None:
+        super().__init__(inner)
+        self.created: list[Assignment] = []
+
+    async def create(self, assignment: Assignment, before_start: BeforeStart) -> Environment:
+        self.created.append(assignment)
+        return await self.inner.create(assignment, before_start)
+
+
+def tampered(sealed: SealedAssignment) -> SealedAssignment:
+    flipped = bytearray(sealed.ciphertext)
+    flipped[len(flipped) // 2] ^= 0x20
+    return dataclasses.replace(sealed, ciphertext=bytes(flipped))
+
+
+@pytest.mark.parametrize("how", ["tampered", "other pool"])
+async def test_a_forged_delivery_is_refused_and_nothing_runs_or_reports(
+    gitea: GiteaDouble, gitea_proxy: FaultProxy, tmp_path: Path, how: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A message that does not authenticate, or an authentic one re-published on another pool's
+    subject: dropped at once (no retry), logged and counted; no environment, no capacity, not a
+    word to Gitea."""
+    sealed = await claimed_assignment(gitea)
+    backend = Recording(LocalBackend("local", tmp_path / "root", fake_executor_command()))
+    capacity, metrics = Capacity("local", 2), Metrics()
+    pool = "local" if how == "tampered" else "gpu"
+    delivery = FakeDelivery(tampered(sealed) if how == "tampered" else sealed)
+    launch = launcher(gitea, backend, capacity, metrics, pool=pool, url=gitea_proxy.url)
+    await launch._launch(delivery)  # type: ignore[arg-type]
+    assert delivery.calls == ["term"]
+    assert backend.created == [] and not any((tmp_path / "root").iterdir())
+    assert not capacity.holds(sealed.assignment_id)
+    assert gitea_proxy.connections == 0
+    view = gitea.task(sealed.task_id)
+    assert view.status == "running" and view.log_rows == []
+    assert metrics.sample("dynrunner_assignments_refused_total", pool=pool, reason="forged") == 1
+    [line] = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert "assignment refused (forged) and dropped, nothing was run" in line, line
+
+
+async def test_the_executor_reports_to_the_configured_gitea_whatever_the_assignment_says(
+    gitea: GiteaDouble, tmp_path: Path
+) -> None:
+    sealed = await claimed_assignment(gitea, gitea_url="http://gitea.attacker.invalid:3000")
+    backend = Recording(LocalBackend("local", tmp_path / "root", fake_executor_command()))
+    delivery = FakeDelivery(sealed)
+    await launcher(gitea, backend, Capacity("local", 1), Metrics())._launch(delivery)  # type: ignore[arg-type]
+    assert delivery.calls == ["ack"]
+    [created] = backend.created
+    assert created.gitea_url == gitea.url
+    await wait_for(lambda: gitea.task(sealed.task_id).status == "success", what="the job reported")
 
 
 class UnansweredDelivery(FakeDelivery):
@@ -279,6 +343,6 @@ async def test_an_unconfirmed_ack_leaves_the_started_job_alone(
     assert all(call == "ack failed" for call in delivery.calls), delivery.calls
     assert await backend.find(sealed.assignment_id) is not None
     assert capacity.holds(sealed.assignment_id)
-    await wait_for(lambda: gitea.task(sealed.task.id).status == "success", what="the job ran")
+    await wait_for(lambda: gitea.task(sealed.task_id).status == "success", what="the job ran")
     assert not metrics.sample("dynrunner_finalized_failed_total", pool="local", reason="launch")
     assert not metrics.sample("dynrunner_errors_total", pool="local", kind="launch")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import AsyncGenerator
 
@@ -19,10 +20,10 @@ from dynrunner.controller.assignments import AssignmentLog, AssignmentLogError, 
 from dynrunner.controller.config import NatsConfig
 from dynrunner.controller.metrics import Metrics
 from dynrunner.controller.sealing import Sealer
-from dynrunner.proto.assignment import encode
+from dynrunner.proto.assignment import Sealed, encode, encode_sealed, split_secrets
 from dynrunner.proto.gitea import Task
 from tests.fixtures.nats import NatsServer
-from tests.integration.controller.infra.samples import LogFactory, make_assignment
+from tests.integration.controller.infra.samples import RUNNER_TOKEN, LogFactory, make_assignment
 
 
 async def next_delivery(it: AsyncGenerator[Delivery, None], within: float = 10.0) -> Delivery:
@@ -69,8 +70,6 @@ async def test_publish_refuses_what_it_cannot_store(
     nats_server_module: NatsServer, nats_config: NatsConfig, open_log: LogFactory, sealer: Sealer
 ) -> None:
     log = await open_log(nats_server_module.url, nats_config.model_copy(update={"max_message_bytes": 65536}))
-    with pytest.raises(ValueError, match="must be sealed before it is published"):
-        await log.publish(make_assignment())
     with pytest.raises(PublishError, match="pool 'gpu' is not configured"):
         await log.publish(sealer.seal_assignment(make_assignment(pool="gpu")))
     huge = make_assignment()
@@ -89,7 +88,7 @@ async def test_ack_removes_the_assignment(
     async with contextlib.aclosing(log.deliveries("pod")) as it:
         d = await next_delivery(it)
         assert (d.num_delivered, d.is_redelivery, d.is_last_attempt, d.exhausted) == (1, False, False, False)
-        assert d.assignment.runner.token == ""  # still sealed
+        assert RUNNER_TOKEN.encode() not in encode_sealed(d.assignment)  # still sealed
         assert sealer.unseal_assignment(d.assignment) == original
         await d.ack()
     assert await log.pending("pod") == 0
@@ -221,14 +220,27 @@ async def test_one_pull_takes_what_the_caller_can_launch_and_gives_back_the_rest
     assert await log.pending("pod") == 0
 
 
-async def test_unreadable_messages_are_dropped_and_newer_versions_left_alone(
-    nats_server_module: NatsServer, nats_config: NatsConfig, open_log: LogFactory, sealer: Sealer, metrics: Metrics
+async def test_unauthenticated_messages_are_refused_and_newer_envelopes_left_alone(
+    nats_server_module: NatsServer,
+    nats_config: NatsConfig,
+    open_log: LogFactory,
+    sealer: Sealer,
+    metrics: Metrics,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """Garbage, and an assignment in the previous format (only its secrets sealed, its workflow
+    forgeable), are dropped, logged and counted; a newer envelope waits for a newer controller."""
     log = await open_log(nats_server_module.url, nats_config)
     subject = log.subject("pod")
     await log.js.publish(subject, b"\xff\xfe not protobuf")
-    newer = sealer.seal_assignment(make_assignment()).replace(version=2)
-    await log.js.publish(subject, encode(newer))
+    previous, _ = split_secrets(make_assignment())
+    previous = previous.replace(sealed=Sealed(key_id=sealer.key_id, nonce=bytes(12), ciphertext=b"secrets"))
+    await log.js.publish(subject, encode(previous))
+    sealed = sealer.seal_assignment(make_assignment())
+    newer = dataclasses.replace(sealed.header, format=2)
+    await log.js.publish(
+        subject, encode_sealed(dataclasses.replace(sealed, header=newer, header_bytes=newer.to_bytes()))
+    )
     good = make_assignment()
     await log.publish(sealer.seal_assignment(good))
     async with contextlib.aclosing(log.deliveries("pod")) as it:
@@ -236,7 +248,9 @@ async def test_unreadable_messages_are_dropped_and_newer_versions_left_alone(
         assert d.assignment.assignment_id == good.assignment_id
         await d.ack()
     assert metrics.sample("dynrunner_errors_total", pool="pod", kind="unreadable_assignment") == 2
-    assert await stream_messages(log) == 1  # the version-2 assignment waits for a newer controller
+    assert metrics.sample("dynrunner_assignments_refused_total", pool="pod", reason="unauthenticated") == 2
+    assert "an assignment in the previous format, whose workflow and settings are not authenticated" in caplog.text
+    assert await stream_messages(log) == 1  # the format-2 envelope waits for a newer controller
 
 
 async def test_a_pull_that_times_out_with_asyncios_timeout_error_is_just_retried(

@@ -1,5 +1,6 @@
-"""Sealing: round trip, no plaintext secret in a sealed assignment's bytes, tamper, wrong key,
-wrong record (AAD), key rotation, and key files in every accepted form."""
+"""Sealing: round trip, nothing but the header readable in a sealed assignment, any change
+refused (tamper, splice, forged header, another key under our key id), wrong key, wrong
+record (AAD), the previous format told apart, key rotation, and key files in every form."""
 
 from __future__ import annotations
 
@@ -11,11 +12,24 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dynrunner.controller.sealing import Sealer, SealingError, ensure_key_file, key_id, read_key_file
-from dynrunner.proto.assignment import Assignment, ClaimingRunner, Sealed, encode
+from dynrunner.controller.sealing import ForgedAssignment, Sealer, SealingError, ensure_key_file, key_id, read_key_file
+from dynrunner.proto.assignment import (
+    Assignment,
+    AssignmentError,
+    ClaimingRunner,
+    EnvelopeHeader,
+    NewerEnvelope,
+    NotAnEnvelope,
+    Sealed,
+    SealedAssignment,
+    decode_sealed,
+    encode,
+    encode_sealed,
+)
 from dynrunner.proto.gitea import Task
 
 KEY = bytes(range(32))
@@ -68,48 +82,97 @@ def test_round_trip_any_data(aad: str, data: bytes) -> None:
     assert sealer.unseal(aad, sealer.seal(aad, data)) == data
 
 
-def test_sealed_assignment_keeps_no_plaintext_secret() -> None:
+def test_sealed_assignment_keeps_nothing_readable_but_its_header() -> None:
     original = assignment()
     sealed = Sealer(KEY).seal_assignment(original)
-    wire = encode(sealed)
+    wire = encode_sealed(sealed)
     for secret in [*SECRETS.values(), TASK_TOKEN, RUNTIME_TOKEN, RUNNER_TOKEN, "line-one-7", "line-two-8"]:
         assert secret.encode() not in wire, secret
-    assert sealed.sealed is not None and sealed.sealed.key_id == key_id(KEY)
-    assert sealed.task.secrets == {} and sealed.runner.token == ""
-    assert sealed.task.context is not None and "token" not in sealed.task.context
-    assert sealed.task.context["repository"] == "o/r"  # the non-secret context stays readable
+    for public in [b"runs-on", b"http://gitea:3000", b"o/r", b"build"]:
+        assert public not in wire, public  # the workflow and settings are sealed too
+    assert decode_sealed(wire).header == EnvelopeHeader(assignment_id="a-1", pool="pod", task_id=42, key_id=key_id(KEY))
 
 
 def test_unseal_assignment_restores_it_exactly() -> None:
     sealer = Sealer(KEY)
     original = assignment()
-    assert sealer.unseal_assignment(sealer.seal_assignment(original)) == original
+    assert sealer.unseal_assignment(decode_sealed(encode_sealed(sealer.seal_assignment(original)))) == original
 
 
-def test_tampered_ciphertext_is_refused() -> None:
+@settings(max_examples=300)
+@given(data=st.data())
+def test_any_changed_byte_is_refused(data: st.DataObject) -> None:
+    """Whatever byte of the message an attacker changes — header, nonce, ciphertext, framing —
+    the message either is no envelope any more or does not authenticate."""
     sealer = Sealer(KEY)
-    sealed = sealer.seal_assignment(assignment())
-    assert sealed.sealed is not None
-    flipped = bytearray(sealed.sealed.ciphertext)
-    flipped[0] ^= 1
-    bad = sealed.replace(sealed=dataclasses.replace(sealed.sealed, ciphertext=bytes(flipped)))
-    with pytest.raises(SealingError, match="was altered, or it belongs to another record"):
-        sealer.unseal_assignment(bad)
-
-
-def test_tampered_nonce_is_refused() -> None:
-    sealer = Sealer(KEY)
-    sealed = sealer.seal("x", b"data")
+    wire = bytearray(encode_sealed(sealer.seal_assignment(assignment())))
+    at = data.draw(st.integers(0, len(wire) - 1))
+    wire[at] ^= data.draw(st.integers(1, 255))
+    try:
+        changed = decode_sealed(bytes(wire))
+    except AssignmentError:
+        return
     with pytest.raises(SealingError):
-        sealer.unseal("x", dataclasses.replace(sealed, nonce=bytes(12)))
-    with pytest.raises(SealingError, match="5-byte nonce"):
-        sealer.unseal("x", dataclasses.replace(sealed, nonce=b"short"))
+        sealer.unseal_assignment(changed)
+
+
+def test_a_header_changed_or_moved_onto_another_message_is_refused() -> None:
+    sealer = Sealer(KEY)
+    first, second = sealer.seal_assignment(assignment("a-1")), sealer.seal_assignment(assignment("a-2"))
+    spliced = dataclasses.replace(second, header=first.header, header_bytes=first.header_bytes)
+    with pytest.raises(ForgedAssignment, match="a-1 does not authenticate"):
+        sealer.unseal_assignment(spliced)
+    other_pool = dataclasses.replace(first.header, pool="gpu")
+    moved = dataclasses.replace(first, header=other_pool, header_bytes=other_pool.to_bytes())
+    with pytest.raises(ForgedAssignment, match="does not authenticate"):
+        sealer.unseal_assignment(moved)
+
+
+def test_an_assignment_sealed_by_someone_else_is_refused_even_under_our_key_id() -> None:
+    """An attacker's own key, with our key id in the header: forged, not merely unknown."""
+    attacker = Sealer(OTHER_KEY).seal_assignment(assignment())
+    header = dataclasses.replace(attacker.header, key_id=key_id(KEY))
+    claimed = dataclasses.replace(attacker, header=header, header_bytes=header.to_bytes())
+    with pytest.raises(ForgedAssignment):
+        Sealer(KEY).unseal_assignment(claimed)
+
+
+def test_a_header_that_does_not_match_the_sealed_assignment_is_refused() -> None:
+    """Only a holder of the key can make this; the check keeps header and content one thing."""
+    sealer = Sealer(KEY)
+    header = EnvelopeHeader(assignment_id="a-1", pool="pod", task_id=7, key_id=sealer.key_id)
+    nonce = bytes(12)
+    ciphertext = AESGCM(KEY).encrypt(
+        nonce, encode(assignment()), b"dynrunner assignment envelope\0" + header.to_bytes()
+    )
+    lying = SealedAssignment(header=header, header_bytes=header.to_bytes(), nonce=nonce, ciphertext=ciphertext)
+    with pytest.raises(ForgedAssignment, match="does not match the sealed assignment"):
+        sealer.unseal_assignment(lying)
+
+
+def test_the_previous_format_is_told_apart() -> None:
+    """An Assignment written straight onto the stream, its secrets sealed, as before envelopes."""
+    public = assignment().replace(sealed=Sealed(key_id=key_id(KEY), nonce=bytes(12), ciphertext=b"x"))
+    with pytest.raises(NotAnEnvelope) as caught:
+        decode_sealed(encode(public))
+    assert caught.value.previous_format
+    with pytest.raises(NotAnEnvelope) as garbage:
+        decode_sealed(b"\x00garbage")
+    assert not garbage.value.previous_format
+
+
+def test_a_newer_envelope_format_is_told_apart() -> None:
+    sealed = Sealer(KEY).seal_assignment(assignment())
+    newer = dataclasses.replace(sealed.header, format=2)
+    with pytest.raises(NewerEnvelope):
+        decode_sealed(encode_sealed(dataclasses.replace(sealed, header=newer, header_bytes=newer.to_bytes())))
 
 
 def test_wrong_key_is_refused_naming_the_key_id() -> None:
     sealed = Sealer(KEY).seal_assignment(assignment())
-    with pytest.raises(SealingError, match=f"sealed with key '{key_id(KEY)}'.*retiredKeyFiles"):
+    with pytest.raises(SealingError, match=f"sealed with key '{key_id(KEY)}'.*retiredKeyFiles") as caught:
         Sealer(OTHER_KEY).unseal_assignment(sealed)
+    assert not isinstance(caught.value, ForgedAssignment)  # retried: another replica may hold the key
 
 
 def test_same_key_id_but_other_key_is_refused() -> None:
@@ -119,30 +182,14 @@ def test_same_key_id_but_other_key_is_refused() -> None:
         Sealer(OTHER_KEY).unseal("x", forged)
 
 
-def test_secrets_moved_onto_another_assignment_do_not_open() -> None:
-    sealer = Sealer(KEY)
-    first = sealer.seal_assignment(assignment("a-1"))
-    other = sealer.seal_assignment(assignment("a-2")).replace(sealed=first.sealed)
-    with pytest.raises(SealingError, match="'a-2' does not open"):
-        sealer.unseal_assignment(other)
-
-
 def test_retired_key_still_opens_and_new_key_seals() -> None:
     old = Sealer(KEY).seal_assignment(assignment())
     rotated = Sealer(OTHER_KEY, retired=[KEY])
     assert rotated.unseal_assignment(old) == assignment()
     fresh = rotated.seal_assignment(assignment())
-    assert fresh.sealed is not None and fresh.sealed.key_id == key_id(OTHER_KEY)
+    assert fresh.header.key_id == key_id(OTHER_KEY)
     with pytest.raises(SealingError):
         Sealer(KEY).unseal_assignment(fresh)
-
-
-def test_sealing_twice_and_unsealing_plain_are_refused() -> None:
-    sealer = Sealer(KEY)
-    with pytest.raises(SealingError, match="already sealed"):
-        sealer.seal_assignment(sealer.seal_assignment(assignment()))
-    with pytest.raises(SealingError, match="carries no sealed secrets"):
-        sealer.unseal_assignment(assignment())
 
 
 def test_key_must_be_32_bytes() -> None:
