@@ -26,6 +26,7 @@ from dynrunner.controller.claimer import Claimer, ClaimSettings, pool_pacer
 from dynrunner.controller.config import ControllerConfig, PoolConfig
 from dynrunner.controller.embedded_nats import EmbeddedNats
 from dynrunner.controller.health import HealthServer
+from dynrunner.controller.launched import LaunchedRecord
 from dynrunner.controller.launcher import Launcher
 from dynrunner.controller.loops import Backoff, supervise
 from dynrunner.controller.metrics import Metrics
@@ -153,12 +154,13 @@ class Controller:
             )
             stack.push_async_callback(self._log.close)
             store = await RegistrationStore.open(self._log, sealer)
+            record = await LaunchedRecord.open(self._log.js, cfg.nats.launched_bucket, replicas=cfg.nats.replicas)
             gitea = GiteaClient(cfg.gitea.url, timeout_s=cfg.gitea.request_timeout_s)
             await self._probe_gitea()
             if cfg.cache.enabled:
                 await self._start_cache(stack)
             for pool_cfg in cfg.pools:
-                pool = await self._build_pool(pool_cfg, gitea, store, sealer)
+                pool = await self._build_pool(pool_cfg, gitea, store, sealer, record)
                 stack.push_async_callback(pool.backend.aclose)
                 self.pools[pool_cfg.name] = pool
             reaper = Reaper(
@@ -210,7 +212,12 @@ class Controller:
             log.warning("Gitea at %s does not answer (%s); starting anyway, claiming once it does", url, err)
 
     async def _build_pool(
-        self, pool_cfg: PoolConfig, gitea: GiteaClient, store: RegistrationStore, sealer: Sealer
+        self,
+        pool_cfg: PoolConfig,
+        gitea: GiteaClient,
+        store: RegistrationStore,
+        sealer: Sealer,
+        record: LaunchedRecord,
     ) -> Pool:
         assert self._log is not None
         name = pool_cfg.name
@@ -270,6 +277,7 @@ class Controller:
             backend=backend,
             source=self._log,
             sealer=sealer,
+            record=record,
             gitea=gitea,
             capacity=capacity,
             metrics=self.metrics,

@@ -149,6 +149,7 @@ class NatsConfig(_Model):
     stream: str = Field(default="DYNRUNNER_ASSIGNMENTS", pattern=STREAM_NAME_RE.pattern)
     subject_prefix: str = Field(default="dynrunner.assignments", pattern=r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
     registrations_bucket: str = Field(default="DYNRUNNER_REGISTRATIONS", pattern=STREAM_NAME_RE.pattern)
+    launched_bucket: str = Field(default="DYNRUNNER_LAUNCHED", pattern=STREAM_NAME_RE.pattern)
     replicas: int = Field(default=1, ge=1, le=5)
     ack_wait_s: float = Field(default=60.0, ge=1, le=3600)
     max_deliver: int = Field(default=5, ge=1, le=100)

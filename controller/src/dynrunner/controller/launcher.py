@@ -14,6 +14,9 @@ A redelivered assignment whose environment exists already (the previous launcher
 between creating and acknowledging) is acknowledged once the environment's executor runs:
 one the earlier attempt never started is started now. The environment records the
 delivery's stream sequence, so until then the reaper leaves it alone.
+Replays are refused: the launch record (`launched`) names the stream message each assignment
+was launched from, and any other message of that assignment is dropped; so is one whose
+deadline has passed.
 
 The executor reports to the configured Gitea: the URL in the assignment is replaced by it.
 """
@@ -32,6 +35,7 @@ from dynrunner.controller import contract
 from dynrunner.controller.backends.base import Backend
 from dynrunner.controller.capacity import Capacity
 from dynrunner.controller.finalize import finalize_failed, finalize_task
+from dynrunner.controller.launched import LaunchRecord
 from dynrunner.controller.logs import log_context
 from dynrunner.controller.loops import Backoff
 from dynrunner.controller.metrics import Metrics
@@ -50,6 +54,9 @@ from dynrunner.proto.gitea import GiteaClient, GiteaError, LogRow, Result, Runne
 log = logging.getLogger(__name__)
 
 LAUNCH_CONCURRENCY = 16
+STALE_CLAIM_S = 60.0
+"""A first delivery claimed longer ago than this is checked with Gitea before it is launched
+(normally a launch follows its claim within milliseconds)."""
 NAK_BACKOFF = Backoff(initial=1.0, maximum=60.0, jitter=0.2)
 
 
@@ -88,6 +95,7 @@ class Launcher:
         backend: Backend,
         source: DeliverySource,
         sealer: Sealer,
+        record: LaunchRecord,
         gitea: GiteaClient,
         capacity: Capacity,
         metrics: Metrics,
@@ -99,6 +107,7 @@ class Launcher:
         self._backend = backend
         self._source = source
         self._sealer = sealer
+        self._record = record
         self._gitea = gitea
         self._capacity = capacity
         self._metrics = metrics
@@ -162,6 +171,13 @@ class Launcher:
                 except Exception:
                     log.exception("answering the delivery of an unopenable assignment failed")
                 return
+            try:
+                admitted = await self._admit(delivery, assignment)
+            except Exception:
+                log.exception("answering the delivery of %s failed", assignment.assignment_id)
+                return
+            if not admitted:
+                return
             self._capacity.adopt(assignment.assignment_id)
             self.launching.add(assignment.assignment_id)
             try:
@@ -170,6 +186,45 @@ class Launcher:
                 log.exception("launch of %s failed unexpectedly", assignment.assignment_id)
             finally:
                 self.launching.discard(assignment.assignment_id)
+
+    async def _admit(self, delivery: Delivery, assignment: Assignment) -> bool:
+        """Launch (or resume) only the message this assignment is recorded for, before its
+        deadline; refuse replays and expired messages, acknowledge one already launched."""
+        assignment_id, seq = assignment.assignment_id, delivery.stream_seq
+        if assignment.deadline is not None and assignment.deadline <= datetime.now(UTC):
+            why = f"assignment {assignment_id} passed its deadline ({assignment.deadline.isoformat()})"
+            await self._refuse(delivery, "expired", f"{why}; Gitea ends its task")
+            return False
+        try:
+            verdict, found = await self._record.begin(assignment_id, seq)
+        except Exception as err:
+            # Unverifiable is not launchable: try again once the record answers.
+            self._metrics.errors.labels(pool=self.pool, kind="nats").inc()
+            log.warning("the launch record cannot be read (%s); the assignment is tried again", _describe(err))
+            await delivery.nak(nak_delay(delivery.num_delivered))
+            return False
+        if verdict == "replayed":
+            assert found is not None
+            why = (
+                f"assignment {assignment_id} was launched from stream message {found.stream_seq}; "
+                f"stream message {seq} is a replay of it"
+            )
+            await self._refuse(delivery, "replayed", why)
+            return False
+        if verdict == "answered":
+            log.info("redelivered after its launch was over; acknowledging")
+            await self._acknowledge(delivery)
+            return False
+        return True
+
+    async def _done(self, delivery: Delivery, assignment_id: str) -> None:
+        """Record the launch as over (best effort: while the record says launching, copies of the
+        message are refused all the same)."""
+        try:
+            await self._record.done(assignment_id, delivery.stream_seq)
+        except Exception as err:
+            self._metrics.errors.labels(pool=self.pool, kind="nats").inc()
+            log.warning("the launch record could not be updated: %s", _describe(err))
 
     async def _launch_unsealed(self, delivery: Delivery, assignment: Assignment) -> None:
         client = self._gitea.with_credentials(RunnerCredentials(assignment.runner.uuid, assignment.runner.token))
@@ -187,7 +242,8 @@ class Launcher:
                     await self._write_claimed_line(assignment.assignment_id)  # before an executor may start
                     await self._backend.create(assignment, _nothing_to_say, stream_seq=delivery.stream_seq)
                 else:
-                    if delivery.num_delivered > 1:
+                    claim_age = (datetime.now(UTC) - assignment.claimed_at).total_seconds()
+                    if delivery.num_delivered > 1 or claim_age > STALE_CLAIM_S:
                         # An earlier attempt may have run the job already and its environment
                         # been reaped since: only a task still running in Gitea is launched.
                         await heartbeat.beat()
@@ -238,6 +294,7 @@ class Launcher:
                 )
                 await delivery.nak(delay)
         else:
+            await self._done(delivery, assignment.assignment_id)
             await self._acknowledge(delivery)
 
     async def _acknowledge(self, delivery: Delivery) -> None:
@@ -262,6 +319,7 @@ class Launcher:
         await self._write_claimed_line(assignment.assignment_id)
         await finalize_failed(client, assignment.task.id, reason)
         await self._remove(assignment.assignment_id)
+        await self._done(delivery, assignment.assignment_id)
         await delivery.term()
         self._capacity.release(assignment.assignment_id)
 
@@ -280,6 +338,7 @@ class Launcher:
                 )
         self._metrics.results.labels(pool=self.pool, result="cancelled").inc()
         await self._remove(assignment.assignment_id)
+        await self._done(delivery, assignment.assignment_id)
         await delivery.ack()
         self._capacity.release(assignment.assignment_id)
 

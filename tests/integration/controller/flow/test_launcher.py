@@ -9,7 +9,7 @@ import contextlib
 import dataclasses
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -18,6 +18,7 @@ from dynrunner.controller.backends.base import BeforeStart, Environment
 from dynrunner.controller.backends.local.backend import LocalBackend
 from dynrunner.controller.capacity import Capacity
 from dynrunner.controller.claimer import ClaimSettings, build_assignment
+from dynrunner.controller.launched import Launched, Verdict
 from dynrunner.controller.launcher import Launcher
 from dynrunner.controller.metrics import Metrics
 from dynrunner.controller.registrations_store import ArmedRegistration
@@ -28,6 +29,7 @@ from dynrunner.proto.gitea import GiteaClient, RunnerCredentials
 from tests.e2e.harness import fake_executor_command, wait_for
 from tests.fixtures.backends import DelegatingBackend
 from tests.fixtures.faults import FaultProxy
+from tests.fixtures.nats import MemoryLaunchRecord
 
 WORKFLOW = "on: push\njobs:\n  build:\n    runs-on: [self-hosted]\n    steps:\n      - run: echo\n"
 SEALER = Sealer(b"s" * 32)
@@ -37,7 +39,7 @@ SEALER = Sealer(b"s" * 32)
 class FakeDelivery:
     """A delivery as the launcher sees it, recording what the launcher decided."""
 
-    assignment: Assignment
+    assignment: SealedAssignment
     num_delivered: int = 1
     max_deliver: int = 3
     stream_seq: int = 1
@@ -117,12 +119,14 @@ def launcher(
     sealer: Sealer = SEALER,
     pool: str = "local",
     url: str | None = None,
+    record: MemoryLaunchRecord | None = None,
 ) -> Launcher:
     return Launcher(
         pool,
         backend=backend,  # type: ignore[arg-type]
         source=None,  # type: ignore[arg-type]
         sealer=sealer,
+        record=record or MemoryLaunchRecord(),
         gitea=GiteaClient(url or gitea.url),
         capacity=capacity,
         metrics=metrics,
@@ -269,6 +273,81 @@ async def test_the_executor_reports_to_the_configured_gitea_whatever_the_assignm
     [created] = backend.created
     assert created.gitea_url == gitea.url
     await wait_for(lambda: gitea.task(sealed.task_id).status == "success", what="the job reported")
+
+
+async def test_a_replay_of_a_finished_assignment_is_refused_and_nothing_runs_or_reports(
+    gitea: GiteaDouble, gitea_proxy: FaultProxy, tmp_path: Path
+) -> None:
+    """The job ran and was reaped; the same sealed assignment arrives as another stream message
+    (copied off NATS and published again): refused from the launch record alone."""
+    sealed = await claimed_assignment(gitea)
+    backend = LocalBackend("local", tmp_path / "root", fake_executor_command())
+    capacity, metrics = Capacity("local", 2), Metrics()
+    launch = launcher(gitea, backend, capacity, metrics, url=gitea_proxy.url)
+    await launch._launch(FakeDelivery(sealed, stream_seq=5))  # type: ignore[arg-type]
+    env = await backend.find(sealed.assignment_id)
+    assert env is not None
+    await wait_for(lambda: gitea.task(sealed.task_id).status == "success", what="the job ran")
+    await backend.delete(env)  # reaped
+    capacity.release(sealed.assignment_id)
+    connections = gitea_proxy.connections
+    replay = FakeDelivery(sealed, stream_seq=9)
+    await launch._launch(replay)  # type: ignore[arg-type]
+    assert replay.calls == ["term"]
+    assert await backend.find(sealed.assignment_id) is None
+    assert not capacity.holds(sealed.assignment_id)
+    assert gitea_proxy.connections == connections
+    assert len((tmp_path / "starts.log").read_text().splitlines()) == 1
+    assert metrics.sample("dynrunner_assignments_refused_total", pool="local", reason="replayed") == 1
+
+
+async def test_a_replay_while_the_job_runs_is_refused_and_the_job_goes_on(gitea: GiteaDouble, tmp_path: Path) -> None:
+    sealed = await claimed_assignment(gitea)
+    backend = LocalBackend("local", tmp_path / "root", fake_executor_command())
+    metrics = Metrics()
+    launch = launcher(gitea, backend, Capacity("local", 2), metrics)
+    first = FakeDelivery(sealed, stream_seq=5)
+    await launch._launch(first)  # type: ignore[arg-type]
+    replay = FakeDelivery(sealed, stream_seq=6)
+    await launch._launch(replay)  # type: ignore[arg-type]
+    assert (first.calls, replay.calls) == (["ack"], ["term"])
+    await wait_for(lambda: gitea.task(sealed.task_id).status == "success", what="the job ran")
+    assert len((tmp_path / "starts.log").read_text().splitlines()) == 1
+
+
+async def test_an_assignment_past_its_deadline_is_refused(
+    gitea: GiteaDouble, gitea_proxy: FaultProxy, tmp_path: Path
+) -> None:
+    """Authentic but expired: long after the launch record forgot it, a replay is refused on
+    its (authenticated) deadline alone."""
+    a = SEALER.unseal_assignment(await claimed_assignment(gitea))
+    sealed = SEALER.seal_assignment(a.replace(deadline=datetime.now(UTC) - timedelta(seconds=1)))
+    backend = LocalBackend("local", tmp_path / "root", fake_executor_command())
+    metrics = Metrics()
+    delivery = FakeDelivery(sealed)
+    await launcher(gitea, backend, Capacity("local", 1), metrics, url=gitea_proxy.url)._launch(delivery)  # type: ignore[arg-type]
+    assert delivery.calls == ["term"]
+    assert gitea_proxy.connections == 0 and not any((tmp_path / "root").iterdir())
+    assert metrics.sample("dynrunner_assignments_refused_total", pool="local", reason="expired") == 1
+
+
+class UnreachableRecord(MemoryLaunchRecord):
+    async def begin(self, assignment_id: str, stream_seq: int) -> tuple[Verdict, Launched | None]:
+        raise TimeoutError("nats: timeout")
+
+
+async def test_an_assignment_is_not_launched_while_the_launch_record_cannot_be_read(
+    gitea: GiteaDouble, tmp_path: Path
+) -> None:
+    sealed = await claimed_assignment(gitea)
+    backend = LocalBackend("local", tmp_path / "root", fake_executor_command())
+    metrics = Metrics()
+    delivery = FakeDelivery(sealed, num_delivered=2)
+    launch = launcher(gitea, backend, Capacity("local", 1), metrics, record=UnreachableRecord())
+    await launch._launch(delivery)  # type: ignore[arg-type]
+    assert delivery.calls == ["nak 2"]
+    assert not any((tmp_path / "root").iterdir())
+    assert metrics.sample("dynrunner_errors_total", pool="local", kind="nats") == 1
 
 
 class UnansweredDelivery(FakeDelivery):
