@@ -135,6 +135,7 @@ class Controller:
         self.pools: dict[str, Pool] = {}
         self.health_url = ""
         self._log: AssignmentLog | None = None
+        self._embedded: EmbeddedNats | None = None
         self._claimed_lines = ClaimedLines()
         self._token = RegistrationToken.from_config(cfg.gitea)
         self._cache_grants: CacheGrants | None = None
@@ -148,7 +149,8 @@ class Controller:
             nats_url = cfg.nats.url
             if nats_url is None:
                 assert cfg.nats.data_dir is not None
-                nats_url = (await stack.enter_async_context(EmbeddedNats(cfg.nats.data_dir))).url
+                self._embedded = await stack.enter_async_context(EmbeddedNats(cfg.nats.data_dir))
+                nats_url = self._embedded.url
             self._log = await AssignmentLog.connect(
                 nats_url, cfg.nats, [p.name for p in cfg.pools], metrics=self.metrics
             )
@@ -179,7 +181,7 @@ class Controller:
                 metrics=self.metrics,
             )
             if cfg.metrics.enabled:
-                health = HealthServer(cfg.metrics.address, self.metrics, self.readiness)
+                health = HealthServer(cfg.metrics.address, self.metrics, self.readiness, self.liveness)
                 await stack.enter_async_context(health)
                 self.health_url = health.url
             await self._run_loops(stop, reaper)
@@ -335,9 +337,19 @@ class Controller:
         assert self._log is not None and env.stream_seq is not None
         return await self._log.unacknowledged(env.stream_seq, env.assignment_id)
 
+    def liveness(self) -> tuple[bool, str]:
+        """Not healthy while the embedded nats-server is down: nothing can be claimed or launched
+        until it is running again (it is restarted with backoff)."""
+        if self._embedded is not None and not self._embedded.running:
+            return False, "the embedded nats-server is down (being restarted): nothing can be claimed or launched"
+        return True, ""
+
     def readiness(self) -> tuple[bool, str]:
         if not self.ready.is_set():
             return False, "starting"
+        alive, why = self.liveness()
+        if not alive:
+            return False, why
         if self._log is None or not self._log.nc.is_connected:
             return False, "not connected to NATS"
         refusal = self._token.refusal

@@ -6,6 +6,11 @@ so a controller restarted with the same directory finds its assignments and arme
 registrations again. The controller holds an exclusive lock on `data_dir` while its server
 runs (two servers on one store would corrupt it), and stops a server left behind by a
 controller that was killed before it could stop it.
+
+The server is supervised: if it exits (killed, crashed, OOM), it is started again on the
+same port and store, with backoff, so the controller's NATS client reconnects and finds its
+assignments and registrations again. `running` says whether it is up (the controller's
+`/healthz` reports the outage).
 """
 
 from __future__ import annotations
@@ -22,15 +27,19 @@ import sys
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import IO
+from typing import IO, Any
 
 import aiohttp
+
+from dynrunner.controller.loops import Backoff
 
 __all__ = ["EmbeddedNats", "EmbeddedNatsError", "find_nats_server"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_PAYLOAD = 8 * 1024 * 1024
+RESTART_BACKOFF = (0.1, 10.0)
+"""First and longest wait before restarting a server that exited."""
 
 
 class EmbeddedNatsError(RuntimeError):
@@ -80,6 +89,13 @@ class EmbeddedNats:
         self._binary = binary
         self._proc: asyncio.subprocess.Process | None = None
         self._lock: IO[str] | None = None
+        self._port = -1
+        """The client port: chosen by the server at the first start, kept at every restart."""
+        self._watcher: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._ready = False
+        self.restarts = 0
+        """Times the server exited unasked and was started again."""
 
     @property
     def _conf(self) -> Path:
@@ -99,36 +115,92 @@ class EmbeddedNats:
 
     @property
     def running(self) -> bool:
-        return self._proc is not None and self._proc.returncode is None
+        """Started and ready (JetStream healthy), and not exited since."""
+        return self._ready and self._proc is not None and self._proc.returncode is None
+
+    def client_options(self) -> dict[str, Any]:
+        """What a NATS client needs besides the URL to connect (nats-py keyword arguments)."""
+        return {}
 
     async def start(self) -> None:
         binary = self._binary or find_nats_server()
         self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._acquire_lock()
+        self._stopping = False
         try:
-            await self._stop_stale_server()
-            self._write_conf()
-            shutil.rmtree(self._ports_dir, ignore_errors=True)
-            self._ports_dir.mkdir(mode=0o700)
-            with self.log_file.open("wb") as out:
-                # Own session: a Ctrl-C to the controller must not stop NATS before the controller's
-                # ordered shutdown is done with it.
-                self._proc = await asyncio.create_subprocess_exec(
-                    binary,
-                    "-c",
-                    str(self._conf),
-                    stdin=asyncio.subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=asyncio.subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            await self._wait_ready()
+            await self._spawn(binary)
         except BaseException:
             await self.stop()
             raise
+        self._port = int(self.url.rsplit(":", 1)[1])
+        self._watcher = asyncio.create_task(self._watch(binary), name="embedded-nats-supervisor")
         log.info("embedded nats-server ready", extra={"nats_url": self.url, "data_dir": str(self.data_dir)})
 
+    async def _spawn(self, binary: str) -> None:
+        """Start the server (on `_port` once one was chosen) and wait until JetStream is healthy."""
+        self._ready = False
+        await self._stop_stale_server()
+        self._write_conf()
+        shutil.rmtree(self._ports_dir, ignore_errors=True)
+        self._ports_dir.mkdir(mode=0o700)
+        with self.log_file.open("ab") as out:
+            # Own session: a Ctrl-C to the controller must not stop NATS before the controller's
+            # ordered shutdown is done with it.
+            self._proc = await asyncio.create_subprocess_exec(
+                binary,
+                "-c",
+                str(self._conf),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=out,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+            )
+        try:
+            await self._wait_ready()
+        except BaseException:
+            await self._terminate()
+            raise
+        self._ready = True
+
+    async def _watch(self, binary: str) -> None:
+        """Start the server again whenever it exits unasked, with backoff, until `stop()`."""
+        backoff = Backoff(*RESTART_BACKOFF)
+        while not self._stopping:
+            proc = self._proc
+            if proc is not None:
+                status = await proc.wait()
+                if self._stopping:
+                    return
+                self.restarts += 1
+                log.error(
+                    "embedded nats-server exited with status %s; starting it again on port %d with the same store",
+                    status,
+                    self._port,
+                )
+            await asyncio.sleep(backoff.next())
+            try:
+                await self._spawn(binary)
+            except EmbeddedNatsError as err:
+                self._proc = None
+                log.error("restarting the embedded nats-server failed (retrying): %s", err)
+                continue
+            backoff.reset()
+            log.info("embedded nats-server running again", extra={"nats_url": self.url})
+
     async def stop(self) -> None:
+        self._stopping = True
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+        await self._terminate()
+        shutil.rmtree(self._ports_dir, ignore_errors=True)
+        if self._lock is not None:
+            self._lock.close()  # releases the flock
+            self._lock = None
+
+    async def _terminate(self) -> None:
         proc, self._proc = self._proc, None
         if proc is not None and proc.returncode is None:
             proc.terminate()
@@ -138,10 +210,6 @@ class EmbeddedNats:
                 log.warning("nats-server did not stop within %.0fs; killing it", self._stop_timeout_s)
                 proc.kill()
                 await proc.wait()
-        shutil.rmtree(self._ports_dir, ignore_errors=True)
-        if self._lock is not None:
-            self._lock.close()  # releases the flock
-            self._lock = None
 
     async def __aenter__(self) -> EmbeddedNats:
         await self.start()
@@ -192,7 +260,7 @@ class EmbeddedNats:
         conf = "\n".join(
             [
                 "# Written by dynrunner-controller at every start of its embedded server; edits are lost.",
-                'listen: "127.0.0.1:-1"',
+                f'listen: "127.0.0.1:{self._port}"',
                 'http: "127.0.0.1:-1"',
                 f"max_payload: {self._max_payload}",
                 f"pid_file: {_conf_string(str(self._pid_file))}",

@@ -1,9 +1,11 @@
 """The operations endpoint: `/metrics`, `/healthz` and `/readyz` on one HTTP listener.
 
-`/healthz` answers 200 while the event loop runs (a liveness probe restarting a wedged
-process). `/readyz` answers 200 only when `readiness()` says so (NATS connected, Gitea
-reachable recently, claimers running — the composition root decides) and otherwise 503
-with the reason in the body, so `kubectl describe` shows why.
+`/healthz` answers 200 while the event loop runs and `liveness()` (if given) says so — 503
+with the reason while a part the process itself must keep running is down (the embedded
+nats-server), so a liveness probe restarts a process that cannot recover. `/readyz`
+answers 200 only when `readiness()` says so (NATS connected, Gitea reachable recently,
+claimers running — the composition root decides) and otherwise 503 with the reason in the
+body, so `kubectl describe` shows why.
 """
 
 from __future__ import annotations
@@ -33,10 +35,11 @@ def parse_address(address: str) -> tuple[str, int]:
 
 
 class HealthServer:
-    def __init__(self, address: str, metrics: Metrics, readiness: Readiness) -> None:
+    def __init__(self, address: str, metrics: Metrics, readiness: Readiness, liveness: Readiness | None = None) -> None:
         self._host, self._port = parse_address(address)
         self._metrics = metrics
         self._readiness = readiness
+        self._liveness = liveness
         self._runner: web.AppRunner | None = None
         self.url = ""
 
@@ -78,14 +81,20 @@ class HealthServer:
         return web.Response(body=encode(self._metrics.registry), headers={"Content-Type": content_type})
 
     async def _serve_health(self, request: web.Request) -> web.Response:
-        return web.Response(text="ok\n")
+        if self._liveness is None:
+            return web.Response(text="ok\n")
+        return _answer(self._liveness, "liveness", "ok", "not healthy")
 
     async def _serve_ready(self, request: web.Request) -> web.Response:
-        try:
-            ready, reason = self._readiness()
-        except Exception as err:  # a broken probe must say so, not look healthy or crash the server
-            log.exception("readiness check failed")
-            ready, reason = False, f"readiness check failed: {err}"
-        if ready:
-            return web.Response(text=f"ready{': ' + reason if reason else ''}\n")
-        return web.Response(status=503, text=f"not ready: {reason or 'unknown reason'}\n")
+        return _answer(self._readiness, "readiness", "ready", "not ready")
+
+
+def _answer(probe: Readiness, what: str, good: str, bad: str) -> web.Response:
+    try:
+        ok, reason = probe()
+    except Exception as err:  # a broken probe must say so, not look healthy or crash the server
+        log.exception("%s check failed", what)
+        ok, reason = False, f"{what} check failed: {err}"
+    if ok:
+        return web.Response(text=f"{good}{': ' + reason if reason else ''}\n")
+    return web.Response(status=503, text=f"{bad}: {reason or 'unknown reason'}\n")

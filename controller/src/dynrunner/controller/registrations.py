@@ -48,6 +48,11 @@ def store_key(pool: str, slot: int) -> str:
     return pool if slot == 0 else f"{pool}.{slot}"
 
 
+class StoreUnreachable(RuntimeError):
+    """The registration store (NATS) is not connected: registering now would make a runner
+    that could not be kept, and Gitea never removes one that claimed nothing."""
+
+
 class GiteaTooOld(Fatal):
     """Gitea registered an ordinary runner although an ephemeral one was asked for."""
 
@@ -175,6 +180,8 @@ class Registrations:
 
     async def _register(self) -> ArmedRegistration:
         """Register a runner and store it before it is used."""
+        if not self._store.reachable:
+            raise StoreUnreachable(f"pool {self.pool}: NATS is not connected; no runner is registered until it is")
         name = contract.runner_name(self._name_prefix, self.pool, secrets.token_hex(4))
         token = self.token.value
         try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -69,15 +70,25 @@ class ArmedRegistration:
         )
 
 
+def _always() -> bool:
+    return True
+
+
 def _aad(pool: str) -> str:
     return f"armed-registration/{pool}"
 
 
 class RegistrationStore:
-    def __init__(self, kv: KeyValue, sealer: Sealer, bucket: str) -> None:
+    def __init__(self, kv: KeyValue, sealer: Sealer, bucket: str, connected: Callable[[], bool] = lambda: True) -> None:
         self._kv = kv
         self._sealer = sealer
         self.bucket = bucket
+        self._connected = _always if connected is None else connected
+
+    @property
+    def reachable(self) -> bool:
+        """The store's NATS connection is up (a put now has a chance to succeed)."""
+        return self._connected()
 
     @classmethod
     async def open(
@@ -90,10 +101,15 @@ class RegistrationStore:
     ) -> RegistrationStore:
         """Open the bucket, creating it (file storage, one revision per key) if needed. With an
         AssignmentLog, bucket name and replicas come from its NATS configuration."""
+        connected: Callable[[], bool] = _always
         if isinstance(js_or_log, AssignmentLog):
             js = js_or_log.js
             bucket = bucket or js_or_log.cfg.registrations_bucket
             replicas = replicas or js_or_log.cfg.replicas
+            nc = js_or_log.nc
+
+            def connected() -> bool:
+                return nc.is_connected
         else:
             js = js_or_log
         bucket = bucket or DEFAULT_BUCKET
@@ -110,7 +126,7 @@ class RegistrationStore:
                 )
             )
             log.info("created key-value bucket %s", bucket)
-        return cls(kv, sealer, bucket)
+        return cls(kv, sealer, bucket, connected)
 
     async def get(self, pool: str) -> ArmedRegistration | None:
         """The pool's armed registration, None if there is none. SealingError if it cannot be

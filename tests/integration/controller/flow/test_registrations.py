@@ -8,12 +8,13 @@ import pytest
 
 from dynrunner.controller.assignments import AssignmentLog
 from dynrunner.controller.config import NatsConfig
-from dynrunner.controller.registrations import GiteaTooOld, Registrations
+from dynrunner.controller.registrations import GiteaTooOld, Registrations, StoreUnreachable
 from dynrunner.controller.registrations_store import ArmedRegistration, RegistrationStore
 from dynrunner.controller.sealing import Sealer
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.proto.gitea import GiteaClient, RunnerInfo
 from tests.e2e.harness import live_runners
+from tests.fixtures.nats import NatsServer
 
 LABELS = ["self-hosted", "local"]
 
@@ -175,3 +176,31 @@ async def test_a_runner_the_store_did_not_take_is_stored_later_not_registered_ag
     assert second.id != armed.id
     assert [r.id for r in live_runners(gitea) if r.id != armed.id] == [second.id]
     assert await store.get("local") == second
+
+
+async def test_no_runner_is_registered_while_the_store_is_unreachable(
+    gitea: GiteaDouble, nats_server: NatsServer, store: RegistrationStore
+) -> None:
+    """NATS down after a claim: the loop registers nothing it could not keep (each such runner
+    would stay in Gitea for good), and registers one runner once NATS is back."""
+    regs = registrations(gitea, store)
+    first = await regs.armed()
+    await regs.spent()
+    nats_server.stop()
+    await asyncio.sleep(0.1)  # the client notices
+    for _ in range(3):
+        with pytest.raises(StoreUnreachable):
+            await regs.armed()
+    assert [r.id for r in live_runners(gitea)] == [first.id]
+    nats_server.start()
+    second = await asyncio.wait_for(_armed_once_connected(regs), 15)
+    assert [r.id for r in live_runners(gitea)] == [first.id, second.id]
+    assert await store.get("local") == second
+
+
+async def _armed_once_connected(regs: Registrations) -> ArmedRegistration:
+    while True:
+        try:
+            return await regs.armed()
+        except StoreUnreachable:
+            await asyncio.sleep(0.05)

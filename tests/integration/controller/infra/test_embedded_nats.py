@@ -23,6 +23,7 @@ from dynrunner.controller.embedded_nats import EmbeddedNats, EmbeddedNatsError, 
 from dynrunner.controller.registrations_store import RegistrationStore
 from dynrunner.controller.sealing import Sealer
 from dynrunner.proto.gitea import Task
+from tests.e2e.harness import wait_for
 from tests.integration.controller.infra.samples import make_assignment, registration
 
 CFG = NatsConfig(ack_wait_s=5)
@@ -139,3 +140,31 @@ async def test_a_server_that_cannot_start_reports_its_log(tmp_path: Path) -> Non
     assert not server.running
     async with EmbeddedNats(tmp_path / "data"):  # the failed start released the directory
         pass
+
+
+async def test_a_killed_server_is_started_again_on_the_same_port_and_store(tmp_path: Path) -> None:
+    """SIGKILL (an OOM kill, an operator): the server comes back on its port with its store,
+    and the controller's client reconnects and finds what it stored."""
+    sealer = Sealer(bytes(32))
+    a = make_assignment()
+    async with EmbeddedNats(tmp_path) as server:
+        log = await AssignmentLog.connect(server.url, CFG, ["pod"])
+        try:
+            await log.publish(sealer.seal_assignment(a))
+            url = server.url
+            for kill in range(2):
+                pid = int((tmp_path / "nats-server.pid").read_text())
+                os.kill(pid, signal.SIGKILL)
+                await wait_for(lambda: not server.running, within=15, interval=0.01, what="the server gone")
+                await wait_for(lambda: server.running, within=15, interval=0.01, what="the server started again")
+                assert server.url == url and server.restarts == kill + 1
+                assert int((tmp_path / "nats-server.pid").read_text()) != pid
+            await wait_for(lambda: log.nc.is_connected, within=15, what="the client reconnected")
+            assert await log.pending("pod") == 1
+            async with contextlib.aclosing(log.deliveries("pod")) as it:
+                d = await asyncio.wait_for(anext(it), 10)
+                assert sealer.unseal_assignment(d.assignment) == a
+                await d.ack()
+        finally:
+            await log.close()
+    assert not server.running and not port_open(url)

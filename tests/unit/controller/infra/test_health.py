@@ -67,3 +67,12 @@ def test_parse_address() -> None:
     assert parse_address("[::1]:80") == ("::1", 80)
     with pytest.raises(ValueError, match="must be host:port"):
         parse_address("9464")
+
+
+async def test_healthz_says_why_the_process_is_not_healthy() -> None:
+    state = [(True, "")]
+    async with HealthServer("127.0.0.1:0", Metrics(), lambda: (True, ""), lambda: state[0]) as srv:
+        assert (await get(f"{srv.url}/healthz"))[0] == 200
+        state[0] = (False, "the embedded nats-server is down")
+        status, _, body = await get(f"{srv.url}/healthz")
+        assert (status, body) == (503, "not healthy: the embedded nats-server is down\n")
