@@ -86,7 +86,7 @@ async def run(n: int) -> None:
 
         async with EmbeddedNats(Path(tmp) / "nats") as server:
             cfg = NatsConfig(ack_wait_s=30)
-            log = await AssignmentLog.connect(server.url, cfg, ["pod"])
+            log = await AssignmentLog.connect(server.url, cfg, ["pod"], options=server.client_options())
             try:
                 sealed = [sealer.seal_assignment(assignment()) for _ in range(n)]
                 lat = []

@@ -30,6 +30,7 @@ from dynrunner.controller.launched import LaunchedRecord
 from dynrunner.controller.launcher import Launcher
 from dynrunner.controller.loops import Backoff, supervise
 from dynrunner.controller.metrics import Metrics
+from dynrunner.controller.nats_auth import client_options
 from dynrunner.controller.reaper import PoolWatch, Reaper
 from dynrunner.controller.registration_token import RegistrationToken
 from dynrunner.controller.registrations import Registrations
@@ -146,13 +147,13 @@ class Controller:
         sealer = open_sealer(cfg)
         assert sealer is not None
         async with contextlib.AsyncExitStack() as stack:
-            nats_url = cfg.nats.url
+            nats_url, options = cfg.nats.url, client_options(cfg.nats)
             if nats_url is None:
                 assert cfg.nats.data_dir is not None
                 self._embedded = await stack.enter_async_context(EmbeddedNats(cfg.nats.data_dir))
-                nats_url = self._embedded.url
+                nats_url, options = self._embedded.url, self._embedded.client_options()
             self._log = await AssignmentLog.connect(
-                nats_url, cfg.nats, [p.name for p in cfg.pools], metrics=self.metrics
+                nats_url, cfg.nats, [p.name for p in cfg.pools], metrics=self.metrics, options=options
             )
             stack.push_async_callback(self._log.close)
             store = await RegistrationStore.open(self._log, sealer)

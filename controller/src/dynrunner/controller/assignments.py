@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 import re
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import Any
 
 import nats
@@ -80,12 +80,17 @@ def consumer_name(pool: str) -> str:
 
 
 async def connect_nats(
-    url: str, *, name: str = "dynrunner-controller", connect_wait_s: float = 5.0, connect_timeout_s: float = 2.0
+    url: str,
+    *,
+    options: Mapping[str, Any] | None = None,
+    name: str = "dynrunner-controller",
+    connect_wait_s: float = 5.0,
+    connect_timeout_s: float = 2.0,
 ) -> Client:
     """Connect, trying for about `connect_wait_s`; once connected, reconnect forever (the
     controller outlives NATS restarts). Connection events are logged as one line each instead
     of nats-py's tracebacks; the failed attempts of the first connect are not (the error
-    raised names the last one)."""
+    raised names the last one). `options`: credentials and TLS (`nats_auth.client_options`)."""
     client: list[Client] = []
     last_error: list[BaseException] = []
 
@@ -100,20 +105,29 @@ async def connect_nats(
     async def on_reconnect() -> None:
         log.info("nats: reconnected")
 
+    nc = Client()
+    attempts = max(1, int(connect_wait_s / _RECONNECT_WAIT_S))
     try:
-        nc = await nats.connect(
-            servers=[u.strip() for u in url.split(",")],
-            name=name,
-            connect_timeout=connect_timeout_s,
-            allow_reconnect=True,
-            max_reconnect_attempts=max(1, int(connect_wait_s / _RECONNECT_WAIT_S)),
-            reconnect_time_wait=_RECONNECT_WAIT_S,
-            error_cb=on_error,
-            disconnected_cb=on_disconnect,
-            reconnected_cb=on_reconnect,
-        )
+        # nats-py never returns from a connect whose TLS handshake failed verification: bound it.
+        async with asyncio.timeout((attempts + 1) * (connect_timeout_s + _RECONNECT_WAIT_S)):
+            await nc.connect(
+                servers=[u.strip() for u in url.split(",")],
+                name=name,
+                connect_timeout=connect_timeout_s,  # type: ignore[arg-type]  # seconds; nats-py accepts a float
+                allow_reconnect=True,
+                max_reconnect_attempts=attempts,
+                reconnect_time_wait=_RECONNECT_WAIT_S,
+                error_cb=on_error,
+                disconnected_cb=on_disconnect,
+                reconnected_cb=on_reconnect,
+                **(options or {}),
+            )
     except (OSError, nats.errors.Error, TimeoutError) as err:
+        with contextlib.suppress(Exception):
+            await nc.close()  # a refused connect leaves its socket open otherwise
         cause = last_error[0] if last_error else err
+        if isinstance(cause, TimeoutError) and not str(cause):
+            cause = TimeoutError("no connection in the time allowed (a server certificate not trusted?)")
         raise AssignmentLogError(
             f"cannot connect to NATS at {_redacted(url)}: {cause or type(cause).__name__}"
         ) from err
@@ -175,10 +189,11 @@ class AssignmentLog:
         *,
         metrics: Metrics | None = None,
         connect_wait_s: float = 5.0,
+        options: Mapping[str, Any] | None = None,
     ) -> AssignmentLog:
-        """Connect (trying for about `connect_wait_s`) and make sure the stream and one durable
-        consumer per pool exist as configured."""
-        nc = await connect_nats(nats_url, connect_wait_s=connect_wait_s)
+        """Connect (trying for about `connect_wait_s`, with `options`: credentials and TLS) and
+        make sure the stream and one durable consumer per pool exist as configured."""
+        nc = await connect_nats(nats_url, options=options, connect_wait_s=connect_wait_s)
         self = cls(nc, cfg, pools, metrics=metrics)
         try:
             await self.ensure()

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TextIO
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 import nats.errors
@@ -22,6 +23,7 @@ from dynrunner.controller.backends.base import ReportsIsolation
 from dynrunner.controller.config import ConfigError, ControllerConfig, load_config
 from dynrunner.controller.embedded_nats import EmbeddedNatsError, find_nats_server
 from dynrunner.controller.health import parse_address
+from dynrunner.controller.nats_auth import anonymous_options, client_options
 from dynrunner.controller.registration_token import WHERE_TO_GET_ONE
 from dynrunner.proto.gitea import GiteaClient, GiteaError
 from dynrunner.proto.gitea.client import RetryPolicy
@@ -38,7 +40,14 @@ class Report:
     def line(self, ok: bool, what: str, detail: str) -> None:
         if not ok:
             self.failed += 1
-        self.out.write(f"{'OK  ' if ok else 'FAIL'} {what}: {detail}\n")
+        self.write("OK  " if ok else "FAIL", what, detail)
+
+    def warn(self, what: str, detail: str) -> None:
+        """Works, but unsafe: said, not counted as a failure."""
+        self.write("WARN", what, detail)
+
+    def write(self, status: str, what: str, detail: str) -> None:
+        self.out.write(f"{status} {what}: {detail}\n")
         self.out.flush()
 
     def warn(self, what: str, detail: str) -> None:
@@ -69,7 +78,10 @@ async def run_checks(path: Path | None, out: TextIO = sys.stdout) -> int:
     await report.check("sealing key", lambda: _sealing(cfg))
     await report.check("registration token", lambda: _token(cfg))
     await report.check("gitea", lambda: _gitea(cfg))
-    await report.check("nats", lambda: _nats(cfg))
+    warnings: list[str] = []
+    await report.check("nats", lambda: _nats(cfg, warnings))
+    for warning in warnings:
+        report.warn("nats", warning)
     for pool in cfg.pools:
         warnings: list[str] = []
         await report.check(f"pool {pool.name}", lambda pool=pool, w=warnings: _pool(cfg, pool.name, w))  # type: ignore[misc]
@@ -131,15 +143,15 @@ async def _gitea(cfg: ControllerConfig) -> str:
     return f"{cfg.gitea.url} answers; credential mode {cfg.gitea.credential_mode}"
 
 
-async def _nats(cfg: ControllerConfig) -> str:
+async def _nats(cfg: ControllerConfig, warnings: list[str]) -> str:
     if cfg.nats.url is None:
         try:
             binary = find_nats_server()
         except EmbeddedNatsError as err:
             raise RuntimeError(str(err)) from None
-        return f"embedded server {binary}, store {cfg.nats.data_dir}"
+        return f"embedded server {binary}, store {cfg.nats.data_dir}, clients need its generated credentials"
     try:
-        nc = await connect_nats(cfg.nats.url, name="dynrunner-check")
+        nc = await connect_nats(cfg.nats.url, options=client_options(cfg.nats), name="dynrunner-check")
     except AssignmentLogError as err:
         raise RuntimeError(str(err)) from None
     try:
@@ -148,9 +160,33 @@ async def _nats(cfg: ControllerConfig) -> str:
             info = await js.account_info()
         except (nats.errors.Error, nats.js.errors.Error) as err:
             raise RuntimeError(f"{cfg.nats.display_url} is reachable but JetStream is not enabled: {err}") from None
-        return f"{cfg.nats.display_url} with JetStream ({info.streams} streams)"
+        detail = f"{cfg.nats.display_url} with JetStream ({info.streams} streams)"
     finally:
         await nc.close()
+    if await _accepts_anonymous(cfg):
+        warnings.append(
+            f"{cfg.nats.display_url} accepts clients without credentials: anyone who can reach it can delete or "
+            "withhold assignments and read which tasks run (forged ones are refused); require authentication "
+            "(see docs/security.md#nats)",
+        )
+    return detail
+
+
+async def _accepts_anonymous(cfg: ControllerConfig) -> bool:
+    assert cfg.nats.url is not None
+    url = ",".join(_without_userinfo(one.strip()) for one in cfg.nats.url.split(","))
+    try:
+        nc = await connect_nats(url, options=anonymous_options(cfg.nats), name="dynrunner-check", connect_wait_s=1)
+    except AssignmentLogError:
+        return False
+    await nc.close()
+    return True
+
+
+def _without_userinfo(url: str) -> str:
+    parts = urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=host))
 
 
 async def _pool(cfg: ControllerConfig, name: str, warnings: list[str]) -> str:

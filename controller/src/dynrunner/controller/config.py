@@ -144,8 +144,47 @@ class GiteaConfig(_Model):
         return self._token.get_secret_value()
 
 
+class NatsTlsConfig(_Model):
+    """TLS to an external NATS: the CA that signs its certificate, and a client certificate."""
+
+    ca_file: ConfigPath | None = None
+    cert_file: ConfigPath | None = None
+    key_file: ConfigPath | None = None
+
+    @model_validator(mode="after")
+    def _check_files(self) -> NatsTlsConfig:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("certFile and keyFile go together (the client certificate and its private key)")
+        for name, path in (("caFile", self.ca_file), ("certFile", self.cert_file), ("keyFile", self.key_file)):
+            if path is not None and not os.access(path, os.R_OK):
+                raise ValueError(f"{name} {path} cannot be read")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return any(p is not None for p in (self.ca_file, self.cert_file, self.key_file))
+
+
+def _read_secret(what: str, path: Path) -> SecretStr:
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except OSError as err:
+        raise ValueError(f"{what} {path} cannot be read: {err.strerror or err}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{what} {path} is not UTF-8 text") from None
+    if not text:
+        raise ValueError(f"{what} {path} is empty")
+    return SecretStr(text)
+
+
 class NatsConfig(_Model):
     url: str | None = Field(default=None, repr=False)
+    user: str | None = None
+    password_file: ConfigPath | None = None
+    token_file: ConfigPath | None = None
+    creds_file: ConfigPath | None = None
+    nkey_seed_file: ConfigPath | None = None
+    tls: NatsTlsConfig = Field(default_factory=NatsTlsConfig)
     stream: str = Field(default="DYNRUNNER_ASSIGNMENTS", pattern=STREAM_NAME_RE.pattern)
     subject_prefix: str = Field(default="dynrunner.assignments", pattern=r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
     registrations_bucket: str = Field(default="DYNRUNNER_REGISTRATIONS", pattern=STREAM_NAME_RE.pattern)
@@ -158,6 +197,9 @@ class NatsConfig(_Model):
     publish_timeout_s: float = Field(default=30.0, gt=0, le=600)
     data_dir: ConfigPath | None = None
 
+    _password: SecretStr | None = PrivateAttr(default=None)
+    _token: SecretStr | None = PrivateAttr(default=None)
+
     @field_validator("url")
     @classmethod
     def _check_url(cls, value: str | None) -> str | None:
@@ -168,6 +210,44 @@ class NatsConfig(_Model):
             if parts.scheme not in ("nats", "tls", "ws", "wss") or not parts.hostname:
                 raise ValueError("must be nats://host:port (or tls://, ws://, wss://; several separated by commas)")
         return value
+
+    @model_validator(mode="after")
+    def _read_credentials(self) -> NatsConfig:
+        """One way to authenticate, secrets from files (read once, at start)."""
+        ways = [
+            name
+            for name, given in (
+                ("user/passwordFile", self.user is not None or self.password_file is not None),
+                ("tokenFile", self.token_file is not None),
+                ("credsFile", self.creds_file is not None),
+                ("nkeySeedFile", self.nkey_seed_file is not None),
+            )
+            if given
+        ]
+        if (ways or self.tls.enabled) and self.url is None:
+            raise ValueError(
+                "credentials and tls are for an external NATS (url); the embedded server makes its own credentials"
+            )
+        if len(ways) > 1:
+            raise ValueError(f"set one way to authenticate to NATS, not {' and '.join(ways)}")
+        if ways and self.url is not None and any(urlsplit(u.strip()).username for u in self.url.split(",")):
+            raise ValueError(f"the url carries user:password@ and {ways[0]} is set too; use one")
+        if (self.user is None) != (self.password_file is None):
+            raise ValueError("user and passwordFile go together")
+        if self.password_file is not None:
+            self._password = _read_secret("passwordFile", self.password_file)
+        if self.token_file is not None:
+            self._token = _read_secret("tokenFile", self.token_file)
+        for name, path in (("credsFile", self.creds_file), ("nkeySeedFile", self.nkey_seed_file)):
+            if path is not None and not os.access(path, os.R_OK):
+                raise ValueError(f"{name} {path} cannot be read")
+        return self
+
+    def password(self) -> str | None:
+        return None if self._password is None else self._password.get_secret_value()
+
+    def token(self) -> str | None:
+        return None if self._token is None else self._token.get_secret_value()
 
     @property
     def display_url(self) -> str:

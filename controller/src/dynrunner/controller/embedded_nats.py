@@ -7,6 +7,11 @@ registrations again. The controller holds an exclusive lock on `data_dir` while 
 runs (two servers on one store would corrupt it), and stops a server left behind by a
 controller that was killed before it could stop it.
 
+Clients must authenticate: at every start the controller makes a new user and password,
+keeps them in `client-credentials.json` (mode 0600) in `data_dir` (mode 0700), and gives them
+to the server in its configuration file (mode 0600) — never on its command line, which
+every local user can read in /proc.
+
 The server is supervised: if it exits (killed, crashed, OOM), it is started again on the
 same port and store, with backoff, so the controller's NATS client reconnects and finds its
 assignments and registrations again. `running` says whether it is up (the controller's
@@ -21,6 +26,7 @@ import fcntl
 import json
 import logging
 import os
+import secrets
 import shutil
 import signal
 import sys
@@ -64,6 +70,16 @@ def _exists(pid: int) -> bool:
     return os.path.exists(f"/proc/{pid}")
 
 
+def _write_private(path: Path, text: str) -> None:
+    """Replace `path` with `text`, readable by this user only from the first byte on."""
+    partial = path.with_name(path.name + ".new")
+    partial.unlink(missing_ok=True)
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+    partial.replace(path)
+
+
 def _conf_string(value: str) -> str:
     return json.dumps(value)  # nats-server's config format reads JSON string literals
 
@@ -89,6 +105,7 @@ class EmbeddedNats:
         self._binary = binary
         self._proc: asyncio.subprocess.Process | None = None
         self._lock: IO[str] | None = None
+        self._user = self._password = ""
         self._port = -1
         """The client port: chosen by the server at the first start, kept at every restart."""
         self._watcher: asyncio.Task[None] | None = None
@@ -118,16 +135,26 @@ class EmbeddedNats:
         """Started and ready (JetStream healthy), and not exited since."""
         return self._ready and self._proc is not None and self._proc.returncode is None
 
+    @property
+    def credentials_file(self) -> Path:
+        return self.data_dir / "client-credentials.json"
+
     def client_options(self) -> dict[str, Any]:
         """What a NATS client needs besides the URL to connect (nats-py keyword arguments)."""
-        return {}
+        return {"user": self._user, "password": self._password}
+
+    def _make_credentials(self) -> None:
+        self._user, self._password = "dynrunner", secrets.token_urlsafe(32)
+        _write_private(self.credentials_file, json.dumps({"user": self._user, "password": self._password}) + "\n")
 
     async def start(self) -> None:
         binary = self._binary or find_nats_server()
         self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.data_dir.chmod(0o700)
         self._acquire_lock()
         self._stopping = False
         try:
+            self._make_credentials()
             await self._spawn(binary)
         except BaseException:
             await self.stop()
@@ -267,10 +294,11 @@ class EmbeddedNats:
                 f"ports_file_dir: {_conf_string(str(self._ports_dir))}",
                 'server_name: "dynrunner-embedded"',
                 f"jetstream {{ store_dir: {_conf_string(str(self.data_dir))} }}",
+                f"authorization {{ user: {_conf_string(self._user)}, password: {_conf_string(self._password)} }}",
                 "",
             ]
         )
-        self._conf.write_text(conf)
+        _write_private(self._conf, conf)
 
     async def _wait_ready(self) -> None:
         assert self._proc is not None

@@ -46,6 +46,7 @@ async def test_check_reports_each_part(gitea: GiteaDouble, nats_url: str, tmp_pa
         "OK   registration token",
         "OK   gitea",
         "OK   nats",
+        "WARN nats",  # the test server admits anyone
         "OK   pool local",
     ]
     assert "with JetStream" in lines[4]

@@ -6,18 +6,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import nats
 import pytest
 
 from dynrunner.controller import embedded_nats
-from dynrunner.controller.assignments import AssignmentLog
+from dynrunner.controller.assignments import AssignmentLog, AssignmentLogError, connect_nats
 from dynrunner.controller.config import NatsConfig
 from dynrunner.controller.embedded_nats import EmbeddedNats, EmbeddedNatsError, find_nats_server
 from dynrunner.controller.registrations_store import RegistrationStore
@@ -33,6 +36,10 @@ def alive(pid: int) -> bool:
     return Path(f"/proc/{pid}").exists()
 
 
+def cmdline(pid: int) -> bytes:
+    return Path(f"/proc/{pid}/cmdline").read_bytes()
+
+
 def port_open(url: str) -> bool:
     host, port = url.removeprefix("nats://").rsplit(":", 1)
     with socket.socket() as s:
@@ -44,7 +51,7 @@ async def test_serves_jetstream_on_loopback_and_stops_cleanly(tmp_path: Path) ->
     async with EmbeddedNats(data) as server:
         assert server.url.startswith("nats://127.0.0.1:") and server.monitor_url.startswith("http://127.0.0.1:")
         assert server.running
-        log = await AssignmentLog.connect(server.url, CFG, ["pod"])
+        log = await AssignmentLog.connect(server.url, CFG, ["pod"], options=server.client_options())
         try:
             big = make_assignment().replace(task=Task(id=1, workflow_payload=os.urandom(2 * 1024 * 1024)))
             assert await log.publish(Sealer(bytes(32)).seal_assignment(big)) == 1  # above NATS' 1 MiB default
@@ -60,13 +67,13 @@ async def test_data_survives_a_controller_restart(tmp_path: Path) -> None:
     sealer = Sealer(bytes(32))
     a = make_assignment()
     async with EmbeddedNats(tmp_path) as first:
-        log = await AssignmentLog.connect(first.url, CFG, ["pod"])
+        log = await AssignmentLog.connect(first.url, CFG, ["pod"], options=first.client_options())
         await log.publish(sealer.seal_assignment(a))
         store = await RegistrationStore.open(log, sealer)
         await store.put("pod", registration())
         await log.close()
     async with EmbeddedNats(tmp_path) as second:
-        log = await AssignmentLog.connect(second.url, CFG, ["pod"])
+        log = await AssignmentLog.connect(second.url, CFG, ["pod"], options=second.client_options())
         try:
             assert await log.pending("pod") == 1
             async with contextlib.aclosing(log.deliveries("pod")) as it:
@@ -112,7 +119,7 @@ async def test_server_left_by_a_killed_controller_is_replaced(tmp_path: Path) ->
     async with EmbeddedNats(tmp_path) as server:
         assert not alive(orphan_pid)
         assert int((tmp_path / "nats-server.pid").read_text()) != orphan_pid
-        log = await AssignmentLog.connect(server.url, CFG, ["pod"])
+        log = await AssignmentLog.connect(server.url, CFG, ["pod"], options=server.client_options())
         await log.close()
 
 
@@ -148,7 +155,7 @@ async def test_a_killed_server_is_started_again_on_the_same_port_and_store(tmp_p
     sealer = Sealer(bytes(32))
     a = make_assignment()
     async with EmbeddedNats(tmp_path) as server:
-        log = await AssignmentLog.connect(server.url, CFG, ["pod"])
+        log = await AssignmentLog.connect(server.url, CFG, ["pod"], options=server.client_options())
         try:
             await log.publish(sealer.seal_assignment(a))
             url = server.url
@@ -168,3 +175,25 @@ async def test_a_killed_server_is_started_again_on_the_same_port_and_store(tmp_p
         finally:
             await log.close()
     assert not server.running and not port_open(url)
+
+
+async def test_clients_need_the_generated_credentials_which_no_other_user_can_read(tmp_path: Path) -> None:
+    """The server accepts only the credentials made at this start; they are in files of mode
+    0600 in a 0700 directory and not on the server's command line (world-readable in /proc)."""
+    data = tmp_path / "nats"
+    async with EmbeddedNats(data) as server:
+        options = server.client_options()
+        with pytest.raises(AssignmentLogError, match="Authorization Violation"):
+            await connect_nats(server.url, connect_wait_s=1)
+        with pytest.raises(AssignmentLogError, match="Authorization Violation"):
+            await connect_nats(server.url, options={**options, "password": "guess"}, connect_wait_s=1)
+        nc = await nats.connect(server.url, **options)
+        await nc.close()
+        assert json.loads(server.credentials_file.read_text()) == options
+        for path in (server.credentials_file, data / "nats-server.conf"):
+            assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+        assert stat.S_IMODE(data.stat().st_mode) == 0o700
+        pid = int((data / "nats-server.pid").read_text())
+        assert options["password"].encode() not in cmdline(pid)
+    async with EmbeddedNats(data) as again:  # new credentials at every start
+        assert again.client_options()["password"] != options["password"]
