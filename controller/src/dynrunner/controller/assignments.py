@@ -37,10 +37,12 @@ from nats.js.api import (
     ConsumerConfig,
     DeliverPolicy,
     DiscardPolicy,
+    KeyValueConfig,
     RetentionPolicy,
     StorageType,
     StreamConfig,
 )
+from nats.js.kv import KeyValue
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_before_delay, wait_exponential_jitter
 
 from dynrunner.controller.config import NatsConfig
@@ -55,7 +57,7 @@ from dynrunner.proto.assignment import (
     encode_sealed,
 )
 
-__all__ = ["AssignmentLog", "AssignmentLogError", "Delivery", "PublishError", "connect_nats"]
+__all__ = ["AssignmentLog", "AssignmentLogError", "Delivery", "PublishError", "connect_nats", "open_bucket"]
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +137,16 @@ async def connect_nats(
     nc.options["max_reconnect_attempts"] = -1
     client.append(nc)
     return nc
+
+
+async def open_bucket(js: JetStreamContext, config: KeyValueConfig) -> KeyValue:
+    """The key-value bucket `config.bucket`, created as configured if it does not exist."""
+    try:
+        return await js.key_value(config.bucket)
+    except nats.js.errors.BucketNotFoundError:
+        kv = await js.create_key_value(config)
+        log.info("created key-value bucket %s", config.bucket)
+        return kv
 
 
 def _redacted(url: str) -> str:

@@ -30,6 +30,8 @@ from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
+from dynrunner.controller.assignments import open_bucket
+
 __all__ = ["RECORD_TTL", "LaunchRecord", "Launched", "LaunchedRecord", "Verdict"]
 
 log = logging.getLogger(__name__)
@@ -87,20 +89,17 @@ class LaunchedRecord:
 
     @classmethod
     async def open(cls, js: JetStreamContext, bucket: str, *, replicas: int = 1) -> LaunchedRecord:
-        try:
-            kv = await js.key_value(bucket)
-        except nats.js.errors.BucketNotFoundError:
-            kv = await js.create_key_value(
-                KeyValueConfig(
-                    bucket=bucket,
-                    description="dynrunner: assignments launched (replays of them are refused)",
-                    history=1,
-                    ttl=RECORD_TTL.total_seconds(),
-                    storage=StorageType.FILE,
-                    replicas=replicas,
-                )
-            )
-            log.info("created key-value bucket %s", bucket)
+        kv = await open_bucket(
+            js,
+            KeyValueConfig(
+                bucket=bucket,
+                description="dynrunner: assignments launched (replays of them are refused)",
+                history=1,
+                ttl=RECORD_TTL.total_seconds(),
+                storage=StorageType.FILE,
+                replicas=replicas,
+            ),
+        )
         return cls(kv, bucket)
 
     async def begin(self, assignment_id: str, stream_seq: int) -> tuple[Verdict, Launched | None]:

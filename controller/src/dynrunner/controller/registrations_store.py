@@ -20,7 +20,7 @@ from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
-from dynrunner.controller.assignments import AssignmentLog
+from dynrunner.controller.assignments import AssignmentLog, open_bucket
 from dynrunner.controller.sealing import Sealer, SealingError
 from dynrunner.proto.assignment import Sealed
 
@@ -113,19 +113,16 @@ class RegistrationStore:
         else:
             js = js_or_log
         bucket = bucket or DEFAULT_BUCKET
-        try:
-            kv = await js.key_value(bucket)
-        except nats.js.errors.BucketNotFoundError:
-            kv = await js.create_key_value(
-                KeyValueConfig(
-                    bucket=bucket,
-                    description="dynrunner: each pool's armed runner registration (sealed)",
-                    history=1,
-                    storage=StorageType.FILE,
-                    replicas=replicas or 1,
-                )
-            )
-            log.info("created key-value bucket %s", bucket)
+        kv = await open_bucket(
+            js,
+            KeyValueConfig(
+                bucket=bucket,
+                description="dynrunner: each pool's armed runner registration (sealed)",
+                history=1,
+                storage=StorageType.FILE,
+                replicas=replicas or 1,
+            ),
+        )
         return cls(kv, sealer, bucket, connected)
 
     async def get(self, pool: str) -> ArmedRegistration | None:

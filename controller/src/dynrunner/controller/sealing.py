@@ -136,13 +136,17 @@ class Sealer:
         nonce = secrets.token_bytes(NONCE_BYTES)
         return Sealed(key_id=self._key_id, nonce=nonce, ciphertext=self._seal_with.encrypt(nonce, data, aad.encode()))
 
-    def unseal(self, aad: str, sealed: Sealed) -> bytes:
-        aead = self._open_with.get(sealed.key_id)
+    def _opener(self, key_id: str, what: str = "") -> AESGCM:
+        aead = self._open_with.get(key_id)
         if aead is None:
             raise SealingError(
-                f"sealed with key {sealed.key_id!r}, which this controller does not hold "
+                f"{what}sealed with key {key_id!r}, which this controller does not hold "
                 f"(current key {self._key_id!r}); list the old key file under sealing.retiredKeyFiles"
             )
+        return aead
+
+    def unseal(self, aad: str, sealed: Sealed) -> bytes:
+        aead = self._opener(sealed.key_id)
         if len(sealed.nonce) != NONCE_BYTES:
             raise SealingError(f"sealed value has a {len(sealed.nonce)}-byte nonce, expected {NONCE_BYTES}")
         try:
@@ -166,12 +170,7 @@ class Sealer:
         if it does not authenticate or its header does not match its content; SealingError
         if the key it names is not held here."""
         header = sealed.header
-        aead = self._open_with.get(header.key_id)
-        if aead is None:
-            raise SealingError(
-                f"assignment {header.assignment_id} is sealed with key {header.key_id!r}, which this controller "
-                f"does not hold (current key {self._key_id!r}); list the old key file under sealing.retiredKeyFiles"
-            )
+        aead = self._opener(header.key_id, f"assignment {header.assignment_id} is ")
         if len(sealed.nonce) != NONCE_BYTES:
             raise ForgedAssignment(f"assignment {header.assignment_id} has a {len(sealed.nonce)}-byte nonce")
         try:
