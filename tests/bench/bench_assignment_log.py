@@ -28,6 +28,7 @@ from pathlib import Path
 from dynrunner.controller.assignments import AssignmentLog
 from dynrunner.controller.config import NatsConfig
 from dynrunner.controller.embedded_nats import EmbeddedNats
+from dynrunner.controller.launched import LaunchedRecord
 from dynrunner.controller.registrations_store import ArmedRegistration, RegistrationStore
 from dynrunner.controller.sealing import Sealer
 from dynrunner.proto.assignment import Assignment, ClaimingRunner, encode, encode_sealed
@@ -120,6 +121,16 @@ async def run(n: int) -> None:
                     await store.put("pod", reg)
                     await store.get("pod")
                 line("registration store put + get", n // 4, time.perf_counter() - started)
+
+                record = await LaunchedRecord.open(log.js, cfg.launched_bucket)
+                lat = []
+                started = time.perf_counter()
+                for i in range(n // 4):
+                    t = time.perf_counter()
+                    await record.begin(f"a-{i}", i)
+                    await record.done(f"a-{i}", i)
+                    lat.append(time.perf_counter() - t)
+                line("launch record begin + done (per job)", n // 4, time.perf_counter() - started, lat)
             finally:
                 await log.close()
 
