@@ -36,7 +36,7 @@ from dynrunner.controller.registrations import Registrations
 from dynrunner.controller.registrations_store import RegistrationStore
 from dynrunner.controller.sealing import Sealer
 from dynrunner.doubles.gitea import GiteaDouble
-from dynrunner.proto.assignment import Assignment
+from dynrunner.proto.assignment import Assignment, SealedAssignment
 from dynrunner.proto.gitea import LogRow, Result, RunnerCredentials, TaskState
 from tests.fixtures.gitea_inprocess import InProcessGitea
 from tests.fixtures.kv_memory import MemoryKeyValue
@@ -73,11 +73,12 @@ class ExecutorAndReaper:
         self._soak = soak
         self._jobs: set[asyncio.Task[None]] = set()
 
-    async def publish(self, sealed_assignment: Assignment) -> int:
+    async def publish(self, sealed_assignment: SealedAssignment) -> int:
         loop = asyncio.get_running_loop()
-        run_id = str(sealed_assignment.task.context_get("run_id"))
+        assignment = self._sealer.unseal_assignment(sealed_assignment)
+        run_id = str(assignment.task.context_get("run_id"))
         self._soak.pickups.append(loop.time() - self._soak.submitted[run_id])
-        job = asyncio.create_task(self._run(self._sealer.unseal_assignment(sealed_assignment)))
+        job = asyncio.create_task(self._run(assignment))
         self._jobs.add(job)
         job.add_done_callback(self._jobs.discard)
         return len(self._soak.pickups)
