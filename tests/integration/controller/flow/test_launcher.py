@@ -226,9 +226,11 @@ class Recording(DelegatingBackend):
         super().__init__(inner)
         self.created: list[Assignment] = []
 
-    async def create(self, assignment: Assignment, before_start: BeforeStart) -> Environment:
+    async def create(
+        self, assignment: Assignment, before_start: BeforeStart, *, stream_seq: int | None = None
+    ) -> Environment:
         self.created.append(assignment)
-        return await self.inner.create(assignment, before_start)
+        return await self.inner.create(assignment, before_start, stream_seq=stream_seq)
 
 
 def tampered(sealed: SealedAssignment) -> SealedAssignment:

@@ -26,7 +26,7 @@ from dynrunner.controller.registrations_store import RegistrationStore
 from dynrunner.controller.sealing import Sealer
 from dynrunner.controller.stagelog import ClaimedLines
 from dynrunner.doubles.gitea import GiteaDouble
-from dynrunner.proto.assignment import Assignment
+from dynrunner.proto.assignment import SealedAssignment
 from tests.fixtures.gitea_inprocess import InProcessGitea
 from tests.fixtures.kv_memory import MemoryKeyValue
 
@@ -79,9 +79,9 @@ class TimedGitea(InProcessGitea):
 class Recorder:
     def __init__(self, caplog: pytest.LogCaptureFixture) -> None:
         self._caplog = caplog
-        self.published: list[tuple[float, Assignment, list[str]]] = []
+        self.published: list[tuple[float, SealedAssignment, list[str]]] = []
 
-    async def publish(self, sealed_assignment: Assignment) -> int:
+    async def publish(self, sealed_assignment: SealedAssignment) -> int:
         seen = [r.getMessage() for r in self._caplog.records]
         self.published.append((asyncio.get_running_loop().time(), sealed_assignment, seen))
         return len(self.published)
@@ -101,12 +101,13 @@ async def test_a_claim_is_published_before_the_store_answers(tmp_path: Path, cap
         registration_token=double.registration_token,
     )
     publisher = Recorder(caplog)
+    sealer = Sealer(secrets.token_bytes(32))
     claimer = Claimer(
         ClaimSettings(pool="local", backend="local", gitea_url=double.url, fetch_interval_s=0.01),
         registrations=regs,
         capacity=Capacity("local", 2),
         publisher=publisher,
-        sealer=Sealer(secrets.token_bytes(32)),
+        sealer=sealer,
         metrics=Metrics(),
         claimed_lines=ClaimedLines(),
     )
@@ -120,7 +121,8 @@ async def test_a_claim_is_published_before_the_store_answers(tmp_path: Path, cap
                 break
             await asyncio.sleep(0.01)
         assert publisher.published, "the claim was not published while the store did not answer"
-        published_at, assignment, logged = publisher.published[0]
+        published_at, sealed, logged = publisher.published[0]
+        assignment = sealer.unseal_assignment(sealed)
         assert gitea.claimed_at is not None
         assert published_at - gitea.claimed_at < 0.5
         assert assignment.task.context_get("run_id") == str(run.id)
