@@ -43,16 +43,11 @@ class Report:
         self.write("OK  " if ok else "FAIL", what, detail)
 
     def warn(self, what: str, detail: str) -> None:
-        """Works, but unsafe: said, not counted as a failure."""
+        """Works, but not as safely as a user would expect (not a failure)."""
         self.write("WARN", what, detail)
 
     def write(self, status: str, what: str, detail: str) -> None:
         self.out.write(f"{status} {what}: {detail}\n")
-        self.out.flush()
-
-    def warn(self, what: str, detail: str) -> None:
-        """Works, but not as safely as a user would expect (not a failure)."""
-        self.out.write(f"WARN {what}: {detail}\n")
         self.out.flush()
 
     async def check(self, what: str, probe: Callable[[], Awaitable[str]]) -> None:
@@ -78,9 +73,9 @@ async def run_checks(path: Path | None, out: TextIO = sys.stdout) -> int:
     await report.check("sealing key", lambda: _sealing(cfg))
     await report.check("registration token", lambda: _token(cfg))
     await report.check("gitea", lambda: _gitea(cfg))
-    warnings: list[str] = []
-    await report.check("nats", lambda: _nats(cfg, warnings))
-    for warning in warnings:
+    nats_warnings: list[str] = []
+    await report.check("nats", lambda: _nats(cfg, nats_warnings))
+    for warning in nats_warnings:
         report.warn("nats", warning)
     for pool in cfg.pools:
         warnings: list[str] = []

@@ -50,7 +50,7 @@ async def test_check_reports_each_part(gitea: GiteaDouble, nats_url: str, tmp_pa
         "OK   pool local",
     ]
     assert "with JetStream" in lines[4]
-    assert "processes contained by " in lines[5]
+    assert "processes contained by " in lines[6]
     # check changes nothing: no runner was registered
     assert gitea.runners() == []
 
