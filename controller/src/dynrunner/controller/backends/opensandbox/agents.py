@@ -1,0 +1,132 @@
+"""The SPIRE agents of a pool's microVMs: a one-time join token per VM, and the agent removed
+with its VM (docs/opensandbox.md, "Identity").
+
+Each token is minted with an *alias* (`CreateJoinToken`'s `agent_id`): the SPIRE server then
+makes an entry that gives whichever agent attests with the token a second SPIFFE ID, the
+job's `builders.agent_alias` — known before the VM boots, derived from the assignment id. The
+job's entry is parented on the alias, so it never names the token: the token exists only in
+the controller's memory for a moment, in the SPIRE server, and in the VM until its agent has
+attested (the entrypoint deletes it then; SPIRE accepts a token once). A controller that
+restarts needs no token it minted before: it finds the agent through the alias entry (whose
+parent is the agent's join-token ID) when the VM goes.
+
+The controller reaches the server's admin API through its admin socket or with mTLS and an
+admin X509-SVID from files (rotated by whatever keeps them fresh, e.g. spiffe-helper: the
+channel is made again when a file changes).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from dynrunner.controller.backends.opensandbox.config import SpireServerConfig
+from dynrunner.proto.spire import SpireServerClient, SpireServerError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Agents", "JoinGrant", "SpireServerError"]
+
+
+@dataclass(frozen=True, slots=True)
+class JoinGrant:
+    """What one VM needs to join: the token and the trust bundle to verify the server with."""
+
+    token: str = field(repr=False)
+    bundle_pem: bytes = field(default=b"", repr=False)
+
+
+class Agents:
+    def __init__(self, config: SpireServerConfig) -> None:
+        self._config = config
+        self._channel: grpc.aio.Channel | None = None
+        self._client: SpireServerClient | None = None
+        self._files_seen: tuple[float, ...] = ()
+        self.requests = 0
+        """RPCs sent on channels already closed (the current client counts its own)."""
+
+    @property
+    def target(self) -> str:
+        if self._config.socket_path is not None:
+            return f"unix:{self._config.socket_path}"
+        return self._config.address
+
+    def _files(self) -> list[Path]:
+        return [p for p in (self._config.cert_file, self._config.key_file, self._config.bundle_file) if p is not None]
+
+    def _stamp(self) -> tuple[float, ...]:
+        stamp = []
+        for path in self._files():
+            try:
+                stamp.append(os.stat(path).st_mtime)
+            except OSError:
+                stamp.append(-1.0)
+        return tuple(stamp)
+
+    async def client(self) -> SpireServerClient:
+        """The client on a channel made with the current credential files."""
+        stamp = self._stamp()
+        if self._client is not None and stamp == self._files_seen:
+            return self._client
+        await self.aclose()
+        cfg = self._config
+        if cfg.socket_path is not None:
+            channel = grpc.aio.insecure_channel(f"unix:{cfg.socket_path}")
+        else:
+            assert cfg.cert_file and cfg.key_file and cfg.bundle_file, "SpireServerConfig checks them"
+            try:
+                credentials = grpc.ssl_channel_credentials(
+                    root_certificates=cfg.bundle_file.read_bytes(),
+                    private_key=cfg.key_file.read_bytes(),
+                    certificate_chain=cfg.cert_file.read_bytes(),
+                )
+            except OSError as err:
+                raise SpireServerError("UNAVAILABLE", f"the admin X509-SVID cannot be read: {err}", "connect") from None
+            options = [("grpc.ssl_target_name_override", cfg.server_name)] if cfg.server_name else []
+            channel = grpc.aio.secure_channel(cfg.address, credentials, options=options)
+        self._channel = channel
+        self._client = SpireServerClient(channel, timeout_s=cfg.request_timeout_s)
+        self._files_seen = stamp
+        return self._client
+
+    @property
+    def sent(self) -> int:
+        return self.requests + (self._client.requests if self._client is not None else 0)
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            self.requests += self._client.requests
+        if self._channel is not None:
+            await self._channel.close()
+        self._channel, self._client = None, None
+
+    async def grant(self, alias: str) -> JoinGrant:
+        """A new join token whose agent gets the SPIFFE ID `alias` too."""
+        client = await self.client()
+        token = await client.create_join_token(self._config.join_token_ttl_s, agent_id=alias)
+        bundle = b""
+        if self._config.bundle_file is not None:
+            try:
+                bundle = self._config.bundle_file.read_bytes()
+            except OSError as err:
+                log.warning(
+                    "the trust bundle %s cannot be read (%s); VMs use their image's", self._config.bundle_file, err
+                )
+        return JoinGrant(token.value, bundle)
+
+    async def remove(self, alias: str) -> list[str]:
+        """Delete every agent that joined under `alias`, and the alias entries (of tokens
+        used or not); returns the agents deleted."""
+        client = await self.client()
+        aliases = await client.entries_with_spiffe_id(alias)
+        agents = [entry.parent_id for entry in aliases if "/spire/agent/join_token/" in entry.parent_id]
+        deleted = [agent for agent in agents if await client.delete_agent(agent)]
+        await client.delete_entries([entry.id for entry in aliases])
+        return deleted
+
+    async def probe(self) -> None:
+        await (await self.client()).probe()

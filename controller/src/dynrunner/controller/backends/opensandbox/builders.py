@@ -1,0 +1,218 @@
+"""One job's sandbox as pure functions of (assignment, pool settings): its create request, its
+metadata (the `dynrunner.io/*` labels spelled as OpenSandbox metadata), its expiry, and the
+files delivered into it.
+
+Metadata keys are plain DNS labels (`dynrunner-assignment-id`): OpenSandbox takes Kubernetes
+label keys, but its microVM templates (fsb) only plain ones. Beside the contract's labels a
+sandbox carries its job's deadline (`dynrunner-deadline`, Unix seconds) and how far the
+handover went (`dynrunner-stage`): `created` (the sandbox exists, nothing is in it yet),
+`staged` (the delivery waits in it, the executor has not started), `delivered` (the
+entrypoint has it: the executor runs or ran). Nothing secret is in metadata or env.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+
+from dynrunner.controller import contract
+from dynrunner.controller.backends.opensandbox.config import NetworkPolicy, OpenSandboxBackendConfig
+from dynrunner.controller.config import ControllerConfig, PoolConfig
+from dynrunner.proto.assignment import Assignment, IdentityWait
+
+METADATA_PREFIX = "dynrunner-"
+KEY_STAGE = "dynrunner-stage"
+KEY_DEADLINE = "dynrunner-deadline"
+STAGE_CREATED = "created"
+STAGE_STAGED = "staged"
+STAGE_DELIVERED = "delivered"
+STAGES = (STAGE_CREATED, STAGE_STAGED, STAGE_DELIVERED)
+
+DELIVERY_DIR = "/run/dynrunner/delivery"
+"""Where the VM's entrypoint waits for its job (vm/README.md, "The contract")."""
+PARTIAL_DIR = DELIVERY_DIR + ".partial"
+ASSIGNMENT_FILE = "assignment.pb"
+TOKEN_FILE = "join-token"
+BUNDLE_FILE = "bundle.pem"
+FILE_MODE = 600
+"""execd's `mode` is octal digits as a decimal number."""
+
+MIN_TIMEOUT_S = 60
+"""The shortest timeout opensandbox-server accepts."""
+AGENT_ALIAS_PATH = "/spire/agent/dynrunner"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class VmSettings:
+    """What the builders need of the configuration, derived once per pool."""
+
+    pool: str
+    backend: OpenSandboxBackendConfig
+    trust_domain: str
+    svid_timeout_s: int = 120
+    svid_ttl_s: int = 900
+    class_name: str = ""
+    join_token_ttl_s: int = 900
+
+    @classmethod
+    def from_config(cls, pool: PoolConfig, config: ControllerConfig) -> VmSettings:
+        assert isinstance(pool.backend, OpenSandboxBackendConfig)
+        ident = config.identity
+        return cls(
+            pool=pool.name,
+            backend=pool.backend,
+            trust_domain=ident.trust_domain,
+            svid_timeout_s=ident.svid_timeout_s,
+            svid_ttl_s=ident.svid_ttl_s,
+            class_name=ident.class_name,
+            join_token_ttl_s=ident.spire_server.join_token_ttl_s if ident.spire_server else 900,
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SandboxRequest:
+    """What `api.OpenSandboxApi.create` sends (the SDK's create arguments, ours to test)."""
+
+    metadata: Mapping[str, str]
+    timeout_s: int
+    image: str = ""
+    template_id: str = ""
+    entrypoint: tuple[str, ...] = ()
+    env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    resources: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    resource_requests: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    network_policy: NetworkPolicy | None = None
+    extensions: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+# -- metadata -------------------------------------------------------------------------------------
+
+
+def metadata_key(label: str) -> str:
+    """`dynrunner.io/assignment-id` → `dynrunner-assignment-id`."""
+    assert label.startswith(contract.LABEL_PREFIX), label
+    return METADATA_PREFIX + label.removeprefix(contract.LABEL_PREFIX)
+
+
+def sandbox_metadata(assignment: Assignment, stream_seq: int | None = None) -> dict[str, str]:
+    """The metadata a job's sandbox is created with (stage `created`)."""
+    metadata = {metadata_key(k): v for k, v in contract.environment_labels(assignment, stream_seq).items()}
+    metadata[KEY_STAGE] = STAGE_CREATED
+    if assignment.deadline is not None:
+        metadata[KEY_DEADLINE] = str(int(assignment.deadline.timestamp()))
+    return metadata
+
+
+def labels_of(metadata: Mapping[str, str]) -> dict[str, str]:
+    """The environment's `dynrunner.io/*` labels back from a sandbox's metadata."""
+    own = (KEY_STAGE, KEY_DEADLINE)
+    return {
+        contract.LABEL_PREFIX + key.removeprefix(METADATA_PREFIX): value
+        for key, value in metadata.items()
+        if key.startswith(METADATA_PREFIX) and key not in own
+    }
+
+
+def is_job_sandbox(metadata: Mapping[str, str], pool: str) -> bool:
+    """Whether a listed sandbox is a job of `pool` (has the labels an Environment needs)."""
+    labels = labels_of(metadata)
+    return (
+        labels.get(contract.LABEL_POOL) == pool
+        and bool(labels.get(contract.LABEL_ASSIGNMENT_ID))
+        and labels.get(contract.LABEL_TASK_ID, "").isdigit()
+    )
+
+
+def stage_of(metadata: Mapping[str, str]) -> str:
+    stage = metadata.get(KEY_STAGE, STAGE_CREATED)
+    return stage if stage in STAGES else STAGE_CREATED
+
+
+def deadline_of(metadata: Mapping[str, str]) -> datetime | None:
+    value = metadata.get(KEY_DEADLINE, "")
+    return datetime.fromtimestamp(int(value), UTC) if value.isdigit() else None
+
+
+# -- expiry ---------------------------------------------------------------------------------------
+
+
+def expires_at(deadline: datetime | None, backend: OpenSandboxBackendConfig, now: datetime) -> datetime:
+    """When the sandbox should expire if nobody renews it: one lease from now, never past the
+    job's deadline plus the grace (`timeoutSeconds`), and at least the server's minimum away."""
+    until = now + timedelta(seconds=backend.lease_s)
+    if deadline is not None:
+        until = min(until, deadline + timedelta(seconds=backend.timeout_s))
+    return max(until, now + timedelta(seconds=MIN_TIMEOUT_S))
+
+
+def renewal_due(expiry: datetime | None, backend: OpenSandboxBackendConfig, now: datetime) -> bool:
+    """Renewed once half a lease has passed (and never when the deadline caps it anyway)."""
+    if expiry is None:
+        return False
+    return expiry - now < timedelta(seconds=backend.lease_s / 2)
+
+
+# -- the sandbox ----------------------------------------------------------------------------------
+
+
+def handed(assignment: Assignment, settings: VmSettings) -> Assignment:
+    """The assignment as the executor in the VM receives it: its workspace in the VM, and
+    waiting for its identity on the in-VM agent's socket when the pool issues one."""
+    backend = settings.backend
+    wait = IdentityWait(
+        enabled=backend.identity,
+        workload_api_socket=backend.workload_api_socket if backend.identity else "",
+        timeout_seconds=settings.svid_timeout_s if backend.identity else 0,
+    )
+    executor = dataclasses.replace(assignment.executor, workspace=backend.workspace, identity=wait)
+    return assignment.replace(executor=executor)
+
+
+def sandbox_env(backend: OpenSandboxBackendConfig) -> dict[str, str]:
+    """The entrypoint's environment (vm/README.md): where the agent serves the Workload API,
+    and how long to wait for the delivery (a VM nobody delivers to expires within a lease)."""
+    return {
+        **backend.env,
+        "SPIFFE_AGENT_SOCKET": backend.workload_api_socket,
+        "DYNRUNNER_DELIVERY_TIMEOUT_SECONDS": str(max(backend.lease_s, backend.start_timeout_s)),
+    }
+
+
+def sandbox_request(
+    assignment: Assignment, settings: VmSettings, *, now: datetime, stream_seq: int | None = None
+) -> SandboxRequest:
+    backend = settings.backend
+    timeout = expires_at(assignment.deadline, backend, now) - now
+    common = {
+        "metadata": sandbox_metadata(assignment, stream_seq),
+        "timeout_s": max(MIN_TIMEOUT_S, int(timeout.total_seconds())),
+        "network_policy": backend.network_policy,
+        "extensions": dict(backend.extensions),
+    }
+    if backend.template_id:
+        return SandboxRequest(template_id=backend.template_id, **common)  # type: ignore[arg-type]
+    return SandboxRequest(
+        image=backend.image,
+        entrypoint=tuple(backend.entrypoint),
+        env=sandbox_env(backend),
+        resources=dict(backend.resources),
+        resource_requests=dict(backend.resource_requests),
+        **common,  # type: ignore[arg-type]
+    )
+
+
+def delivery_files(assignment_pb: bytes, *, join_token: str = "", bundle_pem: bytes = b"") -> dict[str, bytes]:
+    """The files of one delivery (under PARTIAL_DIR, then renamed to DELIVERY_DIR)."""
+    files = {ASSIGNMENT_FILE: assignment_pb}
+    if join_token:
+        files[TOKEN_FILE] = join_token.encode()
+        if bundle_pem:
+            files[BUNDLE_FILE] = bundle_pem
+    return files
+
+
+def agent_alias(trust_domain: str, pool: str, assignment_id: str) -> str:
+    """The SPIFFE ID a job's VM agent gets besides its join-token ID (CreateJoinToken's
+    `agent_id`), known before the VM boots: the job's entry is parented on it."""
+    return f"spiffe://{trust_domain}{AGENT_ALIAS_PATH}/{pool}/{assignment_id}"
