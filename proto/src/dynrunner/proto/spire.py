@@ -16,6 +16,7 @@ CreateJoinToken is not (a lost answer leaves an unused token that expires on its
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -142,13 +143,14 @@ class SpireServerClient:
         while True:
             request = entry_pb2.ListEntriesRequest(page_size=page_size, page_token=token)
             request.filter.by_spiffe_id.CopyFrom(parse_spiffe_id(spiffe_id))
-            answer = await self._call(
-                "ListEntries", lambda r=request: self._entries.ListEntries(r, timeout=self._timeout_s)
-            )
+            answer = await self._call("ListEntries", functools.partial(self._list_entries, request))
             found += [EntryRef(e.id, _format(e.spiffe_id), _format(e.parent_id)) for e in answer.entries]
             token = answer.next_page_token
             if not token:
                 return found
+
+    def _list_entries(self, request: entry_pb2.ListEntriesRequest) -> Awaitable[entry_pb2.ListEntriesResponse]:
+        return self._entries.ListEntries(request, timeout=self._timeout_s)
 
     async def delete_entries(self, ids: Sequence[str]) -> list[str]:
         """Delete entries by id; returns those deleted (an unknown id is no error)."""
