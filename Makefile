@@ -1,5 +1,6 @@
 # dynrunner: every target creates and uses one virtual environment at .venv/.
 SHELL := /bin/bash
+comma := ,
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -7,7 +8,8 @@ UV := $(BIN)/uv
 STAMP := $(VENV)/.installed
 PKGS := -e proto -e executor -e controller -e tests/doubles
 
-.PHONY: venv test test-fast lint proto requirements clients clients-lock demo bench clean vm-validate vm-wheels
+.PHONY: venv test test-fast lint proto requirements clients clients-lock demo bench clean vm-validate vm-wheels \
+	images image-controller image-executor base-image
 
 venv: $(STAMP)
 
@@ -62,6 +64,8 @@ requirements: venv
 	$(UV) pip compile -q requirements-dev.in -o requirements-dev.txt -p 3.11 --no-header
 	$(UV) pip compile -q executor/requirements.in -o executor/requirements.txt -p 3.11 --no-header
 	$(UV) pip compile -q controller/requirements.in -o controller/requirements.txt -p 3.11 --no-header
+	$(UV) pip compile -q images/controller-image.in -o images/controller-image.txt -p 3.11 --no-header
+	$(UV) pip compile -q images/executor-node.in -o images/executor-node.txt -p 3.11 --no-header
 
 demo: venv
 	$(BIN)/dynrunner-controller demo
@@ -69,6 +73,34 @@ demo: venv
 # Benchmarks print figures and ratios; they assert nothing about time (not part of `test`).
 bench: venv
 	$(BIN)/python -m pytest -q -s -o python_files='bench_*.py' tests/bench
+
+# Container images (images/README.md): dynrunner/controller:<version> and dynrunner/executor:<version>,
+# built with podman, or docker where podman is missing. The defaults below are what podman needs
+# on a machine without systemd and with low hard ulimits (this one): the runc runtime, cgroupfs,
+# and ulimits the sandbox allows; override them, e.g. `make images ENGINE_FLAGS= CONTAINER_ULIMITS=`.
+CONTAINER_ENGINE ?= $(shell command -v podman >/dev/null 2>&1 && echo podman || echo docker)
+PODMAN := $(filter podman,$(notdir $(CONTAINER_ENGINE)))
+ENGINE_FLAGS ?= $(if $(PODMAN),--runtime runc --cgroup-manager=cgroupfs)
+CONTAINER_ULIMITS ?= $(if $(PODMAN),--ulimit nofile=1024:1024 --ulimit nproc=1024:1024)
+BASE_IMAGE ?= python:3.11-slim-bookworm
+IMAGE_PREFIX ?= dynrunner
+IMAGE_VERSION ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' controller/pyproject.toml)
+# A CA bundle for pip inside the build (a TLS-intercepting proxy), handed over as a build secret.
+PIP_CA ?= $(PIP_CERT)
+IMAGE_BUILD_FLAGS ?=
+DEBOOTSTRAP_IMAGE ?= localhost/dynrunner/base:bookworm
+
+images: image-controller image-executor
+
+image-controller image-executor: image-%:
+	$(CONTAINER_ENGINE) $(ENGINE_FLAGS) build $(CONTAINER_ULIMITS) -f images/$*.Containerfile \
+	  --build-arg BASE_IMAGE=$(BASE_IMAGE) $(if $(PIP_CA),--secret id=pip-ca$(comma)src=$(PIP_CA)) \
+	  -t $(IMAGE_PREFIX)/$*:$(IMAGE_VERSION) $(IMAGE_BUILD_FLAGS) .
+
+# A plain Debian bookworm base made with debootstrap from this machine's Debian mirror, for
+# `make images BASE_IMAGE=$(DEBOOTSTRAP_IMAGE)` where no base image can be pulled.
+base-image:
+	ENGINE="$(CONTAINER_ENGINE) $(ENGINE_FLAGS)" images/debootstrap-base.sh $(DEBOOTSTRAP_IMAGE)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
