@@ -12,4 +12,5 @@ pytest_plugins = [
     "tests.fixtures.opensandbox",
     "tests.fixtures.spire_server",
     "tests.fixtures.cache",
+    "tests.fixtures.images",
 ]
