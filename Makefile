@@ -51,10 +51,13 @@ vm-validate:
 	  status=$$?; rmdir "$$dist"; exit $$status; \
 	else echo "vm-validate: SKIPPED: packer is not installed and apt-get could not install it"; fi
 
-# The wheels the VM image installs (vm/dist), for `cd vm && packer build .`.
+# What the VM image installs (vm/dist), for `cd vm && packer build .`: the wheels, the executor's
+# pinned requirements, and Node as the executor image gets it.
 vm-wheels: venv
 	$(UV) build -q --wheel -o vm/dist proto
 	$(UV) build -q --wheel -o vm/dist executor
+	cp executor/requirements.txt vm/dist/requirements.txt
+	cp images/executor-node.txt images/install-node.sh vm/dist/
 
 proto: venv
 	$(BIN)/python proto/generate.py

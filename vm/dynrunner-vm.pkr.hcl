@@ -21,7 +21,7 @@ variable "image_tag" {
 variable "dist_dir" {
   type        = string
   default     = "dist"
-  description = "Directory holding the dynrunner-proto and dynrunner-executor wheels (make vm-wheels)."
+  description = "Directory holding the dynrunner-proto and dynrunner-executor wheels, their pinned requirements and Node's (make vm-wheels)."
 }
 
 variable "spire_version" {
@@ -101,12 +101,16 @@ build {
     inline = [
       "set -eu",
       "apt-get update && apt-get install -y --no-install-recommends ca-certificates curl git util-linux && rm -rf /var/lib/apt/lists/*",
-      "pip install --no-cache-dir /tmp/dynrunner-dist/*.whl && rm -rf /tmp/dynrunner-dist",
+      "pip install --no-cache-dir -r /tmp/dynrunner-dist/requirements.txt",
+      "pip install --no-cache-dir --no-deps /tmp/dynrunner-dist/*.whl",
+      "PIP=pip sh /tmp/dynrunner-dist/install-node.sh /tmp/dynrunner-dist/executor-node.txt /opt/node",
+      "for tool in node npm npx corepack; do ln -s /opt/node/bin/$tool /usr/local/bin/$tool; done",
+      "rm -rf /tmp/dynrunner-dist",
       "curl -fsSL \"$SPIRE_URL\" | tar -xz -C /opt && ln -s /opt/spire-*/bin/spire-agent /usr/local/bin/spire-agent",
       "install -d -m 0755 /etc/dynrunner && install -m 0644 /tmp/spire-agent.conf.template /etc/dynrunner/spire-agent.conf.template",
       "chmod 0755 /usr/local/bin/dynrunner-vm-entrypoint",
       "useradd --uid \"$EXECUTOR_UID\" --create-home --shell /bin/bash runner",
-      "dynrunner-executor --help >/dev/null && spire-agent --version",
+      "dynrunner-executor --help >/dev/null && node --version && spire-agent --version",
     ]
   }
 
