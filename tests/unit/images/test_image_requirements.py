@@ -1,12 +1,14 @@
 """The images install pinned requirements and then our wheels with `--no-deps`, so a dependency
-added to a pyproject.toml without `make requirements` would be missing from the image without
-a word. These pins must cover every dependency, satisfy its specifier, agree across files, and
-keep the controller out of the executor."""
+added to a pyproject.toml (or an extra added to one) without `make requirements` would be
+missing from the image without a word. These pins must cover every dependency and what it
+needs in turn (as the test environment's installed metadata says, extras included), satisfy
+each specifier, agree across files, and keep the controller out of the executor."""
 
 from __future__ import annotations
 
 import re
 import tomllib
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -35,14 +37,40 @@ def dependencies(*distributions: str) -> list[Requirement]:
     return out
 
 
-@pytest.mark.parametrize(
-    ("requirements", "distributions"),
-    [
-        ("executor/requirements.txt", ("proto", "executor")),
-        ("controller/requirements.txt", ("proto", "controller")),
-        ("images/controller-image.txt", ("proto", "executor", "controller")),
-    ],
-)
+def closure(requirements: list[Requirement]) -> set[str]:
+    """Every distribution `requirements` need, transitively, by the installed metadata."""
+    names: set[str] = set()
+    seen: set[tuple[str, frozenset[str]]] = set()
+    todo = list(requirements)
+    while todo:
+        requirement = todo.pop()
+        name = canonicalize_name(requirement.name)
+        if (name, frozenset(requirement.extras)) in seen:
+            continue
+        seen.add((name, frozenset(requirement.extras)))
+        names.add(name)
+        extras = requirement.extras or {""}
+        for text in metadata.requires(requirement.name) or []:
+            dependency = Requirement(text)
+            if dependency.marker is None or any(dependency.marker.evaluate({"extra": e}) for e in extras):
+                todo.append(dependency)
+    return names
+
+
+IMAGE_PINS = [
+    ("executor/requirements.txt", ("proto", "executor")),
+    ("controller/requirements.txt", ("proto", "controller")),
+    ("images/controller-image.txt", ("proto", "executor", "controller")),
+]
+
+
+@pytest.mark.parametrize(("requirements", "distributions"), IMAGE_PINS)
+def test_everything_the_dependencies_need_is_pinned(requirements: str, distributions: tuple[str, ...]) -> None:
+    missing = sorted(closure(dependencies(*distributions)) - set(pins(REPO / requirements)))
+    assert missing == [], f"{requirements} lacks {missing}: run `make requirements`"
+
+
+@pytest.mark.parametrize(("requirements", "distributions"), IMAGE_PINS)
 def test_every_dependency_is_pinned_within_its_specifier(requirements: str, distributions: tuple[str, ...]) -> None:
     pinned = pins(REPO / requirements)
     for requirement in dependencies(*distributions):
