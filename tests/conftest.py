@@ -6,6 +6,7 @@ pytest_plugins = [
     "tests.fixtures.nats",
     "tests.fixtures.s3",
     "tests.fixtures.faults",
+    "tests.fixtures.githost",
     "tests.fixtures.git",
     "tests.fixtures.kubernetes",
     "tests.fixtures.clients",

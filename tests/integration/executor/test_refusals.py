@@ -199,16 +199,18 @@ async def test_a_job_not_run_because_gitea_was_unreachable_says_so(
     assert [s.status for s in view.steps] == ["cancelled"]
 
 
-async def test_unsupported_action_fails_its_step_by_name(executor_harness: ExecutorHarness) -> None:
+async def test_a_container_action_fails_its_step_saying_it_needs_a_container_runtime(
+    executor_harness: ExecutorHarness,
+) -> None:
     workflow = """
 on: push
 jobs:
   build:
     runs-on: self-hosted
     steps:
-      - uses: actions/checkout@v4
+      - uses: docker://alpine:3.20
         with:
-          fetch-depth: 0
+          args: echo hi
       - if: always()
         run: echo "run steps still work"
 """
@@ -218,8 +220,12 @@ jobs:
     assert view.result == Result.FAILURE
     assert [s.status for s in view.steps] == ["failure", "success"]
     first = view.log_rows[view.steps[0].log_index : view.steps[0].log_index + view.steps[0].log_length]
-    assert first[:4] == ["##[group]Run actions/checkout@v4", "with:", "  fetch-depth: 0", "##[endgroup]"]
-    assert first[4].startswith("##[error]This runner cannot run the action `actions/checkout@v4` yet")
+    assert first[:4] == ["##[group]Run docker://alpine:3.20", "with:", "  args: echo hi", "##[endgroup]"]
+    assert first[4] == (
+        "##[error]The action docker://alpine:3.20 is a Docker container action, which needs a container runtime in "
+        "this environment, and this runner runs each job directly in its Pod or VM without one. Use a JavaScript or "
+        "composite action, or run the tool in a `run:` step."
+    )
 
 
 async def test_container_and_services_are_refused_clearly(executor_harness: ExecutorHarness) -> None:

@@ -18,6 +18,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from dynrunner.executor.actions import ActionCall, Actions
+from dynrunner.executor.actions.stages import ActionStages, PostStep
 from dynrunner.executor.commands import CommandProcessor
 from dynrunner.executor.contexts import StepRecord, reads_true
 from dynrunner.executor.masking import Masker
@@ -27,7 +29,7 @@ from dynrunner.executor.runtime.ahead import StepFilesPool
 from dynrunner.executor.scope import Scope
 from dynrunner.executor.scopes import Evaluator, ExpressionError
 from dynrunner.executor.stepenv import StepEnvironment
-from dynrunner.executor.steps import Handler, StepRun, handler_for
+from dynrunner.executor.steps import Handler, StepRun, form_of, handler_for
 from dynrunner.executor.steps.base import Stop, StopSignal
 from dynrunner.executor.steps.files import read_step_files
 from dynrunner.executor.supervise import JobSignals
@@ -51,6 +53,7 @@ class Prepared:
     workdir: Path
     shell: str | None
     where: dict[str, object]
+    action: ActionCall | None = None
 
     def holds(self, key: str, condition: str, *, status: str | None = None) -> bool:
         """Whether `condition` holds now (an error is logged and counts as false)."""
@@ -62,13 +65,11 @@ class Prepared:
 
 
 @dataclass(frozen=True, slots=True)
-class PostStep:
-    """An action's `post:` stage, run after the job's steps (in reverse order of registration)."""
+class Limits:
+    """A step's `timeout-minutes` and when, on the loop's clock, it runs out."""
 
-    prepared: Prepared
-    handler: Handler
-    condition: str
-    """`post-if`; empty means `always()`."""
+    minutes: float | None = None
+    deadline: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +106,7 @@ class StepEngine:
         environment: StepEnvironment,
         signals: JobSignals,
         step_debug: bool,
+        actions: Actions | None = None,
     ) -> None:
         self.reporter = reporter
         self.masker = masker
@@ -113,7 +115,7 @@ class StepEngine:
         self.signals = signals
         self.step_debug = step_debug
         self.files: StepFilesPool = runtime.step_files_pool()
-        self.posts: list[PostStep] = []
+        self.actions = ActionStages(self, actions)
 
     def start(self) -> None:
         self.files.start()
@@ -138,7 +140,7 @@ class StepEngine:
             if scope.top:
                 reporter.step_finished(index, Result.from_word(result.outcome))
             if result.post is not None:
-                self.posts.append(result.post)
+                self.actions.posts.append(result.post)
 
     # -- one step -------------------------------------------------------------------------------
 
@@ -185,87 +187,88 @@ class StepEngine:
 
         if on_start is not None:
             on_start()
-        files = await self.files.take()
-        github = self._github(step, scope, files)
-        where = {"env": env_context, "github": github}
+        native = form_of(step) != "uses"
+        files = await self.files.take() if native else None
         try:
-            name = ev.text(keys.name, step.name, **where) if step.name else step.display_name()
-        except ExpressionError:
-            name = step.display_name()  # the display name is best effort, as on GitHub
+            prepared = self._prepare(step, scope, ev, env_context, step_env, files, row, log)
+        except ExpressionError as err:
+            log(f"##[error]{err}")
+            where = {"env": env_context, "github": self._github(step, scope, files)}
+            return self._finish(step, "failure", {}, {}, ev, where, log)
+        where = prepared.where
         try:
             minutes = ev.minutes(keys.timeout, step.timeout_minutes, **where)
         except ExpressionError as err:  # GitHub's runner reports it and runs the step without a timeout
             log("##[error]An error occurred when attempting to determine the step timeout.")
             log(f"##[error]{err}")
             minutes = None
-        try:
-            with_ = ev.strings(keys.with_, step.with_, **where)
-            workdir = self._working_directory(step, scope, ev, where)
-            shell = self._shell(step, scope, ev, where)
-        except ExpressionError as err:
-            log(f"##[error]{err}")
-            return self._finish(step, "failure", {}, {}, ev, where, log)
-        prepared = Prepared(step, scope, ev, row, log, name, env_context, step_env, with_, workdir, shell, where)
+        limits = Limits(minutes, self.signals.now() + minutes * 60 if minutes else None)
 
         def still_wanted() -> bool:
             """GitHub re-evaluates a running step's `if:` when the job is cancelled."""
             return prepared.holds(keys.if_, step.if_)
 
-        outcome, outputs, state = await self._execute(
-            prepared, handler_for(step), files, minutes=minutes, still_wanted=still_wanted, caller=caller
-        )
-        return self._finish(step, outcome, outputs, state, ev, where, log)
-
-    async def run_posts(self) -> None:
-        """The post steps actions left, the latest first, after the job's steps whatever their
-        result (each has its own condition, `always()` unless the action says otherwise). A
-        failed post step fails the job. Nothing runs once the job was aborted."""
-        while self.posts:
-            post = self.posts.pop()
-            if self.signals.halted():
-                return
-            await self.run_post(post)
-
-    async def run_post(self, post: PostStep) -> str:
-        """One post step; its rows are the job's own (Gitea shows them under "Complete job"),
-        in a group of its own. Returns its outcome."""
-        p = post.prepared
-        condition = post.condition or "always()"
-        job_status = p.scope.job.status
-        try:
-            runs = p.ev.condition(p.scope.keys.if_, condition, status=job_status, **p.where)
-        except ExpressionError as err:
-            self.reporter.log(f"##[error]Post {p.name}: {err}")
-            runs, outcome = False, "failure"
-        else:
-            outcome = "skipped"
-        if runs:
-            files = await self.files.take()
-            prepared = replace(p, row=None, log=self.reporter.log)
-            outcome, _, _ = await self._execute(
-                prepared,
-                post.handler,
-                files,
-                minutes=None,
-                still_wanted=lambda: prepared.holds(p.scope.keys.if_, condition, status=p.scope.job.status),
-                caller=None,
+        if native:
+            outcome, outputs, state = await self.execute(
+                prepared, handler_for(step), files, limits=limits, still_wanted=still_wanted, caller=caller
             )
-        if outcome == "failure" and p.scope.job.status == "success":
-            p.scope.job.status = "failure"
-        return outcome
+            return self._finish(step, outcome, outputs, state, ev, where, log)
+        outcome, outputs, state, post = await self.actions.main(
+            prepared, limits=limits, still_wanted=still_wanted, caller=caller
+        )
+        result = self._finish(step, outcome, outputs, state, ev, where, log)
+        return replace(result, post=post) if post is not None else result
 
-    async def _execute(
+    def _prepare(
+        self,
+        step: Step,
+        scope: Scope,
+        ev: Evaluator,
+        env_context: dict[str, str],
+        step_env: dict[str, str],
+        files: StepFiles | None,
+        row: int | None,
+        log: Callable[[str], None],
+    ) -> Prepared:
+        """Name (best effort), `with:`, working directory and shell; raises ExpressionError."""
+        keys = scope.keys
+        where: dict[str, object] = {"env": env_context, "github": self._github(step, scope, files)}
+        try:
+            name = ev.text(keys.name, step.name, **where) if step.name else step.display_name()
+        except ExpressionError:
+            name = step.display_name()  # the display name is best effort, as on GitHub
+        with_ = ev.strings(keys.with_, step.with_, **where)
+        workdir = self._working_directory(step, scope, ev, where)
+        shell = self._shell(step, scope, ev, where)
+        return Prepared(step, scope, ev, row, log, name, env_context, step_env, with_, workdir, shell, where)
+
+    def prepare_for_setup(self, step: Step, scope: Scope) -> Prepared | None:
+        """A job's step evaluated as the job starts, for its action's `pre` stage (None when
+        it cannot be: the step reports why when it runs)."""
+        ev = Evaluator(scope)
+        env_context = scope.env_context()
+        try:
+            step_env = ev.strings(scope.keys.env, step.env, env=env_context, github=self._github(step, scope))
+            env_context.update(step_env)
+            return self._prepare(step, scope, ev, env_context, step_env, None, None, self.reporter.log)
+        except ExpressionError:
+            return None
+
+    async def execute(
         self,
         p: Prepared,
         handler: Handler,
         files: StepFiles | None,
         *,
-        minutes: float | None,
+        limits: Limits,
         still_wanted: Callable[[], bool],
         caller: StopSignal | None,
-        extra_env: Mapping[str, str] | None = None,
+        stage: str = "main",
+        state: Mapping[str, str] | None = None,
     ) -> tuple[str, dict[str, str], dict[str, str]]:
-        """Run `handler` for a prepared step under supervision: (outcome, outputs, state)."""
+        """Run `handler` for a prepared step (one stage of it) under supervision:
+        (outcome, outputs, state). `files`: the stage's own, or None for a stage that starts
+        no process (a composite action)."""
         step, log, row = p.step, p.log, p.row
         github = self._github(step, p.scope, files)
         where = {"env": p.env_context, "github": github}
@@ -280,8 +283,6 @@ class StepEngine:
             if files is not None
             else {}
         )
-        if extra_env:
-            env.update(extra_env)
         processor = CommandProcessor(
             self.masker.add,
             debug=self.step_debug,
@@ -310,6 +311,7 @@ class StepEngine:
             name=p.name,
             env=env,
             env_context=p.env_context,
+            step_env=p.step_env,
             with_=p.with_,
             working_directory=p.workdir,
             shell=p.shell,
@@ -323,11 +325,13 @@ class StepEngine:
             backpressure=self.reporter.throttle,
             engine=self,
             scope=p.scope,
+            action=p.action,
+            stage=stage,
+            state=state or {},
         )
-        step_deadline = self.signals.now() + minutes * 60 if minutes else None
         task = asyncio.create_task(handler(run), name=f"step-{step.action}")
         reason = await self.signals.supervise(
-            task, stop, still_wanted=still_wanted, step_deadline=step_deadline, caller=caller
+            task, stop, still_wanted=still_wanted, step_deadline=limits.deadline, caller=caller
         )
         ok = False
         if task.cancelled():  # it did not stop within the graces (see supervise)
@@ -338,7 +342,7 @@ class StepEngine:
             except Exception as err:  # a handler bug must not take the job down unreported
                 log(f"##[error]The step failed unexpectedly: {type(err).__name__}: {err}")
 
-        outcome = self._outcome(ok, reason, minutes, p.name, log)
+        outcome = self._outcome(ok, reason, limits.minutes, p.name, log)
         if files is None:
             return outcome, dict(run.outputs), {}
         found = await self._after(files, processor, outcome, log)

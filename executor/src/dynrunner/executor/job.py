@@ -18,12 +18,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 from dynrunner.executor import scopes
+from dynrunner.executor.actions import Actions, NodeRuntime
+from dynrunner.executor.actions.reference import GITHUB_URL
+from dynrunner.executor.actions.store import SEEDED_CACHE_ENV, ActionStore
 from dynrunner.executor.contexts import (
     Environment,
     JobContexts,
@@ -209,11 +213,15 @@ class JobRunner:
             environment=environment,
             signals=signals,
             step_debug=step_debug,
+            actions=self._actions(runtime),
         )
         engine.start()
         try:
-            await engine.run_steps(job.steps, scope)
-            await engine.run_posts()
+            if await engine.actions.prepare(job.steps, scope):
+                await engine.run_steps(job.steps, scope)
+            else:
+                contexts.status = "failure"
+            await engine.actions.run_posts()
         finally:
             await engine.aclose()
             await close_services(services)
@@ -225,6 +233,28 @@ class JobRunner:
         if contexts.status == "failure" or not outputs_ok:
             return JobResult(Result.FAILURE)
         return JobResult(Result.SUCCESS)
+
+    def _actions(self, runtime: JobRuntime) -> Actions:
+        """Where this job's actions come from: Gitea's default actions instance, fetched with the
+        task token only from Gitea itself (its URL here and its own ROOT_URL), an image's seeded
+        cache, and Node for JavaScript actions."""
+        a = self.assignment
+        context = a.task.context or {}
+        gitea_urls = tuple(url for url in (a.gitea_url, str(context.get("server_url") or "")) if url)
+        seeded = os.environ.get(SEEDED_CACHE_ENV, "")
+        store = ActionStore(
+            runtime.workspace.runtime_dir / "actions",
+            token=str(context.get("token") or ""),
+            gitea_urls=gitea_urls,
+            seeded=Path(seeded) if seeded else None,
+        )
+        return Actions(
+            store=store,
+            workspace=runtime.workspace.path,
+            default_actions_url=str(context.get("gitea_default_actions_url") or GITHUB_URL),
+            gitea_urls=gitea_urls,
+            node=NodeRuntime(),
+        )
 
     def _refusal(self) -> str | None:
         job = self.workflow.job

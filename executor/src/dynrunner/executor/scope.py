@@ -88,6 +88,7 @@ class Scope:
         if not self.top:
             values["steps"] = {key: record.as_context() for key, record in self.steps.items()}
             values["secrets"] = {}
+            values["github"] = values["gitea"] = {**values["github"], "action_status": self.status()}
         if self.inputs is not None:
             values["inputs"] = self.inputs
         return values

@@ -57,6 +57,12 @@ class StepKeys:
     continue_on_error: str
 
 
+ACTION_INPUT_DEFAULT = "inputs.<input_id>.default"
+ACTION_OUTPUT = "outputs.<output_id>.value"
+ACTION_PRE_IF = "runs.pre-if"
+ACTION_POST_IF = "runs.post-if"
+_ACTION_STEPS = "runs.steps"
+
 WORKFLOW_STEP = StepKeys(
     if_=STEP_IF,
     env=STEP_ENV,
@@ -66,6 +72,16 @@ WORKFLOW_STEP = StepKeys(
     working_directory=STEP_WORKING_DIRECTORY,
     timeout=STEP_TIMEOUT,
     continue_on_error=STEP_CONTINUE,
+)
+ACTION_STEP = StepKeys(
+    if_="runs.steps.if",
+    env=_ACTION_STEPS,
+    name=_ACTION_STEPS,
+    run=_ACTION_STEPS,
+    with_=_ACTION_STEPS,
+    working_directory=_ACTION_STEPS,
+    timeout=_ACTION_STEPS,
+    continue_on_error=_ACTION_STEPS,
 )
 
 if TYPE_CHECKING:

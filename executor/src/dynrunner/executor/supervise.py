@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from dynrunner.executor.contexts import JobContexts
 from dynrunner.executor.reporter import Reporter
@@ -119,7 +120,7 @@ class JobSignals:
 
     async def supervise(
         self,
-        task: asyncio.Task[bool],
+        task: asyncio.Task[Any],
         stop: StopSignal,
         *,
         still_wanted: Callable[[], bool],

@@ -12,6 +12,8 @@ _STATUS = ("always", "cancelled", "success", "failure")
 _WORKFLOW = ("github", "gitea", "inputs", "vars")
 _JOB = (*_WORKFLOW, "needs", "strategy", "matrix")
 _STEP = (*_JOB, "job", "runner", "env", "secrets", "steps")
+# An action's metadata (actions/runner's action schema): no `secrets`, `vars` or `needs`.
+_ACTION = ("github", "gitea", "inputs", "strategy", "matrix", "steps", "job", "runner", "env")
 
 
 def _row(*names: str) -> frozenset[str]:
@@ -53,4 +55,11 @@ ALLOWED_CONTEXTS: dict[str, frozenset[str]] = {
     "jobs.<job_id>.strategy": _row(*_WORKFLOW, "needs"),
     "jobs.<job_id>.timeout-minutes": _row(*_JOB),
     "jobs.<job_id>.with.<with_id>": _row(*_JOB),
+    # action.yml (the action's own keys; `uses:` with `${{ }}` is Gitea's extension)
+    "inputs.<input_id>.default": _row("github", "gitea", "strategy", "matrix", "job", "runner", "hashFiles"),
+    "outputs.<output_id>.value": _row(*_ACTION),
+    "runs.steps.if": _row(*_ACTION, "hashFiles", *_STATUS),
+    "runs.steps": _row(*_ACTION, "hashFiles"),
+    "runs.pre-if": _row("github", "gitea", "inputs", "strategy", "matrix", "job", "runner", "env", *_STATUS),
+    "runs.post-if": _row("github", "gitea", "inputs", "strategy", "matrix", "job", "runner", "env", *_STATUS),
 }

@@ -7,20 +7,19 @@ When `run.stop` is set (cancellation, a timeout, the deadline) a handler stops p
 the job loop knows why and decides the step's outcome.
 
 Forms: `run` (a script), `dynrunner://artifact-import` (native, the runtime library) and
-`uses` (any other action: not supported yet, the step fails naming the action).
+`uses` (any other action: `actions.stages` runs it, by its kind).
 """
 
 from __future__ import annotations
 
 from dynrunner.executor.steps.base import Handler, StepRun
-from dynrunner.executor.steps.native import ARTIFACT_IMPORT, artifact_import, unsupported_action
+from dynrunner.executor.steps.native import ARTIFACT_IMPORT, artifact_import
 from dynrunner.executor.steps.run_step import run_script
 from dynrunner.executor.workflow import Step
 
 HANDLERS: dict[str, Handler] = {
     "run": run_script,
     ARTIFACT_IMPORT: artifact_import,
-    "uses": unsupported_action,
 }
 
 

@@ -14,6 +14,7 @@ from dynrunner.executor.steps.process import StopTimings
 from dynrunner.executor.workflow import Step
 
 if TYPE_CHECKING:
+    from dynrunner.executor.actions import ActionCall
     from dynrunner.executor.engine import StepEngine
     from dynrunner.executor.scope import Scope
 
@@ -55,6 +56,8 @@ class StepRun:
     """The full process environment of the step ({} for a step that starts no process)."""
     env_context: Mapping[str, str]
     """The `env` context (workflow, job, GITHUB_ENV and step `env:`), for the header."""
+    step_env: Mapping[str, str]
+    """The step's own `env:` layer (with the `env:` of the step that called its action)."""
     with_: Mapping[str, str]
     working_directory: Path
     shell: str | None
@@ -73,6 +76,12 @@ class StepRun:
     engine: StepEngine | None = None
     scope: Scope | None = None
     """Where the step runs; a composite action runs its own steps in a child of it."""
+    action: ActionCall | None = None
+    """The action a `uses:` step runs, bound to its inputs."""
+    stage: str = "main"
+    """`pre`, `main` or `post` of the action."""
+    state: Mapping[str, str] = field(default_factory=dict)
+    """What the action's earlier stages saved (`GITHUB_STATE`): `STATE_*` of this stage."""
     outputs: dict[str, str] = field(default_factory=dict)
     """Outputs the handler sets itself (a composite action's, from its `action.yml`)."""
 

@@ -1,9 +1,8 @@
-"""Steps the executor implements itself, and the answer for actions it cannot run yet.
+"""Steps the executor implements itself.
 
 `uses: dynrunner://artifact-import` with `with: {from: jobs.<job>.artifacts.<name>, path: <rel>}`
 stages an artifact published by a direct need into the workspace (the runtime library does
-the work and the safety checks). Any other `uses:` fails its step with a message naming the
-action, until actions are supported. The import stops as soon as the step is told to stop
+the work and the safety checks). The import stops as soon as the step is told to stop
 (a cancel, a timeout, the deadline): a long transfer does not wait out the stop graces.
 """
 
@@ -17,8 +16,9 @@ from dynrunner.executor.steps.base import StepRun
 ARTIFACT_IMPORT = "dynrunner://artifact-import"
 
 
-def _with_block(run: StepRun, title: str) -> None:
-    run.log(f"##[group]Run {title}")
+def with_block(run: StepRun, title: str) -> None:
+    """The header of a step that runs no script: its title and `with:` inputs, folded."""
+    run.log(f"##[group]{title}")
     if run.with_:
         run.log("with:")
         for key, value in run.with_.items():
@@ -27,7 +27,7 @@ def _with_block(run: StepRun, title: str) -> None:
 
 
 async def artifact_import(run: StepRun) -> bool:
-    _with_block(run, ARTIFACT_IMPORT)
+    with_block(run, f"Run {ARTIFACT_IMPORT}")
     source = str(run.with_.get("from", "")).strip()
     path = str(run.with_.get("path", "")).strip()
     missing = [name for name, value in (("from", source), ("path", path)) if not value]
@@ -58,12 +58,3 @@ async def artifact_import(run: StepRun) -> bool:
         run.log(f"##[error]{err}")
         return False
     return True
-
-
-async def unsupported_action(run: StepRun) -> bool:
-    _with_block(run, str(run.step.uses))
-    run.log(
-        f"##[error]This runner cannot run the action `{run.step.uses}` yet: it supports `run:` steps and "
-        f"`uses: {ARTIFACT_IMPORT}` only. Replace the step with a `run:` script."
-    )
-    return False

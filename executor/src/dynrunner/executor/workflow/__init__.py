@@ -8,6 +8,7 @@ from dynrunner.executor.workflow.model import (
     Strategy,
     Workflow,
     WorkflowError,
+    parse_action_steps,
     parse_workflow,
 )
 
@@ -19,5 +20,6 @@ __all__ = [
     "Strategy",
     "Workflow",
     "WorkflowError",
+    "parse_action_steps",
     "parse_workflow",
 ]

@@ -175,11 +175,15 @@ _STEP_KEYS = {
 }
 
 
-def _step(index: int, raw: Any, seen: set[str]) -> Step:
-    where = f"step {index + 1}"
+_ACTION_STEP_KEYS = _STEP_KEYS - {"timeout-minutes"}
+"""Keys of a composite action's step (actions/runner's action schema: no `timeout-minutes`)."""
+
+
+def _step(index: int, raw: Any, seen: set[str], *, within: str = "", keys: set[str] = _STEP_KEYS) -> Step:
+    where = f"{within}step {index + 1}"
     if not isinstance(raw, dict):
         raise WorkflowError(f"{where} must be a mapping with `run` or `uses`")
-    unknown = set(raw) - _STEP_KEYS
+    unknown = set(raw) - keys
     if unknown:
         raise WorkflowError(f"{where} has unknown keys: {', '.join(sorted(unknown))}")
     run = raw.get("run")
@@ -259,6 +263,20 @@ def _runs_what(step: Step) -> str:
         return "self"
     name = uses.split("://", 1)[-1].split("@", 1)[0]
     return "/".join(name.split("/")[:2]) or "run"
+
+
+def parse_action_steps(raw: Any, within: str) -> tuple[Step, ...]:
+    """`runs.steps` of a composite action (`within` names it in errors, e.g. "action x: ").
+    A `run:` step must name its `shell:` (GitHub's schema requires it there)."""
+    if not isinstance(raw, list) or not raw:
+        raise WorkflowError(f"{within}runs.steps must be a non-empty list")
+    seen: set[str] = set()
+    parsed = tuple(_step(i, s, seen, within=within, keys=_ACTION_STEP_KEYS) for i, s in enumerate(raw))
+    steps = _action_names(parsed, seen)
+    for step in steps:
+        if step.run is not None and not step.shell:
+            raise WorkflowError(f"{within}step {step.index + 1} runs a script without `shell:`, which actions require")
+    return steps
 
 
 def _run_text(value: Any, where: str) -> str | None:

@@ -1,0 +1,207 @@
+"""Composite actions from the workspace: nested actions, inputs and outputs, a failing inner step,
+the action's own status, `continue-on-error`, `$GITHUB_ENV` across levels, the depth limit."""
+
+from __future__ import annotations
+
+from dynrunner.doubles.gitea.views import TaskView
+from dynrunner.proto.gitea import Result
+from tests.fixtures.executor import ExecutorHarness, rows_of
+
+
+def printed(task: TaskView, index: int) -> list[str]:
+    """What the step's processes printed: no group headers or their contents, no `##[` rows."""
+    rows, inside = [], False
+    for row in rows_of(task, index):
+        if row.startswith("##[group]"):
+            inside = True
+        elif row == "##[endgroup]":
+            inside = False
+        elif not inside and not row.startswith("##["):
+            rows.append(row)
+    return rows
+
+
+INNER = """
+name: inner
+inputs:
+  who:
+    required: true
+  greeting:
+    default: hello
+outputs:
+  said:
+    value: ${{ steps.say.outputs.text }}
+runs:
+  using: composite
+  steps:
+    - id: say
+      shell: bash
+      run: |
+        echo "text=${{ inputs.greeting }} ${{ inputs.who }}" >> "$GITHUB_OUTPUT"
+        echo "INNER_WAS_HERE=yes" >> "$GITHUB_ENV"
+"""
+
+OUTER = """
+name: outer
+inputs:
+  name:
+    description: whom to greet
+  fail:
+    default: 'false'
+outputs:
+  result:
+    value: ${{ steps.inner.outputs.said }}
+runs:
+  using: composite
+  steps:
+    - id: inner
+      uses: ./.github/actions/inner
+      with:
+        who: ${{ inputs.name }}
+    - shell: bash
+      env:
+        INNER_STEP: set
+      run: |
+        echo "inner said ${{ steps.inner.outputs.said }}; env level=$LEVEL outer=$OUTER inner_step=$INNER_STEP"
+        echo "from GITHUB_ENV: $INNER_WAS_HERE; action path ends with $(basename "$GITHUB_ACTION_PATH")"
+    - id: bad
+      if: inputs.fail == 'true'
+      shell: bash
+      run: echo "failing on purpose"; exit 3
+    - if: failure()
+      shell: bash
+      run: echo "failure() sees the action's failed step; job status ${{ job.status }}"
+    - shell: bash
+      run: echo "only while the action succeeds"
+    - if: always()
+      shell: sh
+      working-directory: .github
+      run: echo "always() in $(basename "$PWD"), bad outcome=${{ steps.bad.outcome }}"
+"""
+
+ACTIONS = {".github/actions/inner/action.yml": INNER, ".github/actions/outer/action.yaml": OUTER}
+
+NESTED = """
+on: push
+jobs:
+  build:
+    runs-on: self-hosted
+    env:
+      LEVEL: job
+    steps:
+      - id: ok
+        uses: ./.github/actions/outer
+        env:
+          OUTER: o1
+        with:
+          name: world
+      - id: fails
+        uses: ./.github/actions/outer
+        continue-on-error: true
+        with:
+          name: again
+          fail: 'true'
+      - run: |
+          echo "ok=${{ steps.ok.outputs.result }} outcome=${{ steps.ok.outcome }}"
+          echo "fails=${{ steps.fails.outputs.result }} ${{ steps.fails.outcome }}/${{ steps.fails.conclusion }}"
+          echo "GITHUB_ENV from a nested step: $INNER_WAS_HERE; no inner steps here: ${{ toJSON(steps.inner) }}"
+"""
+
+
+async def test_nested_composite_actions_with_outputs_and_a_failing_inner_step(
+    executor_harness: ExecutorHarness,
+) -> None:
+    task = await executor_harness.run_job(NESTED, files=ACTIONS)
+    assert task.result == Result.SUCCESS  # the failing action had continue-on-error
+    assert [s.status for s in task.steps] == ["success", "failure", "success"]
+    assert printed(task, 0) == [
+        "inner said hello world; env level=job outer=o1 inner_step=set",
+        "from GITHUB_ENV: yes; action path ends with outer",
+        "only while the action succeeds",
+        "always() in .github, bad outcome=skipped",
+    ]
+    assert printed(task, 1) == [
+        "inner said hello again; env level=job outer= inner_step=set",
+        "from GITHUB_ENV: yes; action path ends with outer",
+        "failing on purpose",
+        "failure() sees the action's failed step; job status success",
+        "always() in .github, bad outcome=failure",
+        "Failed but continue next step (continue-on-error)",
+    ]
+    assert "##[error]Process completed with exit code 3." in rows_of(task, 1)
+    assert printed(task, 2) == [
+        "ok=hello world outcome=success",
+        "fails=hello again failure/success",
+        "GITHUB_ENV from a nested step: yes; no inner steps here: null",
+    ]
+    headers = [row for row in rows_of(task, 0) if row.startswith("##[group]")]
+    assert headers[:3] == [
+        "##[group]Run ./.github/actions/outer",
+        "##[group]Run ./.github/actions/inner",
+        '##[group]Run echo "text=hello world" >> "$GITHUB_OUTPUT"',
+    ]
+
+
+GREET = """
+inputs:
+  who:
+    required: true
+  how:
+    required: true
+    default: hi
+runs:
+  using: composite
+  steps:
+    - shell: bash
+      run: echo "${{ inputs.how }} ${{ inputs.who }}"
+"""
+
+MISSING_INPUT = """
+on: push
+jobs:
+  build:
+    runs-on: self-hosted
+    steps:
+      - id: missing
+        uses: ./greet
+        with:
+          extra: 1
+      - if: always()
+        uses: ./greet
+        with:
+          WHO: case-insensitive
+          surplus: x
+"""
+
+
+async def test_a_required_input_that_is_missing_fails_the_step_clearly(executor_harness: ExecutorHarness) -> None:
+    task = await executor_harness.run_job(MISSING_INPUT, files={"greet/action.yml": GREET})
+    assert task.result == Result.FAILURE
+    assert [s.status for s in task.steps] == ["failure", "success"]
+    assert rows_of(task, 0) == [
+        "##[error]Input required and not supplied: 'who'. The action './greet' requires it; give it under `with:`."
+    ]
+    assert printed(task, 1) == ["hi case-insensitive"]
+    assert "##[warning]Unexpected input(s) 'surplus', valid inputs are ['who', 'how']" in rows_of(task, 1)
+
+
+DEEP = """
+on: push
+jobs:
+  build:
+    runs-on: self-hosted
+    steps:
+      - uses: ./loop
+"""
+
+
+async def test_composite_actions_nest_at_most_ten_deep(executor_harness: ExecutorHarness) -> None:
+    loop = "runs:\n  using: composite\n  steps:\n    - uses: ./loop\n"
+    task = await executor_harness.run_job(DEEP, files={"loop/action.yml": loop})
+    assert task.result == Result.FAILURE
+    assert [s.status for s in task.steps] == ["failure"]
+    errors = [row for row in rows_of(task, 0) if row.startswith("##[error]")]
+    assert errors == [
+        "##[error]The action ./loop would nest composite actions more than 10 levels deep, the most a runner allows."
+    ]
+    assert sum(row == "##[group]Run ./loop" for row in rows_of(task, 0)) == 11
