@@ -10,7 +10,12 @@ console script on an assignment claimed from it, exactly as a launcher starts it
   * log throughput: one step printing LINES lines of ~70 bytes; lines/s over the whole
     executor run (wall clock, with the double on the same machine) and per executor
     CPU-second; every row is read back from the double (no loss);
-  * peak RSS of the executor process (its VmHWM, sampled until it exits) for both kinds of job.
+  * peak RSS of the executor process (its VmHWM, sampled until it exits) for both kinds of job;
+  * composite actions: a job whose steps are 10 local composite actions (each one `run: "true"`
+    step; the actions are copied into the workspace by a first step, as a checkout would) minus
+    the job with the copy step alone, per action, for our executor and for `act` (ratio); the
+    fastest of the repetitions (the least disturbed by other work on a shared machine), and our
+    executor's CPU time.
 
     .venv/bin/python -m tests.bench.bench_executor
     .venv/bin/python -m pytest -q -s tests/bench/bench_executor.py
@@ -53,6 +58,24 @@ def steps_workflow(n: int) -> str:
 def clock_workflow(stamp: Path) -> str:
     steps = f'      - run: echo "$EPOCHREALTIME" > {stamp}\n'
     return f"on: push\njobs:\n  bench:\n    runs-on: self-hosted\n    steps:\n{steps}"
+
+
+COMPOSITE_ACTIONS = 10
+
+
+def composite_workflow(source: Path, actions: int) -> str:
+    steps = f'      - run: cp -R "{source}/." .\n'
+    steps += "".join(f"      - uses: ./.github/actions/a{i}\n" for i in range(actions))
+    return f"on: push\njobs:\n  bench:\n    runs-on: self-hosted\n    steps:\n{steps}"
+
+
+def write_composite_actions(source: Path) -> None:
+    for i in range(COMPOSITE_ACTIONS):
+        action = source / ".github" / "actions" / f"a{i}"
+        action.mkdir(parents=True)
+        (action / "action.yml").write_text(
+            f'name: a{i}\nruns:\n  using: composite\n  steps:\n    - shell: bash\n      run: "true"\n'
+        )
 
 
 LOG_WORKFLOW = f"""on: push
@@ -188,6 +211,37 @@ async def per_step(tmp: Path, double: Double, what: str, act_step: float | None)
     )
 
 
+async def composite(tmp: Path, double: Double) -> None:
+    """Per composite action: the job with 10 of them minus the job with the copy step alone."""
+    tmp = Path(tempfile.mkdtemp(prefix="composite-", dir=tmp))
+    source = tmp / "composite-src"
+    write_composite_actions(source)
+    with_actions, without = composite_workflow(source, COMPOSITE_ACTIONS), composite_workflow(source, 0)
+    counter = iter(range(10_000))
+
+    async def ours(workflow: str) -> dict[str, float]:
+        _, path = await double.claim(workflow, tmp / f"composite-{next(counter)}")
+        return await asyncio.to_thread(run_executor, path)
+
+    runs0 = [await ours(without) for _ in range(REPEAT)]
+    runs10 = [await ours(with_actions) for _ in range(REPEAT)]
+    t0, t10 = (min(r["wall_s"] for r in runs) for runs in (runs0, runs10))
+    c0, c10 = (statistics.median(r["cpu_s"] for r in runs) for runs in (runs0, runs10))
+    per_action = (t10 - t0) / COMPOSITE_ACTIONS
+    line = (
+        f"composite actions: ours {per_action * 1000:.1f} ms per action, executor CPU "
+        f"{(c10 - c0) / COMPOSITE_ACTIONS * 1000:.1f} ms ({COMPOSITE_ACTIONS} actions {t10:.2f}s, copy step "
+        f"alone {t0:.2f}s)"
+    )
+    if (BIN / "act").exists():
+        a0 = min(run_act(without, tmp / f"act-composite-{next(counter)}") for _ in range(REPEAT))
+        a10 = min(run_act(with_actions, tmp / f"act-composite-{next(counter)}") for _ in range(REPEAT))
+        act_action = (a10 - a0) / COMPOSITE_ACTIONS
+        line += f"; act {act_action * 1000:.1f} ms per action ({a10:.2f}s, {a0:.2f}s); ratio ours/act "
+        line += f"{per_action / act_action:.2f}"
+    print(line)
+
+
 async def measure(tmp: Path) -> None:
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
     act_step = None
@@ -204,6 +258,7 @@ async def measure(tmp: Path) -> None:
     cheap = Double(tmp / "double-cheap", "--pbkdf2-iterations", "1")
     try:
         await per_step(tmp, cheap, "double with cheap token checks (the executor's own cost)", act_step)
+        await composite(tmp, cheap)
     finally:
         cheap.close()
 

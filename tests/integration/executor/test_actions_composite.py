@@ -64,6 +64,7 @@ runs:
       run: |
         echo "inner said ${{ steps.inner.outputs.said }}; env level=$LEVEL outer=$OUTER inner_step=$INNER_STEP"
         echo "from GITHUB_ENV: $INNER_WAS_HERE; action path ends with $(basename "$GITHUB_ACTION_PATH")"
+        echo "inputs are no variables here: '${INPUT_NAME-}'"
     - id: bad
       if: inputs.fail == 'true'
       shell: bash
@@ -117,12 +118,14 @@ async def test_nested_composite_actions_with_outputs_and_a_failing_inner_step(
     assert printed(task, 0) == [
         "inner said hello world; env level=job outer=o1 inner_step=set",
         "from GITHUB_ENV: yes; action path ends with outer",
+        "inputs are no variables here: ''",
         "only while the action succeeds",
         "always() in .github, bad outcome=skipped",
     ]
     assert printed(task, 1) == [
         "inner said hello again; env level=job outer= inner_step=set",
         "from GITHUB_ENV: yes; action path ends with outer",
+        "inputs are no variables here: ''",
         "failing on purpose",
         "failure() sees the action's failed step; job status success",
         "always() in .github, bad outcome=failure",
