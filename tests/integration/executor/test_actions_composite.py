@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dynrunner.doubles.gitea.views import TaskView
 from dynrunner.proto.gitea import Result
-from tests.fixtures.executor import ExecutorHarness, rows_of
+from tests.fixtures.executor import ExecutorHarness, github_workspace, rows_of
 
 
 def printed(task: TaskView, index: int) -> list[str]:
@@ -208,3 +208,18 @@ async def test_composite_actions_nest_at_most_ten_deep(executor_harness: Executo
         "##[error]The action ./loop would nest composite actions more than 10 levels deep, the most a runner allows."
     ]
     assert sum(row == "##[group]Run ./loop" for row in rows_of(task, 0)) == 11
+
+
+async def test_a_local_action_missing_from_the_workspace_fails_its_step_as_on_github(
+    executor_harness: ExecutorHarness,
+) -> None:
+    workflow = "on: push\njobs:\n  b:\n    runs-on: self-hosted\n    steps:\n      - uses: ./tools/lint\n"
+    claimed = await executor_harness.claim(workflow)
+    assert await executor_harness.run(claimed) == 0
+    task = executor_harness.gitea.task(claimed.task_id)
+    workspace = github_workspace(claimed.assignment)
+    assert task.result == Result.FAILURE
+    assert rows_of(task, 0) == [
+        f"##[error]Can't find 'action.yml', 'action.yaml' or 'Dockerfile' under '{workspace / 'tools' / 'lint'}'. "
+        "Did you forget to run actions/checkout before running your local action?"
+    ]

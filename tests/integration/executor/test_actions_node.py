@@ -234,3 +234,61 @@ async def test_a_branch_or_a_full_sha_names_the_version(self_hosted_actions: Exe
 
 def _echo_action(text: str) -> str:
     return f"runs:\n  using: composite\n  steps:\n    - shell: sh\n      run: echo {text}\n"
+
+
+CHECKOUT_LIKE = {
+    "action.yml": """
+name: checkout-like
+inputs:
+  repository:
+    default: ${{ github.repository }}
+  ref:
+    default: ${{ github.sha }}
+  token:
+    default: ${{ github.token }}
+runs:
+  using: node20
+  main: main.js
+""",
+    "main.js": """
+const { execFileSync } = require('child_process');
+const env = process.env;
+const basic = Buffer.from(`x-access-token:${env.INPUT_TOKEN}`).toString('base64');
+const git = (...args) => execFileSync('git', args, { cwd: env.GITHUB_WORKSPACE, stdio: 'inherit' });
+git('init', '-q', '.');
+git('config', '--local', `http.${env.GITHUB_SERVER_URL}/.extraheader`, `AUTHORIZATION: basic ${basic}`);
+git('fetch', '-q', '--depth=1', `${env.GITHUB_SERVER_URL}/${env.INPUT_REPOSITORY}`, env.INPUT_REF);
+git('checkout', '-q', 'FETCH_HEAD');
+console.log(`checked out ${env.INPUT_REPOSITORY}@${env.INPUT_REF.slice(0, 7)} with the task token`);
+""",
+}
+
+
+async def test_a_checkout_style_action_reads_the_private_repository_with_the_task_token(
+    self_hosted_actions: ExecutorHarness,
+) -> None:
+    """As `actions/checkout` does: git with an `http.extraheader` carrying the task token (its
+    `token` input's default, `${{ github.token }}`), against Gitea's git server; the job then
+    uses a local action from the repository it checked out."""
+    gitea = self_hosted_actions.gitea
+    publish(gitea, "acme/checkout", CHECKOUT_LIKE)
+    gitea.create_repository("owner/app", private=True)
+    gitea.commit(
+        "owner/app",
+        {"README": "private content\n", "ci/hello/action.yml": _echo_action("local action from the checkout")},
+    )
+    workflow = """
+on: push
+jobs:
+  build:
+    runs-on: self-hosted
+    steps:
+      - uses: acme/checkout@v1
+      - run: cat README
+      - uses: ./ci/hello
+"""
+    task = await self_hosted_actions.run_job(workflow, repository="owner/app")
+    assert task.result == Result.SUCCESS, task.log_rows
+    assert rows_of(task, 0)[-1].startswith("checked out owner/app@")
+    assert rows_of(task, 1)[-1] == "private content"
+    assert rows_of(task, 2)[-1] == "local action from the checkout"

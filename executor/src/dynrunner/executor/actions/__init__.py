@@ -9,6 +9,7 @@ executor does not drive — for the stage at hand (`pre`, `main`, `post`).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -123,8 +124,8 @@ class Actions:
             return LoadedAction(reference, None, None)
         try:
             if isinstance(reference, LocalAction):
-                directory = self.workspace / reference.path
-                if not any((directory / name).is_file() for name in (*METADATA_NAMES, "Dockerfile")):
+                directory = _normalised(self.workspace / reference.path)
+                if not _holds_action(directory):
                     raise ActionError(
                         f"Can't find 'action.yml', 'action.yaml' or 'Dockerfile' under '{directory}'. "
                         "Did you forget to run actions/checkout before running your local action?"
@@ -136,6 +137,15 @@ class Actions:
         except (FetchError, ManifestError, OSError) as err:
             raise ActionError(str(err)) from None
         return LoadedAction(reference, directory, manifest, reference.repository, reference.ref)
+
+
+def _normalised(path: Path) -> Path:
+    """Without `.` and `..` components, as GITHUB_ACTION_PATH shows a local action's directory."""
+    return Path(os.path.normpath(path))
+
+
+def _holds_action(directory: Path) -> bool:
+    return any((directory / name).is_file() for name in (*METADATA_NAMES, "Dockerfile"))
 
 
 __all__ = ["ActionCall", "ActionError", "Actions", "LoadedAction", "NodeRuntime"]

@@ -11,6 +11,7 @@ its steps' outputs, whatever its result.
 
 from __future__ import annotations
 
+from dynrunner.executor.actions.node import header
 from dynrunner.executor.expressions import ExpressionError
 from dynrunner.executor.scope import MAX_DEPTH
 from dynrunner.executor.scopes import ACTION_OUTPUT, ACTION_STEP, Evaluator
@@ -20,8 +21,6 @@ from dynrunner.executor.steps.base import StepRun
 async def run_composite(run: StepRun) -> bool:
     call, scope, engine = run.action, run.scope, run.engine
     assert call is not None and call.manifest is not None and scope is not None and engine is not None
-    from dynrunner.executor.actions.node import header
-
     run.log("\n".join(header(f"Run {call.display}", run)) + "\n")
     if scope.depth + 1 > MAX_DEPTH:
         run.log(
