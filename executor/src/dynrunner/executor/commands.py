@@ -180,6 +180,23 @@ class CommandProcessor:
             return [line]
         return self._apply(line, command)
 
+    def writer(self, log: Callable[[str], None]) -> Callable[[list[str]], None]:
+        """Lines of output in, rows to `log` out (commands applied), one call per chunk."""
+        feed = self.feed
+
+        def write(lines: list[str]) -> None:
+            rows: list[str] = []
+            append = rows.append
+            for line in lines:
+                if "::" in line or "##[" in line:
+                    rows.extend(feed(line))
+                else:
+                    append(line)
+            if rows:
+                log("\n".join(rows) + "\n")
+
+        return write
+
     def _apply(self, line: str, cmd: Command) -> list[str]:
         name = cmd.name
         if name == "add-mask":

@@ -277,7 +277,7 @@ class StepEngine:
                 env_context=p.scope.job.env,
                 step_env=p.step_env,
                 action=step.action,
-                action_vars=_action_vars(p.scope),
+                action_vars=p.scope.action.variables(),
                 files=files,
             )
             if files is not None
@@ -289,20 +289,8 @@ class StepEngine:
             allow_unsecure_commands=reads_true(env.get("ACTIONS_ALLOW_UNSECURE_COMMANDS")),
             allow_unsecure_stop_tokens=reads_true(env.get("ACTIONS_ALLOW_UNSECURE_STOPCOMMAND_TOKENS")),
         )
-        feed = processor.feed
         reporter_log = self.reporter.log
-
-        def output(lines: list[str]) -> None:
-            rows: list[str] = []
-            append = rows.append
-            for line in lines:
-                if "::" in line or "##[" in line:
-                    rows.extend(feed(line))
-                else:
-                    append(line)
-            if rows:
-                reporter_log("\n".join(rows) + "\n", row)
-
+        output = processor.writer(lambda text: reporter_log(text, row))
         stop = StopSignal()
         ev = p.ev
         run_key = p.scope.keys.run
@@ -424,15 +412,3 @@ class StepEngine:
             on_start()
         log(f"##[error]{message}")
         return StepResult("failure", "failure")
-
-
-def _action_vars(scope: Scope) -> dict[str, str]:
-    """GITHUB_ACTION_PATH, _REPOSITORY and _REF of the action a step belongs to ({} at the top)."""
-    action = scope.action
-    if not (action.path or action.repository or action.ref):
-        return {}
-    return {
-        "GITHUB_ACTION_PATH": action.path,
-        "GITHUB_ACTION_REPOSITORY": action.repository,
-        "GITHUB_ACTION_REF": action.ref,
-    }

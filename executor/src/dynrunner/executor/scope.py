@@ -35,6 +35,16 @@ class ActionInfo:
     repository: str = ""
     ref: str = ""
 
+    def variables(self) -> dict[str, str]:
+        """GITHUB_ACTION_PATH, _REPOSITORY and _REF ({} outside an action)."""
+        if not (self.path or self.repository or self.ref):
+            return {}
+        return {
+            "GITHUB_ACTION_PATH": self.path,
+            "GITHUB_ACTION_REPOSITORY": self.repository,
+            "GITHUB_ACTION_REF": self.ref,
+        }
+
 
 @dataclass(slots=True)
 class Scope:

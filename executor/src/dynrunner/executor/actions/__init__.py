@@ -86,11 +86,7 @@ class ActionCall:
         return ActionInfo(path=str(self.directory or ""), repository=self.repository, ref=self.ref)
 
     def action_vars(self) -> dict[str, str]:
-        return {
-            "GITHUB_ACTION_PATH": str(self.directory or ""),
-            "GITHUB_ACTION_REPOSITORY": self.repository,
-            "GITHUB_ACTION_REF": self.ref,
-        }
+        return self.info().variables()
 
 
 class Actions:
