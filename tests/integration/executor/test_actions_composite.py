@@ -3,6 +3,8 @@ the action's own status, `continue-on-error`, `$GITHUB_ENV` across levels, the d
 
 from __future__ import annotations
 
+import asyncio
+
 from dynrunner.doubles.gitea.views import TaskView
 from dynrunner.proto.gitea import Result
 from tests.fixtures.executor import ExecutorHarness, github_workspace, rows_of
@@ -223,3 +225,43 @@ async def test_a_local_action_missing_from_the_workspace_fails_its_step_as_on_gi
         f"##[error]Can't find 'action.yml', 'action.yaml' or 'Dockerfile' under '{workspace / 'tools' / 'lint'}'. "
         "Did you forget to run actions/checkout before running your local action?"
     ]
+
+
+SLOW = """
+runs:
+  using: composite
+  steps:
+    - shell: bash
+      run: echo "nested started"; sleep 600
+    - shell: bash
+      run: echo "never, the job was cancelled"
+    - if: always()
+      shell: bash
+      run: echo "always() inside after the cancel, job ${{ job.status }}"
+"""
+
+
+async def test_a_cancelled_step_inside_a_composite_action_cancels_the_action(
+    executor_harness: ExecutorHarness,
+) -> None:
+    """The calling step keeps running (`if: always()`); its nested step's own `if:` no longer
+    holds and it is stopped, the action's `always()` step still runs, the action ends cancelled."""
+    workflow = """
+on: push
+jobs:
+  build:
+    runs-on: self-hosted
+    steps:
+      - if: always()
+        uses: ./slow
+      - run: echo "not after the cancel"
+"""
+    claimed = await executor_harness.claim(workflow, files={"slow/action.yml": SLOW})
+    running = asyncio.create_task(executor_harness.run(claimed))
+    await executor_harness.wait_for_log(claimed.task_id, "nested started")
+    executor_harness.gitea.cancel_run(claimed.run.id)
+    assert await asyncio.wait_for(running, 30) == 0
+    task = executor_harness.gitea.task(claimed.task_id)
+    assert task.result == Result.CANCELLED
+    assert [s.status for s in task.steps] == ["cancelled", "skipped"]
+    assert printed(task, 0) == ["nested started", "always() inside after the cancel, job cancelled"]

@@ -330,7 +330,8 @@ class StepEngine:
             except Exception as err:  # a handler bug must not take the job down unreported
                 log(f"##[error]The step failed unexpectedly: {type(err).__name__}: {err}")
 
-        outcome = self._outcome(ok, reason, limits.minutes, p.name, log)
+        # A handler may say why it ended early (a composite action whose step was cancelled).
+        outcome = self._outcome(ok, reason or stop.reason, limits.minutes, p.name, log)
         if files is None:
             return outcome, dict(run.outputs), {}
         found = await self._after(files, processor, outcome, log)

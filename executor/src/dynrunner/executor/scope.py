@@ -67,6 +67,8 @@ class Scope:
     depth: int = 0
     failed: bool = False
     """A child scope: one of its steps failed (the action's status)."""
+    cancelled: bool = False
+    """A child scope: one of its steps was cancelled (so is the action)."""
 
     @classmethod
     def of_job(cls, job: JobContexts, workspace: Path, defaults: RunDefaults = RunDefaults()) -> Scope:  # noqa: B008
@@ -108,6 +110,8 @@ class Scope:
         GitHub), and a failed conclusion fails the job, or the action."""
         if step.user_id:
             self.steps[step.id] = record
+        if record.conclusion == "cancelled" and not self.top:
+            self.cancelled = True
         if record.conclusion == "failure":
             if self.top:
                 if self.job.status == "success":

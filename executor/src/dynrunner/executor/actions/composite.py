@@ -5,8 +5,8 @@ and `failure()` look at the action's steps; `cancelled()` at the job), `github.a
 and no `secrets`; each has its own `if`, `env`, `shell`, `working-directory`,
 `continue-on-error` and may use other actions, up to ten levels deep (GitHub's limit).
 Their rows go into the range of the job's step that called the action. The action fails
-when one of its steps' conclusion is failure; its `outputs:` are evaluated afterwards, from
-its steps' outputs, whatever its result.
+when one of its steps' conclusion is failure, and is cancelled when one was cancelled; its
+`outputs:` are evaluated afterwards, from its steps' outputs, whatever its result.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dynrunner.executor.actions.node import header
 from dynrunner.executor.expressions import ExpressionError
 from dynrunner.executor.scope import MAX_DEPTH
 from dynrunner.executor.scopes import ACTION_OUTPUT, ACTION_STEP, Evaluator
-from dynrunner.executor.steps.base import StepRun
+from dynrunner.executor.steps.base import StepRun, Stop
 
 
 async def run_composite(run: StepRun) -> bool:
@@ -48,4 +48,6 @@ async def run_composite(run: StepRun) -> bool:
         except ExpressionError as err:
             run.log(f"##[error]The output '{name}' of the action {call.display} could not be evaluated: {err}")
             child.failed = True
-    return not child.failed and run.stop.reason is None
+    if child.cancelled:
+        run.stop.set(Stop.CANCELLED)  # a cancelled step cancels the action (GitHub's rule)
+    return not child.failed and not child.cancelled and run.stop.reason is None
