@@ -9,7 +9,9 @@ executor does not drive — for the stage at hand (`pre`, `main`, `post`).
 
 from __future__ import annotations
 
+import asyncio
 import os
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +26,8 @@ from dynrunner.executor.actions.reference import (
     RemoteAction,
     parse_uses,
 )
-from dynrunner.executor.actions.store import ActionStore, FetchError
+from dynrunner.executor.actions.store import ActionStore, Fetched, FetchError
+from dynrunner.executor.actions.toolkit import needs_patch, patch_action
 from dynrunner.executor.scope import ActionInfo
 
 
@@ -106,6 +109,7 @@ class Actions:
         self.default_actions_url = default_actions_url
         self.gitea_urls = gitea_urls
         self.node = node
+        self._opened_dirs: dict[Path, Path] = {}
 
     def parse(self, uses: str) -> Reference:
         try:
@@ -130,9 +134,32 @@ class Actions:
             fetched = await self.store.get(reference, log)
             directory = fetched.directory / reference.path if reference.path else fetched.directory
             manifest = read_manifest(directory, f"action {reference}: ")
+            directory = await self._opened(directory, manifest, fetched, reference)
         except (FetchError, ManifestError, OSError) as err:
             raise ActionError(str(err)) from None
         return LoadedAction(reference, directory, manifest, reference.repository, reference.ref)
+
+    async def _opened(self, directory: Path, manifest: Manifest, fetched: Fetched, reference: RemoteAction) -> Path:
+        """The directory to run a fetched JavaScript action from, its bundles' toolkit gates open
+        (`toolkit`): patched in place once per job, or, for an action of the read-only seeded
+        cache that needs it, in a copy of its repository in the job's actions directory."""
+        if manifest.kind != "node":
+            return directory
+        done = self._opened_dirs.get(directory)
+        if done is not None:
+            return done
+        if not fetched.seeded:
+            await asyncio.to_thread(patch_action, directory, manifest)
+            opened = directory
+        elif await asyncio.to_thread(needs_patch, directory, manifest):
+            copy = self.store.root / f"seeded-{len(self._opened_dirs)}-{reference.owner}-{reference.repo}"
+            await asyncio.to_thread(shutil.copytree, fetched.directory, copy, symlinks=True, dirs_exist_ok=True)
+            opened = copy / reference.path if reference.path else copy
+            await asyncio.to_thread(patch_action, opened, manifest)
+        else:
+            opened = directory
+        self._opened_dirs[directory] = opened
+        return opened
 
 
 def _normalised(path: Path) -> Path:
