@@ -1,0 +1,285 @@
+"""`uses:` actions through the whole product: the controller claims from the Gitea double
+(`DEFAULT_ACTIONS_URL = self`, so `owner/repo@ref` is fetched from it with the task token),
+the local backend runs the real executor, actions are fetched with git from the double's git
+server. A run of two jobs checks out the run's private repository with a checkout-style action,
+uses a composite action from that checkout, restores and (in its post stage) saves a cache with
+an actions/cache-style action, and uploads an artifact the second job downloads, with the real
+`@actions/cache` and `@actions/artifact` (v4) clients. The next run restores the cache; a run of
+another repository does not. Post stages run after a failing step and after a cancellation.
+
+The JavaScript actions are built as ncc builds real ones: the toolkit's modules that hold its
+GitHub-only gates (`isGhes`, the cache service URL) are inlined in the action's own bundle, and
+the executor opens them there as Gitea's runner does; the rest of the toolkit comes from the
+pinned clients (tests/clients)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from dynrunner.controller.config import ControllerConfig
+from dynrunner.doubles.gitea import GiteaDouble
+from tests.e2e.harness import REAL_EXECUTOR, config_data, in_process, wait_run_done
+from tests.fixtures.clients import ActionClients
+from tests.fixtures.gitea import GiteaFactory
+
+GATED_MODULES = {
+    "artifact": ["@actions/artifact/lib/internal/shared/config.js", "@actions/artifact/lib/internal/shared/errors.js"],
+    "cache": ["@actions/cache/lib/internal/config.js"],
+}
+
+
+def bundle(clients: ActionClients, toolkit: str, body: str) -> str:
+    """An action's `dist/index.js` as a bundler makes it: the toolkit modules with the gates
+    inlined as module functions (their source verbatim), the rest required from the pinned
+    clients, then the action's own code."""
+    modules = ",\n".join(
+        f"  {json.dumps(name)}: function (module, exports, require) {{\n"
+        f"{(clients.root / 'node_modules' / name).read_text()}\n  }}"
+        for name in GATED_MODULES[toolkit]
+    )
+    return f"""'use strict';
+const Module = require('module');
+const path = require('path');
+const CLIENTS = {json.dumps(str(clients.root))};
+const INLINED = {{
+{modules}
+}};
+for (const [name, factory] of Object.entries(INLINED)) {{
+  const file = require.resolve(name, {{paths: [CLIENTS]}});
+  const m = new Module(file, module);
+  m.filename = file;
+  m.loaded = true;
+  factory.call(m.exports, m, m.exports, Module.createRequire(file));
+  require.cache[file] = m;
+}}
+const load = name => require(require.resolve(name, {{paths: [CLIENTS]}}));
+const env = process.env;
+{body}
+"""
+
+
+def artifact_action(clients: ActionClients) -> dict[str, str]:
+    body = """
+const {DefaultArtifactClient} = load('@actions/artifact');
+const client = new DefaultArtifactClient();
+(async () => {
+  if (env.INPUT_MODE === 'upload') {
+    const file = path.resolve(env.GITHUB_WORKSPACE, env.INPUT_PATH);
+    const done = await client.uploadArtifact(env.INPUT_NAME, [file], path.dirname(file), {retentionDays: 1});
+    console.log(`uploaded ${env.INPUT_NAME}: ${done.size} bytes`);
+  } else {
+    const {artifact} = await client.getArtifact(env.INPUT_NAME);
+    await client.downloadArtifact(artifact.id, {path: path.resolve(env.GITHUB_WORKSPACE, env.INPUT_PATH)});
+    console.log(`downloaded ${env.INPUT_NAME}`);
+  }
+})().catch(err => { console.log(`::error::${err}`); process.exit(1); });
+"""
+    return {
+        "action.yml": "inputs:\n  mode: {}\n  name: {}\n  path: {}\nruns:\n  using: node20\n  main: dist/index.js\n",
+        "dist/index.js": bundle(clients, "artifact", body),
+    }
+
+
+def cache_action(clients: ActionClients) -> dict[str, str]:
+    """actions/cache's shape: restore in `main`, save in `post` unless the key was hit."""
+    body = """
+const fs = require('fs');
+const cache = load('@actions/cache');
+const stage = process.argv[2];
+(async () => {
+  if (stage === 'main') {
+    const config = require.cache[require.resolve('@actions/cache/lib/internal/config.js', {paths: [CLIENTS]})];
+    console.log(`cache protocol ${config.exports.getCacheServiceVersion()}`);
+    const hit = await cache.restoreCache([env.INPUT_PATH], env.INPUT_KEY, [env['INPUT_RESTORE-KEYS']]);
+    console.log(hit ? `cache restored from ${hit}` : 'cache miss');
+    fs.appendFileSync(env.GITHUB_STATE, `hit=${hit || ''}\\n`);
+  } else if (env.STATE_hit === env.INPUT_KEY) {
+    console.log('cache hit, not saved again');
+  } else {
+    await cache.saveCache([env.INPUT_PATH], env.INPUT_KEY);
+    console.log(`cache saved as ${env.INPUT_KEY}`);
+  }
+})().catch(err => { console.log(`::error::${err}`); process.exit(1); });
+"""
+    main = bundle(clients, "cache", body)
+    return {
+        "action.yml": (
+            "inputs:\n  key: {}\n  restore-keys: {}\n  path: {}\n"
+            "runs:\n  using: node20\n  main: dist/main.js\n  post: dist/post.js\n  post-if: success()\n"
+        ),
+        "dist/main.js": main.replace("process.argv[2]", "'main'"),
+        "dist/post.js": main.replace("process.argv[2]", "'post'"),
+    }
+
+
+CHECKOUT = {
+    "action.yml": (
+        "inputs:\n  repository:\n    default: ${{ github.repository }}\n  token:\n    default: ${{ github.token }}\n"
+        "runs:\n  using: node20\n  main: main.js\n"
+    ),
+    "main.js": """
+const { execFileSync } = require('child_process');
+const env = process.env;
+const basic = Buffer.from(`x-access-token:${env.INPUT_TOKEN}`).toString('base64');
+const git = (...args) => execFileSync('git', args, { cwd: env.GITHUB_WORKSPACE, stdio: 'inherit' });
+git('init', '-q', '.');
+git('config', '--local', `http.${env.GITHUB_SERVER_URL}/.extraheader`, `AUTHORIZATION: basic ${basic}`);
+git('fetch', '-q', '--depth=1', `${env.GITHUB_SERVER_URL}/${env.INPUT_REPOSITORY}`, env.GITHUB_SHA);
+git('checkout', '-q', 'FETCH_HEAD');
+console.log(`checked out ${env.INPUT_REPOSITORY}`);
+""",
+}
+
+CLEANUP = {
+    "action.yml": "runs:\n  using: node20\n  main: main.js\n  post: post.js\n",
+    "main.js": "console.log('cleanup registered');\n",
+    "post.js": "console.log('cleanup ran');\n",
+}
+
+APP = {
+    "README": "the app\n",
+    ".github/actions/greet/action.yml": """
+inputs:
+  who:
+    required: true
+outputs:
+  said:
+    value: ${{ steps.say.outputs.text }}
+runs:
+  using: composite
+  steps:
+    - id: say
+      shell: bash
+      run: echo "text=hello ${{ inputs.who }} from $(cat README)" >> "$GITHUB_OUTPUT"
+""",
+}
+
+PIPELINE = """
+on: push
+jobs:
+  build:
+    runs-on: [self-hosted, local]
+    steps:
+      - uses: acme/checkout@v1
+      - id: greet
+        uses: ./.github/actions/greet
+        with:
+          who: e2e
+      - run: echo "${{ steps.greet.outputs.said }}"
+      - uses: acme/cache@v1
+        with:
+          key: deps-${{ github.run_id }}
+          restore-keys: deps-
+          path: deps
+      - run: |
+          if [ -f deps/stamp ]; then echo "deps from run $(cat deps/stamp)"; else echo "no deps yet"; fi
+          mkdir -p deps dist && echo "${{ github.run_id }}" > deps/stamp
+          echo "built in run ${{ github.run_id }}" > dist/out.txt
+      - uses: acme/artifacts@v1
+        with:
+          mode: upload
+          name: dist
+          path: dist/out.txt
+  test:
+    needs: build
+    runs-on: [self-hosted, local]
+    steps:
+      - uses: acme/artifacts@v1
+        with:
+          mode: download
+          name: dist
+          path: got
+      - run: cat got/out.txt
+"""
+
+POST_AFTER = """
+on: push
+jobs:
+  build:
+    runs-on: [self-hosted, local]
+    steps:
+      - uses: acme/cleanup@v1
+      - run: {last}
+"""
+
+
+def _config(gitea: GiteaDouble, nats_url: str, tmp_path: Path) -> ControllerConfig:
+    data = config_data(
+        gitea_url=gitea.url,
+        registration_token=gitea.registration_token,
+        state_dir=tmp_path / "state",
+        nats_url=nats_url,
+        executor_command=[REAL_EXECUTOR],
+    )
+    data["cache"] = {"url": "http://127.0.0.1", "listen": "127.0.0.1:0"}  # port 0: the URL is the bound address
+    return ControllerConfig.model_validate(data)
+
+
+def rows(gitea: GiteaDouble, task_id: int) -> list[str]:
+    return gitea.task(task_id).log_rows
+
+
+def _publish(gitea: GiteaDouble, clients: ActionClients) -> None:
+    for name, files in (
+        ("acme/checkout", CHECKOUT),
+        ("acme/artifacts", artifact_action(clients)),
+        ("acme/cache", cache_action(clients)),
+        ("acme/cleanup", CLEANUP),
+    ):
+        gitea.create_repository(name)
+        gitea.commit(name, files, tags=["v1"])
+    for name in ("owner/app", "evil/other"):
+        gitea.create_repository(name, private=True)
+        gitea.commit(name, APP)
+
+
+async def test_checkout_composite_node_artifacts_and_cache_through_the_controller(
+    gitea_factory: GiteaFactory, nats_url: str, tmp_path: Path, action_clients: ActionClients
+) -> None:
+    async with gitea_factory(default_actions_url="self") as gitea:
+        _publish(gitea, action_clients)
+        async with in_process(_config(gitea, nats_url, tmp_path)):
+            done = []
+            for repository in ("owner/app", "owner/app", "evil/other"):
+                run = await wait_run_done(gitea, gitea.submit(repository, PIPELINE).id, within=120)
+                done.append(run)
+                build, test = (rows(gitea, job.task_id) for job in run.jobs)
+                assert run.status == "success", "\n".join(build + test)
+                assert "checked out " + repository in build
+                assert "hello e2e from the app" in build
+                assert "uploaded dist: " in "\n".join(build)
+                assert f"built in run {run.id}" in test
+            first, second, other = ([rows(gitea, job.task_id) for job in run.jobs] for run in done)
+    assert "cache protocol v2" in first[0]  # the gate opened: v2, not GHES's v1
+    assert "cache miss" in first[0] and "no deps yet" in first[0]
+    assert f"cache saved as deps-{done[0].id}" in first[0]  # the post stage, under "Complete job"
+    assert f"cache restored from deps-{done[0].id}" in second[0] and f"deps from run {done[0].id}" in second[0]
+    assert "cache miss" in other[0] and "no deps yet" in other[0]  # another repository's job sees none
+
+
+async def test_post_stages_run_after_a_failing_step_and_after_a_cancellation(
+    gitea_factory: GiteaFactory, nats_url: str, tmp_path: Path, action_clients: ActionClients
+) -> None:
+    async with gitea_factory(default_actions_url="self") as gitea:
+        _publish(gitea, action_clients)
+        async with in_process(_config(gitea, nats_url, tmp_path)):
+            failed = await wait_run_done(gitea, gitea.submit("owner/app", POST_AFTER.format(last="exit 1")).id)
+            cancelled = gitea.submit("owner/app", POST_AFTER.format(last='echo "sleeping"; sleep 600'))
+            task_id = await _running_task(gitea, cancelled.id, "sleeping")
+            gitea.cancel_run(cancelled.id)
+            cancelled_done = await wait_run_done(gitea, cancelled.id)
+            after_failure, after_cancel = rows(gitea, failed.jobs[0].task_id), rows(gitea, task_id)
+    assert failed.status == "failure" and "cleanup ran" in after_failure
+    assert cancelled_done.status == "cancelled" and "cleanup ran" in after_cancel
+
+
+async def _running_task(gitea: GiteaDouble, run_id: int, row: str) -> int:
+    """The task of the run's job once its log has `row`."""
+    async with asyncio.timeout(60):
+        while True:
+            jobs = [job for job in gitea.run(run_id).jobs if job.task_id]
+            if jobs and row in gitea.task(jobs[0].task_id).log_rows:
+                return jobs[0].task_id
+            await asyncio.sleep(0.1)
