@@ -14,4 +14,5 @@ pytest_plugins = [
     "tests.fixtures.spire_server",
     "tests.fixtures.cache",
     "tests.fixtures.images",
+    "tests.fixtures.local_backend",
 ]

@@ -274,6 +274,21 @@ class LocalBackendConfig(_Model):
     root_dir: ConfigPath | None = None
     executor_command: list[str] = Field(default_factory=lambda: ["dynrunner-executor"], min_length=1)
     containment: Literal["auto", "cgroup-v2", "cgroup-v1", "pid-namespace", "process-scan"] = "auto"
+    run_as_user: str | None = None
+    run_as_group: str | None = None
+
+    @field_validator("run_as_user", "run_as_group", mode="before")
+    @classmethod
+    def _user_or_group(cls, value: object) -> object:
+        """A name or a number (YAML reads `65534` as an int)."""
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+    @field_validator("run_as_user")
+    @classmethod
+    def _check_user(cls, value: str | None) -> str | None:
+        if value is not None and value in ("0", "root"):
+            raise ValueError("must not be root: jobs would hold every power of the controller")
+        return value
 
     @field_validator("executor_command")
     @classmethod
@@ -455,6 +470,13 @@ class ControllerConfig(_Model):
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     state_dir: ConfigPath = Field(default_factory=lambda: default_state_dir(os.environ))
 
+    _source: Path | None = PrivateAttr(default=None)
+
+    @property
+    def source_file(self) -> Path | None:
+        """The file this configuration was read from (None when built otherwise)."""
+        return self._source
+
     @field_validator("pools")
     @classmethod
     def _unique_pools(cls, value: list[PoolConfig]) -> list[PoolConfig]:
@@ -520,7 +542,9 @@ def load_config(path: Path | None, env: Mapping[str, str] = os.environ) -> Contr
 
     Raises ConfigError listing every problem with its key path.
     """
-    return _load(ControllerConfig, path, env)
+    config = _load(ControllerConfig, path, env)
+    config._source = path.absolute() if path is not None else None
+    return config
 
 
 def load_cache_server_config(path: Path | None, env: Mapping[str, str] = os.environ) -> CacheServerConfig:

@@ -48,9 +48,11 @@ async def test_check_reports_each_part(gitea: GiteaDouble, nats_url: str, tmp_pa
         "OK   nats",
         "WARN nats",  # the test server admits anyone
         "OK   pool local",
+        "WARN pool local",  # its jobs run as this (root) process's user: no runAsUser
     ]
     assert "with JetStream" in lines[4]
     assert "processes contained by " in lines[6]
+    assert "are not isolated from it" in lines[7]
     # check changes nothing: no runner was registered
     assert gitea.runners() == []
 

@@ -14,8 +14,9 @@ import pytest
 
 from dynrunner.controller import contract
 from dynrunner.controller.backends.base import FailureReason, Phase
-from dynrunner.controller.backends.local.backend import PASSED_ENV, S3_ENV, LocalBackend
+from dynrunner.controller.backends.local.backend import LocalBackend
 from dynrunner.controller.backends.local.layout import Layout
+from dynrunner.controller.backends.local.settings import PASSED_ENV, S3_ENV
 from dynrunner.proto.assignment import decode
 from tests.e2e.harness import wait_for
 from tests.fixtures.local_backend import (
@@ -196,7 +197,7 @@ async def test_the_assignments_stream_sequence_is_recorded_with_the_environment(
 
 
 def test_unknown_program_fails_at_configuration(tmp_path: Path) -> None:
-    from dynrunner.controller.backends.local.backend import resolve_program
+    from dynrunner.controller.backends.local.settings import resolve_program
 
     with pytest.raises(ValueError, match="not found"):
         resolve_program("surely-not-a-dynrunner-program", os.defpath)

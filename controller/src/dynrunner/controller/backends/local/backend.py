@@ -18,7 +18,6 @@ import dataclasses
 import logging
 import os
 import shutil
-import sys
 import time
 from collections.abc import Collection, Mapping
 from datetime import UTC, datetime, timedelta
@@ -28,6 +27,7 @@ from dynrunner.controller import contract
 from dynrunner.controller.backends.base import BackendError, BeforeStart, Environment, Isolation, Observation
 from dynrunner.controller.backends.local.containment import Cage, Containment, choose
 from dynrunner.controller.backends.local.diagnosis import Facts, classify
+from dynrunner.controller.backends.local.isolation import Sandbox, unisolated_warning
 from dynrunner.controller.backends.local.layout import (
     DELETING,
     WRAPPER,
@@ -39,6 +39,7 @@ from dynrunner.controller.backends.local.layout import (
     trashed,
 )
 from dynrunner.controller.backends.local.processes import TRACKING_VAR, tracking_id
+from dynrunner.controller.backends.local.settings import PASSED_ENV, settings
 from dynrunner.controller.backends.local.stopping import Stopper
 from dynrunner.controller.config import ControllerConfig, PoolConfig
 from dynrunner.proto.assignment import Assignment, decode, encode
@@ -46,40 +47,8 @@ from dynrunner.proto.assignment import Assignment, decode, encode
 log = logging.getLogger(__name__)
 
 NAME = "local"
-PASSED_ENV = (
-    "LANG", "LC_ALL", "LC_CTYPE", "TZ", "SSL_CERT_FILE", "SSL_CERT_DIR",
-    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
-)  # fmt: skip
-# With an S3 artifact store, the executor needs credentials from boto3's standard chain; the
-# controller's own environment is otherwise not handed to jobs (its registration token is there).
-S3_ENV = (
-    "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION",
-    "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_CA_BUNDLE", "AWS_SHARED_CREDENTIALS_FILE",
-    "AWS_CONFIG_FILE", "AWS_PROFILE",
-)  # fmt: skip
 START_WAIT_S = 2.0
 ORPHAN_AGE_S = 60.0
-
-
-class SetupError(BackendError):
-    """The backend cannot run jobs as configured on this machine (the message says why)."""
-
-
-def resolve_program(program: str, path: str) -> str:
-    """An absolute path for `program`: as given, from PATH, or next to this Python (the
-    executor is installed beside the controller)."""
-    if "/" in program:
-        given = Path(program).absolute()  # not resolve(): a venv's python is a symlink
-        if not given.is_file():
-            raise ValueError(f"the executor program {program!r} does not exist (or is not a file)")
-        if not os.access(given, os.X_OK):
-            raise ValueError(f"the executor program {program!r} is not executable")
-        return str(given)
-    beside = Path(sys.executable).parent
-    found = shutil.which(program, path=path) or shutil.which(program, path=str(beside))
-    if found is None:
-        raise ValueError(f"the executor program {program!r} was not found on PATH or in {beside}")
-    return found
 
 
 class LocalBackend:
@@ -96,7 +65,11 @@ class LocalBackend:
         deadline_grace: timedelta = timedelta(minutes=1),
         start_grace: timedelta = timedelta(seconds=30),
         containment: Containment | None = None,
+        sandbox: Sandbox | None = None,
+        config_file: Path | None = None,
     ) -> None:
+        """`sandbox`: run jobs isolated as another user (None: as this process's user);
+        `config_file`: the controller's configuration, for the warning when they are not."""
         self.pool = pool
         self.root = root
         self.command = command
@@ -109,28 +82,27 @@ class LocalBackend:
         self._stopper = Stopper()
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.containment = containment or choose("auto", self.root, pool)
+        self.sandbox = sandbox
+        self._config_file = config_file
 
     @classmethod
     def from_config(cls, pool: PoolConfig, config: ControllerConfig) -> LocalBackend:
-        backend = pool.backend
-        assert backend.root_dir is not None, "ControllerConfig derives root_dir"
-        program, *args = backend.executor_command
-        resolved = resolve_program(program, os.environ.get("PATH", os.defpath))
-        passed: tuple[str, ...] = PASSED_ENV
-        if config.artifacts.driver == "S3":
-            passed += S3_ENV
-        elif config.artifacts.driver == "Filesystem":
-            # The store is on this machine: make its root, as a volume mount would provide it.
-            Path(config.artifacts.path).mkdir(parents=True, exist_ok=True)
-        try:
-            containment = choose(backend.containment, backend.root_dir, pool.name)
-        except ValueError as err:
-            raise SetupError(str(err)) from None
-        return cls(pool.name, backend.root_dir, [resolved, *args], passed_env=passed, containment=containment)
+        found = settings(pool, config)
+        return cls(
+            pool.name,
+            pool.backend.root_dir or Path(),
+            found.command,
+            passed_env=found.passed_env,
+            containment=found.containment,
+            sandbox=found.sandbox,
+            config_file=found.config_file,
+        )
 
     def isolation(self) -> Isolation:
         """How this backend runs jobs, for the start-up log and `check`."""
-        return Isolation(self.containment.describe())
+        if self.sandbox is None:
+            return Isolation(self.containment.describe(), (unisolated_warning(self._config_file),))
+        return Isolation(f"{self.containment.describe()}; {self.sandbox.describe()}")
 
     # -- the Backend protocol --------------------------------------------------------------
 
@@ -217,11 +189,13 @@ class LocalBackend:
         if layout.dir.exists():
             shutil.rmtree(layout.dir)  # a start interrupted before its metadata was written
         layout.dir.mkdir(mode=0o700)
-        for sub in (layout.workspace, layout.home, layout.tmp):
+        for sub in (layout.workspace, layout.home, layout.tmp, layout.status_dir):
             sub.mkdir(mode=0o700)
         cage = self.containment.cage(assignment.assignment_id)
         handed = assignment.replace(executor=dataclasses.replace(assignment.executor, workspace=str(layout.workspace)))
         layout.write_secret(encode(handed))
+        if self.sandbox is not None:
+            self.sandbox.hand_over(layout)
         now = datetime.now(UTC)
         labels = contract.environment_labels(assignment, stream_seq)
         layout.write_metadata(
@@ -250,7 +224,10 @@ class LocalBackend:
         the containment puts around it (a PID namespace)."""
         cage = _cage(layout)
         argv = ["/bin/sh", "-c", WRAPPER, "dynrunner-local", str(layout.dir), cage.join_file]
-        argv += self.containment.command_prefix(layout.dir) if cage.kind is self.containment.kind else []
+        if self.sandbox is not None:
+            argv += self.sandbox.command_prefix(layout.dir)  # its own PID namespace among them
+        elif cage.kind is self.containment.kind:
+            argv += self.containment.command_prefix(layout.dir)
         argv += [*self.command, "run", "--assignment", str(layout.assignment_file)]
         actions = [
             (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),

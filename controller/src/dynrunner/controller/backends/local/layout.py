@@ -3,6 +3,7 @@
     assignment.pb   the executor's assignment (mode 0600; its secrets unsealed)
     metadata.json   labels, creation time, deadline, command: the environment's "labels"
     workspace/      the job's workspace; home/ and tmp/ are its HOME and TMPDIR
+    status/         the executor's signals to the controller (executor-ready)
     executor.log    the executor's stdout and stderr
     pid             written by the wrapper as it starts (its pid = the process group)
     executor-pid    written by the executor's process as it starts (before it execs the executor)
@@ -108,13 +109,18 @@ class Layout:
         return self.dir / "exit-status"
 
     @property
+    def status_dir(self) -> Path:
+        """Where the executor leaves signals for the controller (the job's user may write it)."""
+        return self.dir / "status"
+
+    @property
     def ready_file(self) -> Path:
         """Created by the executor once it reached Gitea (`DYNRUNNER_READY_FILE`)."""
-        return self.dir / "executor-ready"
+        return self.status_dir / "executor-ready"
 
     def ready_at(self) -> datetime | None:
         try:
-            return datetime.fromtimestamp(self.ready_file.stat().st_mtime, UTC)
+            return datetime.fromtimestamp(self.ready_file.lstat().st_mtime, UTC)
         except (FileNotFoundError, NotADirectoryError):
             return None
 
