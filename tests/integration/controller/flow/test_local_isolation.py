@@ -21,6 +21,8 @@ from dynrunner.controller.backends.local.isolation import (
     unisolated_warning,
 )
 from dynrunner.controller.backends.local.layout import Layout
+from dynrunner.controller.backends.local.settings import SetupError, settings
+from dynrunner.controller.config import ControllerConfig
 from tests.e2e.harness import wait_for
 from tests.fixtures.local_backend import NOBODY, assignment, nothing, observe_until
 
@@ -177,3 +179,58 @@ def test_an_executor_the_jobs_cannot_see_is_refused(host_dir: Path) -> None:
 def test_the_sandbox_is_described(host_dir: Path) -> None:
     box = Sandbox(resolve_user("nobody", None), ("/a", "/b"), "/blank", "", "unshare", "setpriv")
     assert box.describe().startswith("jobs run as nobody (uid 65534, gid 65534) in mount, PID and IPC namespaces")
+
+
+async def test_an_artifact_store_under_a_hidden_path_is_shown_to_the_job(host_dir: Path) -> None:
+    state = host_dir / "state"
+    files = controller_files(state)
+    store = state / "artifacts"
+    store.mkdir()
+    os.chown(store, NOBODY, NOBODY)
+    root = state / "local" / "local"
+    root.mkdir(parents=True)
+    box = sandbox(
+        resolve_user(str(NOBODY), None),
+        controller_paths={state},
+        config_file=files["config"],
+        root_dir=root,
+        executor="/bin/sh",
+        store=str(store),
+    )
+    write = f'echo stored > {store}/from-job; cat {files["sealing key"]} > "$HOME/key" 2>&1; echo done > "$HOME/uid"'
+    b = LocalBackend("local", root, ["/bin/sh", "-c", write], base_env={"PATH": os.defpath}, sandbox=box)
+    env = await b.create(assignment(A), nothing)
+    await observe_until(b, env, Phase.SUCCEEDED)
+    assert (store / "from-job").read_text() == "stored\n"
+    assert (store / "from-job").stat().st_uid == NOBODY
+    assert "No such file" in (Layout(root / A).home / "key").read_text()  # the rest of the state stays hidden
+    await b.delete(env)
+
+
+def test_a_filesystem_store_is_made_for_the_jobs_user_and_must_be_writable_by_it(host_dir: Path) -> None:
+    def config(store: Path) -> ControllerConfig:
+        return ControllerConfig.model_validate(
+            {
+                "gitea": {"url": "http://gitea", "registrationToken": "t" * 40},
+                "pools": [
+                    {
+                        "name": "local",
+                        "labels": ["self-hosted"],
+                        "backend": {"kind": "local", "executorCommand": ["/bin/sh"], "runAsUser": "nobody"},
+                    }
+                ],
+                "artifacts": {"driver": "Filesystem", "path": str(store)},
+                "stateDir": str(host_dir / "state"),
+            }
+        )
+
+    made = host_dir / "store"
+    cfg = config(made)
+    found = settings(cfg.pools[0], cfg)
+    assert found.sandbox is not None and found.sandbox.store == str(made)
+    assert made.stat().st_uid == NOBODY
+    theirs = host_dir / "root-owned"
+    theirs.mkdir(mode=0o755)
+    cfg = config(theirs)
+    with pytest.raises(SetupError, match="not writable by the jobs' user nobody"):
+        settings(cfg.pools[0], cfg)

@@ -362,3 +362,16 @@ def test_sealing_ensure_key_file_creates_private_key(tmp_path: Path) -> None:
     assert path == tmp_path / "keys" / "sealing.key"
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert cfg.sealing.ensure_key_file() == path
+
+
+def test_local_backend_run_as_user_and_containment(tmp_path: Path) -> None:
+    data = minimal(tmp_path)
+    data["pools"][0]["backend"] = {"kind": "local", "runAsUser": 65534, "runAsGroup": "nogroup"}
+    cfg = load(tmp_path, data)
+    backend = cfg.pools[0].backend
+    assert (backend.run_as_user, backend.run_as_group, backend.containment) == ("65534", "nogroup", "auto")
+    assert cfg.source_file == (tmp_path / "controller.yaml").absolute()
+    data["pools"][0]["backend"] = {"kind": "local", "runAsUser": "root", "containment": "chroot"}
+    found = problems(tmp_path, data)
+    assert any("runAsUser: must not be root" in p for p in found), found
+    assert any(p.startswith("pools[0].backend.containment: must be one of 'auto'") for p in found), found

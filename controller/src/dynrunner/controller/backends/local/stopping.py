@@ -21,7 +21,8 @@ from dynrunner.controller.backends.local.processes import ProcessTable, Snapshot
 log = logging.getLogger(__name__)
 
 KILL_GRACE_S = 5.0
-POLL_S = 0.05
+POLLS_S = (0.005, 0.01, 0.02, 0.05)
+"""Waits between looks at the members: short first (most are exiting already), then 50 ms."""
 
 
 class Stopper:
@@ -55,9 +56,11 @@ class Stopper:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(one, sig)
             deadline = time.monotonic() + self.grace_s
+            polls = 0
             while pids and time.monotonic() < deadline:
                 while_waiting()
-                await asyncio.sleep(POLL_S)
+                await asyncio.sleep(POLLS_S[min(polls, len(POLLS_S) - 1)])
+                polls += 1
                 pids = await self._members(cage, tracking, roots, 0.0)
         if pids:
             log.error("processes of %s survived SIGKILL: %s", what, sorted(pids))
