@@ -272,15 +272,22 @@ def _probe_pid_namespace() -> str:
     unshare = shutil.which("unshare")
     if unshare is None:
         raise Unavailable("unshare (util-linux) is not installed")
-    argv = [unshare, "--pid", "--fork", "--kill-child", "--mount-proc", "--", "/bin/true"]
+    failed = probe([unshare, "--pid", "--fork", "--kill-child", "--mount-proc", "--", "/bin/true"])
+    if failed:
+        raise Unavailable(f"unshare failed: {failed}")
+    return unshare
+
+
+def probe(argv: list[str]) -> str:
+    """Run a probe command: "" when it worked, else why not (the last line it printed)."""
     try:
         done = subprocess.run(argv, capture_output=True, timeout=PROBE_TIMEOUT_S, check=False)
     except (OSError, subprocess.TimeoutExpired) as err:
-        raise Unavailable(f"unshare failed: {err}") from None
-    if done.returncode != 0:
-        reason = done.stderr.decode(errors="replace").strip().splitlines()
-        raise Unavailable(f"unshare failed: {reason[-1] if reason else f'status {done.returncode}'}")
-    return unshare
+        return str(err)
+    if done.returncode == 0:
+        return ""
+    lines = done.stderr.decode(errors="replace").strip().splitlines()
+    return lines[-1] if lines else f"status {done.returncode}"
 
 
 def _cgroup_parent(kind: Kind, root_dir: Path, pool: str) -> Path:
@@ -320,22 +327,14 @@ def _own_cgroup(kind: Kind) -> tuple[str, str]:
 def _probe_cgroup(parent: Path) -> None:
     """Create the parent, and check that a process can move itself into a cgroup below it
     (what the wrapper does) and be killed there."""
-    probe = parent / f"probe-{os.getpid()}"
+    probe_dir = parent / f"probe-{os.getpid()}"
     try:
-        probe.mkdir(parents=True, exist_ok=True)
+        probe_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise Unavailable(f"cannot create {probe}: {err.strerror or err}") from None
+        raise Unavailable(f"cannot create {probe_dir}: {err.strerror or err}") from None
     try:
-        done = subprocess.run(
-            ["/bin/sh", "-c", 'echo $$ > "$1"', "sh", str(probe / "cgroup.procs")],
-            capture_output=True,
-            timeout=PROBE_TIMEOUT_S,
-            check=False,
-        )
-        if done.returncode != 0:
-            reason = done.stderr.decode(errors="replace").strip().splitlines()
-            raise Unavailable(f"cannot move a process into {probe}: {reason[-1] if reason else done.returncode}")
-    except (OSError, subprocess.TimeoutExpired) as err:
-        raise Unavailable(f"cannot move a process into {probe}: {err}") from None
+        failed = probe(["/bin/sh", "-c", 'echo $$ > "$1"', "sh", str(probe_dir / "cgroup.procs")])
+        if failed:
+            raise Unavailable(f"cannot move a process into {probe_dir}: {failed}")
     finally:
-        Cage(Kind.CGROUP_V2, str(probe)).release()
+        Cage(Kind.CGROUP_V2, str(probe_dir)).release()

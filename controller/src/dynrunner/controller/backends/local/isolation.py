@@ -31,15 +31,16 @@ import grp
 import os
 import pwd
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel
 
+from dynrunner.controller.backends.local.containment import probe
 from dynrunner.controller.backends.local.layout import Layout
 
-PROBE_TIMEOUT_S = 10.0
+NAMESPACES = ("--mount", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc", "--propagation", "private")
+"""`unshare`'s options for a job's namespaces."""
 PRIVATE_TMP = ("/tmp", "/var/tmp", "/dev/shm")
 JOB_DIR_MODE = 0o750
 ASSIGNMENT_MODE = 0o440
@@ -168,14 +169,7 @@ class Sandbox:
     def command_prefix(self, job_dir: Path) -> list[str]:
         return [
             self.unshare,
-            "--mount",
-            "--pid",
-            "--ipc",
-            "--fork",
-            "--kill-child",
-            "--mount-proc",
-            "--propagation",
-            "private",
+            *NAMESPACES,
             "--",
             "/bin/sh",
             "-c",
@@ -274,32 +268,12 @@ def _outermost(paths: object) -> list[Path]:
 
 def _probe(unshare: str, root_dir: Path) -> None:
     """Make the namespaces and one mount in them, as each job will."""
-    argv = [
-        unshare,
-        "--mount",
-        "--pid",
-        "--ipc",
-        "--fork",
-        "--kill-child",
-        "--mount-proc",
-        "--propagation",
-        "private",
-        "--",
-        "/bin/sh",
-        "-c",
-        'mount -t tmpfs dynrunner-probe "$1"',
-        "sh",
-        str(root_dir),
-    ]
-    try:
-        done = subprocess.run(argv, capture_output=True, timeout=PROBE_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        raise IsolationError(f"runAsUser: cannot create a job's namespaces here: {err}") from None
-    if done.returncode != 0:
-        lines = done.stderr.decode(errors="replace").strip().splitlines()
+    failed = probe(
+        [unshare, *NAMESPACES, "--", "/bin/sh", "-c", 'mount -t tmpfs dynrunner-probe "$1"', "sh", str(root_dir)]
+    )
+    if failed:
         raise IsolationError(
-            "runAsUser: cannot create a job's namespaces here (a container without CAP_SYS_ADMIN?): "
-            + (lines[-1] if lines else f"status {done.returncode}")
+            f"runAsUser: cannot create a job's namespaces here (a container without CAP_SYS_ADMIN?): {failed}"
         )
 
 
