@@ -10,6 +10,7 @@ runAsUser the same job reads them, and the controller said so when it started.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import sys
@@ -104,7 +105,8 @@ async def attack(gitea: GiteaDouble, cfg: ControllerConfig) -> tuple[str, list[s
     [b_secret_file] = b.workspace.rglob("b-secret.txt")
     state = cfg.state_dir
     nats_files = [p for p in (state / "nats").rglob("*") if p.is_file()]
-    assert nats_files, "the embedded NATS keeps its store and settings under the state directory"
+    credentials = state / "nats" / "client-credentials.json"
+    assert credentials in nats_files, "the embedded NATS keeps its credentials, store and settings in the state"
     targets = [
         cfg.sealing.key_file,
         cfg.gitea.registration_token_file,
@@ -122,7 +124,8 @@ async def attack(gitea: GiteaDouble, cfg: ControllerConfig) -> tuple[str, list[s
     (b_secret_file.parent / "go").touch()
     assert (await wait_run_done(gitea, victim.id)).status == "success"
     key = cfg.sealing.key_file.read_text().strip() if cfg.sealing.key_file else ""
-    return log, [B_SECRET, gitea.registration_token, key, job.task_id and gitea.task(job.task_id).token]
+    nats_password = json.loads(credentials.read_text())["password"]
+    return log, [B_SECRET, gitea.registration_token, key, nats_password, gitea.task(job.task_id).token]
 
 
 async def test_a_hostile_job_under_run_as_user_reads_nothing_it_must_not(
