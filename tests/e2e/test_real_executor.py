@@ -80,7 +80,9 @@ async def test_a_multi_job_run_with_needs_outputs_and_a_matrix(
         root = cfg.pools[0].backend.root_dir
         assert root is not None
         await wait_for(lambda: not any(root.iterdir()), what="every environment reaped")
-        assert running.controller.pools["local"].capacity.in_use == 0
+        # The reaper releases a permit once deleting returned, an await after the directory went.
+        capacity = running.controller.pools["local"].capacity
+        await wait_for(lambda: capacity.in_use == 0, within=5, what="every permit released")
         assert running.controller.metrics.sample("dynrunner_job_results_total", pool="local", result="reported") == 4
         # Each executor signalled when it took over its task: launched → executor-ready per job.
         metrics = running.controller.metrics
