@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dynrunner.executor.workflow import WorkflowError, parse_workflow
+from dynrunner.executor.workflow.model import Step, _action_names
 from dynrunner.executor.workflow.yaml12 import Scalar, load
 
 # A payload as Gitea's jobparser writes it (modules/actions/jobparser testdata, one matrix combination).
@@ -125,6 +126,27 @@ def test_steps_without_an_id_get_githubs_generated_action_names() -> None:
         "__run_3",
     ]
     assert [s.id for s in steps][:3] == ["__0", "__1", "run_2x"]
+
+
+class _CountingSet(set[str]):
+    lookups = 0
+
+    def __contains__(self, item: object) -> bool:
+        type(self).lookups += 1
+        return super().__contains__(item)
+
+
+def test_naming_many_unnamed_steps_looks_each_name_up_about_once() -> None:
+    """20,000 `run:` steps without an id: the last is `__run_20000`, and each step's name is
+    found with a bounded number of look-ups (trying `__run_2` ... `__run_k` for the k-th step
+    made such a job wait ~40 s before its first step)."""
+    steps = tuple(Step(index=i, id=f"__{i}", user_id=False, name=None, run="true") for i in range(20_000))
+    taken = _CountingSet()
+    named = _action_names(steps, taken)
+    assert named[0].action == "__run" and named[1].action == "__run_2"
+    assert named[-1].action == "__run_20000"
+    assert len({s.action for s in named}) == 20_000
+    assert _CountingSet.lookups <= 2 * len(steps)
 
 
 def test_yaml_12_scalars() -> None:

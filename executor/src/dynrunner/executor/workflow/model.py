@@ -234,20 +234,24 @@ def _action_names(steps: tuple[Step, ...], taken: set[str]) -> tuple[Step, ...]:
     script, `owner/repo` of an action, `self` for a local one, a docker image), every character
     outside `[A-Za-z0-9_-]` made `_`, and `_2`, `_3`, ... when an earlier step has the name
     (ignoring case): `__run`, `__run_2`, `__actions_checkout`. The ids are taken first, as on
-    GitHub, though here none can collide (ids starting with `__` are reserved)."""
+    GitHub, though here none can collide (ids starting with `__` are reserved). Each name's next
+    suffix is remembered (`taken` only grows), so naming n steps is linear, not quadratic: a job
+    of 20,000 unnamed steps spent ~40 s here before its first step."""
     named = []
+    next_attempt: dict[str, int] = {}
     for step in steps:
         if step.user_id:
             named.append(replace(step, action=step.id))
             continue
         base = _NAME_CHAR_RE.sub("_", f"__{_runs_what(step)}")
-        attempt = 1
+        attempt = next_attempt.get(base.lower(), 1)
         while True:
             suffix = f"_{attempt}" if attempt > 1 else ""
             candidate = base[: _MAX_NAME - len(suffix)] + suffix
             if candidate.lower() not in taken:
                 break
             attempt += 1
+        next_attempt[base.lower()] = attempt + 1
         taken.add(candidate.lower())
         named.append(replace(step, action=candidate))
     return tuple(named)
