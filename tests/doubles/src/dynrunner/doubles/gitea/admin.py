@@ -1,6 +1,7 @@
 """A small JSON admin API under `/_double/`, for `make demo` and out-of-process tests.
 
-    GET  /_double/health                      {"ok": true}
+    GET  /_double/health                      {"ok": true, "url", "profile"}
+    GET  /_double/costs                       what runner calls cost so far (costs.CostView)
     GET  /_double/registration-token          {"token": <current global token>}
     POST /_double/registration-token          {"owner"?, "repo"?} → {"token"}
     GET  /_double/runners                     [runner, ...]
@@ -53,7 +54,12 @@ class _HTTPError(Exception):
 
 def build(double: GiteaDouble) -> ASGIApp:
     routes: list[tuple[str, re.Pattern[str], Callable[..., Any]]] = [
-        ("GET", re.compile(r"/_double/health"), lambda body: {"ok": True, "url": double.url}),
+        (
+            "GET",
+            re.compile(r"/_double/health"),
+            lambda body: {"ok": True, "url": double.url, "profile": double.profile.name},
+        ),
+        ("GET", re.compile(r"/_double/costs"), lambda body: to_dict(double.costs())),
         ("GET", re.compile(r"/_double/registration-token"), lambda body: {"token": double.registration_token}),
         (
             "POST",

@@ -1,6 +1,6 @@
 """`dynrunner-gitea-double serve`: the double as a process; `repo create|commit`: content for it.
 
-`serve` prints one JSON line `{"url": ..., "registration_token": ...}` on stdout once it
+`serve` prints one JSON line `{"url": ..., "registration_token": ..., "profile": ...}` on stdout once it
 accepts connections, serves until SIGTERM or SIGINT, then exits with status 0.
 
 `repo create --url URL OWNER/NAME [--private]` and `repo commit --url URL OWNER/NAME DIR
@@ -22,6 +22,7 @@ import urllib.request
 from pathlib import Path
 
 from dynrunner.doubles.gitea.double import GiteaDouble
+from dynrunner.doubles.gitea.profiles import DEFAULT_PROFILE, PROFILES
 from dynrunner.doubles.gitea.tokens import DEFAULT_PBKDF2_ITERATIONS
 
 
@@ -33,6 +34,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=0, help="0 picks a free port")
     serve.add_argument("--mode", choices=("gitea", "forgejo"), default="gitea", help="error shape on the wire")
+    serve.add_argument(
+        "--profile",
+        choices=tuple(PROFILES),
+        default=DEFAULT_PROFILE,
+        help=f"the Gitea release to answer as (default: {DEFAULT_PROFILE})",
+    )
     serve.add_argument("--zombie-timeout", type=float, default=600.0, metavar="S", help="seconds (Gitea: 600)")
     serve.add_argument(
         "--pbkdf2-iterations",
@@ -41,7 +48,9 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="token hash cost (Gitea: 10000; lower it for load tests)",
     )
-    serve.add_argument("--legacy-empty-no-more", action="store_true", help="Gitea <= 1.26 UpdateLog behaviour")
+    serve.add_argument(
+        "--legacy-empty-no-more", action="store_true", help="Gitea <= 1.26 UpdateLog behaviour (also on main)"
+    )
     serve.add_argument("--default-actions-url", choices=("github", "self"), default="github")
     repo = sub.add_parser("repo", help="create repositories and commit to them in a running double")
     repo_sub = repo.add_subparsers(dest="repo_command", required=True)
@@ -112,6 +121,7 @@ async def _serve(args: argparse.Namespace) -> None:
         pbkdf2_iterations=args.pbkdf2_iterations,
         legacy_empty_no_more=args.legacy_empty_no_more,
         default_actions_url=args.default_actions_url,
+        profile=args.profile,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -119,7 +129,8 @@ async def _serve(args: argparse.Namespace) -> None:
         loop.add_signal_handler(sig, stop.set)
     try:
         async with double.serving(args.host, args.port):
-            print(json.dumps({"url": double.url, "registration_token": double.registration_token}), flush=True)
+            ready = {"url": double.url, "registration_token": double.registration_token, "profile": args.profile}
+            print(json.dumps(ready), flush=True)
             await stop.wait()
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -24,9 +24,11 @@ from dynrunner.doubles.gitea.app import build_app
 from dynrunner.doubles.gitea.artifacts_service import ArtifactService, ArtifactView
 from dynrunner.doubles.gitea.artifacts_v3 import ArtifactsV3
 from dynrunner.doubles.gitea.artifacts_v4 import ArtifactsV4
+from dynrunner.doubles.gitea.costs import CostView
 from dynrunner.doubles.gitea.engine import Engine, Options
 from dynrunner.doubles.gitea.events import default_event
 from dynrunner.doubles.gitea.githttp import GitHTTP
+from dynrunner.doubles.gitea.profiles import DEFAULT_PROFILE, Profile
 from dynrunner.doubles.gitea.repos import RepoView
 from dynrunner.doubles.gitea.service import PingServiceImpl, RunnerServiceImpl, Worker
 from dynrunner.doubles.gitea.tokens import DEFAULT_PBKDF2_ITERATIONS, decode_runtime_token
@@ -65,7 +67,11 @@ class GiteaDouble:
         max_concurrent_task_picks: int = 16,
         reap_interval_s: float | None = None,
         workers: int = 16,
+        profile: str = DEFAULT_PROFILE,
     ) -> None:
+        """`profile` chooses the Gitea release whose rules the double follows ("1.24", "1.25",
+        "1.26" or "main"; `profiles.py`); `legacy_empty_no_more=True` forces the pre-1.27
+        UpdateLog rule on `main` too."""
         self.options = Options(
             mode=mode,
             zombie_timeout_s=zombie_timeout_s,
@@ -75,6 +81,7 @@ class GiteaDouble:
             legacy_empty_no_more=legacy_empty_no_more,
             default_actions_url=default_actions_url,
             max_concurrent_task_picks=max_concurrent_task_picks,
+            profile=profile,
         )
         self.state_dir = Path(state_dir)
         self.engine = Engine(self.state_dir, self.options)
@@ -136,6 +143,19 @@ class GiteaDouble:
         self._pool.shutdown(wait=True, cancel_futures=True)
         self.engine.close()
 
+    @property
+    def profile(self) -> Profile:
+        """The Gitea release this double answers as."""
+        return self.engine.profile
+
+    def costs(self) -> CostView:
+        """What the runner calls answered so far cost (`costs.py`): token hashes, runner row
+        writes, job scans, and the CPU seconds spent per method."""
+        return self.engine.costs.view()
+
+    def reset_costs(self) -> None:
+        self.engine.costs.reset()
+
     # -- registration tokens and runners ---------------------------------------------------
 
     def new_registration_token(self, owner: str | None = None, repo: str | None = None) -> str:
@@ -151,6 +171,7 @@ class GiteaDouble:
             return views.runner_views(conn, self.engine.clock.now(), include_deleted=include_deleted)
 
     def set_runner_disabled(self, runner_id: int, disabled: bool = True) -> None:
+        """Disable (or enable) a runner, as `PATCH .../runners/{id}`; ValueError before 1.26."""
         self.engine.set_runner_disabled(runner_id, disabled)
 
     def tasks_version(self, owner: str | None = None, repo: str | None = None) -> int:

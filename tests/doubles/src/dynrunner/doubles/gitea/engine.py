@@ -7,21 +7,24 @@ protobuf to these calls and shapes errors.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import secrets as pysecrets
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from dynrunner.doubles.gitea import logs, runs, tasks
 from dynrunner.doubles.gitea import runners as runner_db
+from dynrunner.doubles.gitea.costs import Costs
 from dynrunner.doubles.gitea.errors import NOT_EXIST, PlainError, internal, unauthenticated
 from dynrunner.doubles.gitea.gitrepos import GitRepositories
 from dynrunner.doubles.gitea.jobparser import parse_workflow
 from dynrunner.doubles.gitea.payload import Instance, build_task, parse_context
+from dynrunner.doubles.gitea.profiles import DEFAULT_PROFILE, Profile, profile
 from dynrunner.doubles.gitea.repos import Repositories
 from dynrunner.doubles.gitea.status import Status
 from dynrunner.doubles.gitea.store import Clock, Row, Store
@@ -34,7 +37,6 @@ from dynrunner.doubles.gitea.tokens import (
 from dynrunner.proto._gen.runner.v1 import messages_pb2 as pb
 
 CAPABILITY_CANCELLING = "cancelling"
-SERVER_CAPABILITIES = "job-summary"  # actions_model.RunnerCapabilities() in G-0715
 MODES = ("gitea", "forgejo")
 
 
@@ -48,8 +50,10 @@ class Options:
     legacy_empty_no_more: bool = False
     default_actions_url: str = "github"
     max_concurrent_task_picks: int = 16
+    profile: str = DEFAULT_PROFILE
 
     def __post_init__(self) -> None:
+        profile(self.profile)  # raises for an unknown name
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
         if self.default_actions_url not in ("github", "self"):
@@ -63,6 +67,9 @@ class Engine:
         state_dir.mkdir(parents=True, exist_ok=True)
         self.state_dir = state_dir
         self.options = options
+        self.profile: Profile = profile(options.profile)
+        """The release whose rules this instance follows (`profiles.py`); endpoints consult it."""
+        self.costs = Costs()
         self.clock = Clock()
         self.store = Store(state_dir / "gitea.db")
         self.files = logs.LogFiles(state_dir / "actions_log")
@@ -71,13 +78,14 @@ class Engine:
             root_url="http://localhost/",
             default_actions_url=options.default_actions_url,
             signing_secret=pysecrets.token_bytes(32),
+            runtime_token_ttl_s=self.profile.runtime_token_ttl_s or 3600 + int(options.endless_task_timeout_s),
         )
         self._picks = threading.BoundedSemaphore(options.max_concurrent_task_picks)
         self._run_locks: dict[int, threading.Lock] = {}
         self._run_locks_guard = threading.Lock()
 
     def set_root_url(self, url: str) -> None:
-        self.instance = Instance(url.rstrip("/") + "/", self.instance.default_actions_url, self.instance.signing_secret)
+        self.instance = dataclasses.replace(self.instance, root_url=url.rstrip("/") + "/")
         self.repos.root_url = self.instance.root_url
 
     def close(self) -> None:
@@ -86,19 +94,22 @@ class Engine:
     # -- runner authentication and registration -------------------------------------
 
     def authenticate(self, uuid: str, token: str, method: str) -> Row:
-        """The `withRunner` interceptor."""
+        """The `withRunner` interceptor: the PBKDF2 token check, then the heartbeat columns
+        (written on every call before main's debouncing, `profiles.Profile.debounced_heartbeats`)."""
         with self.store.read() as conn:
             runner = runner_db.get_runner(conn, uuid=uuid)
+        if runner is not None:
+            self.costs.count("pbkdf2")
         if runner is None or not token_matches(
             token, runner["token_salt"], runner["token_hash"], self.options.pbkdf2_iterations
         ):
             raise unauthenticated()
         now = self.clock.now()
-        if now - runner["last_online"] >= runner_db.RUNNER_HEARTBEAT_INTERVAL_S or (
-            method in ("UpdateTask", "UpdateLog") and now - runner["last_active"] >= runner_db.RUNNER_ACTIVE_INTERVAL_S
-        ):
+        debounced = self.profile.debounced_heartbeats
+        if runner_db.heartbeat_due(runner, method, now, debounced=debounced):
             with self.store.write() as conn:
-                runner_db.touch_runner(conn, runner, method, now)
+                runner_db.touch_runner(conn, runner, method, now, debounced=debounced)
+            self.costs.count("runner_writes")
         return runner
 
     def register(self, req: pb.RegisterRequest) -> pb.Runner:
@@ -111,6 +122,7 @@ class Engine:
         if not reg["is_active"]:
             raise PlainError("runner registration token has been invalidated, please use the latest one")
         token = new_salted_token(self.options.pbkdf2_iterations)
+        self.costs.count("pbkdf2")
         with self.store.write() as conn:
             runner_id = runner_db.create_runner(
                 conn,
@@ -120,7 +132,7 @@ class Engine:
                 version=req.version,
                 labels=list(req.labels),
                 ephemeral=req.ephemeral,
-                cancelling=CAPABILITY_CANCELLING in req.capabilities,
+                cancelling=self._declares_cancelling(req.capabilities),
                 token=token,
                 now=self.clock.now(),
             )
@@ -136,6 +148,10 @@ class Engine:
             ephemeral=bool(runner["ephemeral"]),
         )
 
+    def _declares_cancelling(self, capabilities: Sequence[str]) -> bool:
+        """Releases before the capability ignore the field (their proto has no field 8/3)."""
+        return self.profile.cancelling and CAPABILITY_CANCELLING in capabilities
+
     def declare(self, runner: Row, req: pb.DeclareRequest) -> pb.Runner:
         with self.store.write() as conn:
             conn.execute(
@@ -143,7 +159,7 @@ class Engine:
                 (
                     json.dumps(list(req.labels)),
                     req.version,
-                    int(CAPABILITY_CANCELLING in req.capabilities),
+                    int(self._declares_cancelling(req.capabilities)),
                     self.clock.now(),
                     runner["id"],
                 ),
@@ -155,6 +171,7 @@ class Engine:
     # -- FetchTask ---------------------------------------------------------------------
 
     def latest_tasks_version(self, runner: Row) -> int:
+        self.costs.count("version_reads")
         with self.store.read() as conn:
             latest = runner_db.get_tasks_version(conn, runner["owner_id"], runner["repo_id"])
         if latest == 0:
@@ -169,14 +186,18 @@ class Engine:
         latest = self.latest_tasks_version(runner)
         if tasks_version == latest:
             return None, latest
-        with self.store.read() as conn:
-            fresh = runner_db.get_runner(conn, uuid=runner["uuid"])
-        if fresh is None:
-            raise internal(f"get runner: runner with uuid {runner['uuid']}: {NOT_EXIST}")
+        fresh: Row | None = runner
+        if self.profile.reload_runner_before_pick:
+            with self.store.read() as conn:
+                fresh = runner_db.get_runner(conn, uuid=runner["uuid"])
+            if fresh is None:
+                raise internal(f"get runner: runner with uuid {runner['uuid']}: {NOT_EXIST}")
+        assert fresh is not None
         if pause_s:
             time.sleep(pause_s)
-        if not self._picks.acquire(blocking=False):
-            return None, tasks_version  # throttled: the runner retries on its next poll
+        throttled = self.profile.pick_throttle and not self._picks.acquire(blocking=False)
+        if throttled:
+            return None, tasks_version  # the runner retries on its next poll
         try:
             if fresh["is_disabled"]:
                 return None, latest
@@ -185,17 +206,23 @@ class Engine:
                     return None, latest
             except tasks.RunnerRemoved as exc:
                 raise internal(f"pick task: {exc}") from exc
-            task = tasks.create_task_for_runner(self.store, fresh, self.clock.now, self.options.pbkdf2_iterations)
+            self.costs.count("scans")
+            task = tasks.create_task_for_runner(
+                self.store, fresh, self.clock.now, self.options.pbkdf2_iterations, self.profile
+            )
+            if task is not None:
+                self.costs.count("pbkdf2")  # the task token
             return task, latest
         finally:
-            self._picks.release()
+            if self.profile.pick_throttle:
+                self._picks.release()
 
     def build(self, task: Row) -> pb.Task:
         with self.store.read() as conn:
             return build_task(conn, self.instance, task, self.clock.now())
 
     def release(self, task_id: int) -> None:
-        tasks.release_task(self.store, task_id, self.clock.now())
+        tasks.release_task(self.store, task_id, self.clock.now(), profile=self.profile)
 
     # -- UpdateTask / UpdateLog ----------------------------------------------------------
 
@@ -220,12 +247,14 @@ class Engine:
         with self._run_lock(run_id), self.store.write() as conn:
             now = self.clock.now()
             try:
-                task = tasks.update_task_by_state(conn, runner["id"], state, now, stopped_at=stopped_at)
+                task = tasks.update_task_by_state(
+                    conn, runner["id"], state, now, stopped_at=stopped_at, profile=self.profile
+                )
             except PlainError as exc:
                 raise internal(f"update task: {exc.text}") from exc
             sent = tasks.insert_outputs(conn, task["id"], dict(req.outputs))
             if state.result != 0:
-                runs.emit_jobs(conn, run_id, now)
+                runs.emit_jobs(conn, run_id, now, profile=self.profile)
         return pb.UpdateTaskResponse(
             state=pb.TaskState(id=state.id, result=pb.Result.ValueType(Status(task["status"]).as_result())),
             sent_outputs=sent,
@@ -239,7 +268,7 @@ class Engine:
                 runner["id"],
                 req,
                 self.clock.now(),
-                legacy_empty_no_more=self.options.legacy_empty_no_more,
+                legacy_empty_no_more=self.options.legacy_empty_no_more or not self.profile.empty_no_more_finalizes,
             )
 
     # -- administration ------------------------------------------------------------------
@@ -270,10 +299,12 @@ class Engine:
             jobs = runs.run_jobs(conn, run_id)
             if not jobs:
                 raise KeyError(f"run {run_id} does not exist")
-            tasks.cancel_jobs(conn, jobs, now)
-            runs.emit_jobs(conn, run_id, now)
+            tasks.cancel_jobs(conn, jobs, now, profile=self.profile)
+            runs.emit_jobs(conn, run_id, now, profile=self.profile)
 
     def set_runner_disabled(self, runner_id: int, disabled: bool) -> None:
+        if not self.profile.runner_disabling:
+            raise ValueError(f"Gitea {self.profile.name} cannot disable runners (that came with 1.26, PR #36776)")
         with self.store.write() as conn:
             runner_db.set_runner_disabled(conn, runner_id, disabled, self.clock.now())
 
@@ -297,9 +328,9 @@ class Engine:
             status = Status.CANCELLED if task["status"] == Status.CANCELLING else Status.FAILURE
             with self.store.write() as conn:
                 run_id = conn.execute("SELECT run_id FROM run_job WHERE id = ?", (task["job_id"],)).fetchone()["run_id"]
-                tasks.stop_task(conn, task["id"], status, now)
+                tasks.stop_task(conn, task["id"], status, now, profile=self.profile)
                 logs.archive_after_stop(conn, self.files, task["id"], now)
-                runs.emit_jobs(conn, run_id, now)
+                runs.emit_jobs(conn, run_id, now, profile=self.profile)
             stopped.append(int(task["id"]))
         return stopped
 
@@ -312,9 +343,9 @@ class Engine:
                 return []
         with self.store.write() as conn:
             jobs = runs.abandoned_jobs(conn, now - int(self.options.abandoned_job_timeout_s))
-            tasks.cancel_jobs(conn, jobs, now)
+            tasks.cancel_jobs(conn, jobs, now, profile=self.profile)
             for run_id in sorted({int(j["run_id"]) for j in jobs}):
-                runs.emit_jobs(conn, run_id, now)
+                runs.emit_jobs(conn, run_id, now, profile=self.profile)
         return [int(j["id"]) for j in jobs]
 
     def run_crons(self) -> None:

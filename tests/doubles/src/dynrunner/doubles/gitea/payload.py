@@ -31,6 +31,7 @@ class Instance:
     root_url: str  # Gitea's AppURL, with its trailing slash
     default_actions_url: str  # "github" or "self" ([actions] DEFAULT_ACTIONS_URL)
     signing_secret: bytes
+    runtime_token_ttl_s: int  # `gitea_runtime_token` lifetime (profiles.Profile.runtime_token_ttl_s)
 
 
 def _lower_hex(text: str) -> bool:
@@ -175,7 +176,12 @@ def build_task(conn: sqlite3.Connection, instance: Instance, task: Row, now: int
     context = gitea_context(instance, run, job, owner, repo)
     context["token"] = task["token_plain"]
     context["gitea_runtime_token"] = runtime_token(
-        instance.signing_secret, task_id=task["id"], run_id=run["id"], job_id=job["id"], now=now
+        instance.signing_secret,
+        task_id=task["id"],
+        run_id=run["id"],
+        job_id=job["id"],
+        now=now,
+        ttl_s=instance.runtime_token_ttl_s,
     )
     struct = struct_pb2.Struct()
     struct.update(context)

@@ -19,6 +19,7 @@ RUNNER_HEARTBEAT_INTERVAL_S = 30  # last_online is persisted at most this often
 RUNNER_ACTIVE_INTERVAL_S = 5  # last_active likewise
 RUNNER_OFFLINE_S = 60
 RUNNER_IDLE_S = 10
+_ACTIVE_METHODS = ("UpdateTask", "UpdateLog")
 
 
 # -- owners and repositories ---------------------------------------------------------
@@ -136,12 +137,24 @@ def can_match_labels(runner_labels: Sequence[str], runs_on: Sequence[str]) -> bo
     return set(runs_on) <= set(runner_labels)
 
 
-def touch_runner(conn: sqlite3.Connection, runner: Row, method: str, now: int) -> None:
-    """The interceptor's debounced heartbeat (`ShouldPersistLastOnline/Active`)."""
+def heartbeat_due(runner: Row, method: str, now: int, *, debounced: bool) -> bool:
+    """Whether the interceptor writes the runner row: on every call before main's debouncing
+    (PR #38281), else only when `last_online` (30 s) or, for UpdateTask/UpdateLog,
+    `last_active` (5 s) is stale (`ShouldPersistLastOnline/Active`)."""
+    if not debounced:
+        return True
+    return now - runner["last_online"] >= RUNNER_HEARTBEAT_INTERVAL_S or (
+        method in _ACTIVE_METHODS and now - runner["last_active"] >= RUNNER_ACTIVE_INTERVAL_S
+    )
+
+
+def touch_runner(conn: sqlite3.Connection, runner: Row, method: str, now: int, *, debounced: bool) -> None:
+    """The interceptor's heartbeat bookkeeping: `last_online`, and `last_active` for
+    UpdateTask/UpdateLog, each written when due (`heartbeat_due`)."""
     cols: dict[str, int] = {}
-    if method in ("UpdateTask", "UpdateLog") and now - runner["last_active"] >= RUNNER_ACTIVE_INTERVAL_S:
+    if method in _ACTIVE_METHODS and (not debounced or now - runner["last_active"] >= RUNNER_ACTIVE_INTERVAL_S):
         cols["last_active"] = now
-    if now - runner["last_online"] >= RUNNER_HEARTBEAT_INTERVAL_S:
+    if not debounced or now - runner["last_online"] >= RUNNER_HEARTBEAT_INTERVAL_S:
         cols["last_online"] = now
     if cols:
         sets = ", ".join(f"{k} = ?" for k in cols)

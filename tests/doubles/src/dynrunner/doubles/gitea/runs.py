@@ -22,6 +22,7 @@ from typing import Any
 
 from dynrunner.doubles.gitea import runners as runner_db
 from dynrunner.doubles.gitea.jobparser import ParsedWorkflow
+from dynrunner.doubles.gitea.profiles import Profile
 from dynrunner.doubles.gitea.status import JobState, Status, aggregate_job_status
 from dynrunner.doubles.gitea.store import Row, dumps, loads
 from dynrunner.doubles.gitea.truncate import ellipsis_display
@@ -130,10 +131,12 @@ def update_run_job(
     now: int,
     values: Mapping[str, Any],
     where: Mapping[str, Any] | None = None,
+    *,
+    profile: Profile,
 ) -> int:
     """`UpdateRunJob`: update the row (and `updated`); on a status change bump tasks_version
-    when the job became waiting, or finished while waiting work remains in its repository,
-    and recompute the run's status."""
+    when the job became waiting, or (main) finished while waiting work remains in its
+    repository, and recompute the run's status."""
     sets = ", ".join(f"{k} = ?" for k in values)
     conds = "".join(f" AND {k} = ?" for k in (where or {}))
     cur = conn.execute(
@@ -146,7 +149,10 @@ def update_run_job(
     job = get_job(conn, job_id)
     assert job is not None
     status = Status(job["status"])
-    if status is Status.WAITING or (status.is_done() and _has_waiting_jobs(conn, job["repo_id"])):
+    finished_before_waiting = (
+        profile.bump_when_job_finishes and status.is_done() and _has_waiting_jobs(conn, job["repo_id"])
+    )
+    if status is Status.WAITING or finished_before_waiting:
         runner_db.increase_tasks_version(conn, job["owner_id"], job["repo_id"])
     refresh_run_status(conn, job["run_id"], now)
     return affected
@@ -221,7 +227,7 @@ def resolve_blocked(jobs: Sequence[Mapping[str, Any]]) -> dict[int, Status]:
     return changed
 
 
-def emit_jobs(conn: sqlite3.Connection, run_id: int, now: int) -> list[int]:
+def emit_jobs(conn: sqlite3.Connection, run_id: int, now: int, *, profile: Profile) -> list[int]:
     """`checkJobsByRunID`: apply `resolve_blocked` to the run's jobs; returns updated job ids."""
     blocked = conn.execute(
         "SELECT 1 FROM run_job WHERE run_id = ? AND status = ? LIMIT 1", (run_id, int(Status.BLOCKED))
@@ -241,7 +247,7 @@ def emit_jobs(conn: sqlite3.Connection, run_id: int, now: int) -> list[int]:
     ]
     updated = []
     for job_id, status in resolve_blocked(jobs).items():
-        if update_run_job(conn, job_id, now, {"status": int(status)}, {"status": int(Status.BLOCKED)}):
+        if update_run_job(conn, job_id, now, {"status": int(status)}, {"status": int(Status.BLOCKED)}, profile=profile):
             updated.append(job_id)
     return updated
 

@@ -4,9 +4,12 @@ Authentication follows Gitea's `withRunner` interceptor (every method but Regist
 errors are shaped per mode (`errors.to_connect`). Engine calls run on the double's worker
 threads, so concurrent requests really do race in the database.
 
-FetchTask mirrors `PickTask`'s last step: if the request is cancelled (client timeout or
-disconnect) before the task could be answered, the claim is released and the job waits
-again (go-gitea/gitea PRs #38200, #38343).
+FetchTask mirrors `PickTask`'s last step: on `main`, if the request is cancelled (client
+timeout or disconnect) before the task could be answered, the claim is released and the job
+waits again (go-gitea/gitea PRs #38200, #38343); released Gitea keeps the claim (the job runs
+with nobody on it until the zombie reaper ends it).
+
+Every authenticated RPC is metered (`costs.py`): the CPU its worker thread spends, by method.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any, TypeVar
 
 from connectrpc.request import RequestContext
 
-from dynrunner.doubles.gitea.engine import SERVER_CAPABILITIES, Engine
+from dynrunner.doubles.gitea.engine import Engine
 from dynrunner.doubles.gitea.errors import PlainError, RpcStatus, internal, to_connect
 from dynrunner.doubles.gitea.store import Row
 from dynrunner.proto._gen.ping.v1 import messages_pb2 as ping_pb
@@ -69,7 +72,8 @@ class RunnerServiceImpl:
         self.hooks = Hooks()
 
     def _authenticated(self, uuid: str, token: str, method: str, fn: Callable[..., T], *args: Any) -> T:
-        return fn(self.engine.authenticate(uuid, token, method), *args)
+        with self.engine.costs.measure(method):
+            return fn(self.engine.authenticate(uuid, token, method), *args)
 
     async def _call_as_runner(self, ctx: RequestContext[Any, Any], method: str, fn: Callable[..., T], *args: Any) -> T:
         return await self.worker.call(self._authenticated, *_credentials(ctx), method, fn, *args)
@@ -80,7 +84,8 @@ class RunnerServiceImpl:
 
     async def declare(self, request: pb.DeclareRequest, ctx: RequestContext[Any, Any]) -> pb.DeclareResponse:
         declared = await self._call_as_runner(ctx, "Declare", self.engine.declare, request)
-        ctx.response_headers["X-Gitea-Actions-Capabilities"] = SERVER_CAPABILITIES
+        if self.engine.profile.server_capabilities:
+            ctx.response_headers["X-Gitea-Actions-Capabilities"] = self.engine.profile.server_capabilities
         return pb.DeclareResponse(runner=declared)
 
     async def fetch_task(self, request: pb.FetchTaskRequest, ctx: RequestContext[Any, Any]) -> pb.FetchTaskResponse:
@@ -104,7 +109,8 @@ class RunnerServiceImpl:
         return response
 
     def _authenticated_pick(self, uuid: str, token: str, tasks_version: int) -> tuple[pb.Task | None, int]:
-        return self._pick(self.engine.authenticate(uuid, token, "FetchTask"), tasks_version)
+        with self.engine.costs.measure("FetchTask"):
+            return self._pick(self.engine.authenticate(uuid, token, "FetchTask"), tasks_version)
 
     def _pick(self, runner: Row, tasks_version: int) -> tuple[pb.Task | None, int]:
         claimed, latest = self.engine.pick(runner, tasks_version, pause_s=self.hooks.pick_pause_s)
@@ -122,9 +128,17 @@ class RunnerServiceImpl:
         if future.cancelled() or future.exception() is not None:
             return
         task, _ = future.result()
-        if task is not None:
-            log.info("releasing task %d: its FetchTask was cancelled before the answer", task.id)
-            self.engine.release(task.id)
+        if task is None:
+            return
+        if not self.engine.profile.release_undelivered_claims:
+            log.info(
+                "task %d stays claimed although its FetchTask was cancelled (Gitea %s)",
+                task.id,
+                self.engine.profile.name,
+            )
+            return
+        log.info("releasing task %d: its FetchTask was cancelled before the answer", task.id)
+        self.engine.release(task.id)
 
     async def update_task(self, request: pb.UpdateTaskRequest, ctx: RequestContext[Any, Any]) -> pb.UpdateTaskResponse:
         return await self._call_as_runner(ctx, "UpdateTask", self.engine.update_task, request)

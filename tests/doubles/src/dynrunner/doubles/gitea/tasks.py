@@ -16,11 +16,11 @@ from typing import Any
 from dynrunner.doubles.gitea import runners as runner_db
 from dynrunner.doubles.gitea import runs
 from dynrunner.doubles.gitea.errors import NOT_EXIST, PlainError
+from dynrunner.doubles.gitea.profiles import Profile
 from dynrunner.doubles.gitea.status import Status
 from dynrunner.doubles.gitea.store import Row, Store, loads
 from dynrunner.doubles.gitea.tokens import SaltedToken, new_salted_token
 
-PICK_BATCH_SIZE = 100
 MAX_OUTPUT_KEY_BYTES = 255
 MAX_OUTPUT_VALUE_BYTES = 1024 * 1024
 
@@ -61,16 +61,20 @@ def check_ephemeral(store: Store, runner: Row, now: int) -> bool:
     raise RunnerRemoved("runner has been removed")
 
 
-def create_task_for_runner(store: Store, runner: Row, now: Callable[[], int], iterations: int) -> Row | None:
-    """Scan waiting jobs oldest first `(updated, id)`, 100 per page, in the runner's scope,
-    and claim the first whose `runs-on` the runner's labels cover; a lost race moves on to
-    the next candidate."""
+def create_task_for_runner(
+    store: Store, runner: Row, now: Callable[[], int], iterations: int, profile: Profile
+) -> Row | None:
+    """Scan waiting jobs oldest first `(updated, id)` in the runner's scope (main: 100 per
+    page) and claim the first whose `runs-on` the runner's labels cover. A lost race moves on
+    to the next candidate on main; before, it ends the pick with no task."""
     labels = runner_db.runner_labels(runner)
     scope, scope_args = "", tuple[int, ...]()
     if runner["repo_id"]:
         scope, scope_args = " AND repo_id = ?", (runner["repo_id"],)
     elif runner["owner_id"]:
         scope, scope_args = " AND owner_id = ?", (runner["owner_id"],)
+    page = profile.candidate_page
+    limit, limit_args = ("", ()) if page is None else (" LIMIT ?", (page,))
     cursor: tuple[int, int] | None = None
     while True:
         page_cond, page_args = "", tuple[int, ...]()
@@ -81,22 +85,22 @@ def create_task_for_runner(store: Store, runner: Row, now: Callable[[], int], it
             jobs = list(
                 conn.execute(
                     "SELECT id, updated, runs_on FROM run_job WHERE task_id = 0 AND status = ?"
-                    f"{scope}{page_cond} ORDER BY updated, id LIMIT ?",
-                    (int(Status.WAITING), *scope_args, *page_args, PICK_BATCH_SIZE),
+                    f"{scope}{page_cond} ORDER BY updated, id{limit}",
+                    (int(Status.WAITING), *scope_args, *page_args, *limit_args),
                 )
             )
         for job in jobs:
             if not runner_db.can_match_labels(labels, loads(job["runs_on"])):
                 continue
-            task = claim(store, runner, job["id"], now(), iterations)
-            if task is not None:
+            task = claim(store, runner, job["id"], now(), iterations, profile)
+            if task is not None or not profile.next_candidate_on_lost_race:
                 return task
-        if len(jobs) < PICK_BATCH_SIZE:
+        if page is None or len(jobs) < page:
             return None
         cursor = (jobs[-1]["updated"], jobs[-1]["id"])
 
 
-def _claim(store: Store, runner: Row, job_id: int, now: int, token: SaltedToken) -> Row | None:
+def _claim(store: Store, runner: Row, job_id: int, now: int, token: SaltedToken, profile: Profile) -> Row | None:
     """`claimJobForRunner`: one transaction; the guarded job update decides the race."""
     with store.write() as conn:
         job = runs.get_job(conn, job_id)
@@ -137,6 +141,7 @@ def _claim(store: Store, runner: Row, job_id: int, now: int, token: SaltedToken)
             now,
             {"task_id": task_id, "status": int(Status.RUNNING), "started": now},
             {"task_id": 0, "status": int(Status.WAITING)},
+            profile=profile,
         )
         if claimed != 1:
             raise _LostRace  # rolls the task and its steps back
@@ -147,7 +152,7 @@ class _LostRace(Exception):
     pass
 
 
-def claim(store: Store, runner: Row, job_id: int, now: int, iterations: int) -> Row | None:
+def claim(store: Store, runner: Row, job_id: int, now: int, iterations: int, profile: Profile) -> Row | None:
     """Claim one candidate, or None when another runner took it first. The task token's
     PBKDF2 is computed outside the write lock, and skipped for a job already seen taken."""
     with store.read() as conn:
@@ -156,12 +161,12 @@ def claim(store: Store, runner: Row, job_id: int, now: int, iterations: int) -> 
         return None
     token = new_salted_token(iterations)
     try:
-        return _claim(store, runner, job_id, now, token)
+        return _claim(store, runner, job_id, now, token, profile)
     except _LostRace:
         return None
 
 
-def release_task(store: Store, task_id: int, now: int) -> None:
+def release_task(store: Store, task_id: int, now: int, *, profile: Profile) -> None:
     """`ReleaseTaskForRunner`: a claimed but undelivered task goes away, its job waits again."""
     with store.write() as conn:
         task = get_task(conn, task_id)
@@ -173,6 +178,7 @@ def release_task(store: Store, task_id: int, now: int) -> None:
             now,
             {"status": int(Status.WAITING), "started": 0, "task_id": 0},
             {"task_id": task_id, "status": int(Status.RUNNING)},
+            profile=profile,
         )
         if released != 1:
             return
@@ -192,7 +198,9 @@ def _set_task(conn: sqlite3.Connection, task: Row, now: int, values: Mapping[str
         runner_db.delete_ephemeral_runner(conn, task["runner_id"], now)
 
 
-def update_task_by_state(conn: sqlite3.Connection, runner_id: int, state: Any, now: int, *, stopped_at: int) -> Row:
+def update_task_by_state(
+    conn: sqlite3.Connection, runner_id: int, state: Any, now: int, *, stopped_at: int, profile: Profile
+) -> Row:
     """`UpdateTaskByState`. `state` is a runner.v1.TaskState; raises PlainError with Gitea's
     text on a missing task or a foreign runner (the handler wraps it as "update task: ...")."""
     task = get_task(conn, state.id)
@@ -205,7 +213,7 @@ def update_task_by_state(conn: sqlite3.Connection, runner_id: int, state: Any, n
     if state.result != 0:
         status = Status.CANCELLED if task["status"] == Status.CANCELLING else Status.from_result(state.result)
         _set_task(conn, task, now, {"status": int(status), "stopped": stopped_at})
-        runs.update_run_job(conn, task["job_id"], now, {"status": int(status), "stopped": stopped_at})
+        runs.update_run_job(conn, task["job_id"], now, {"status": int(status), "stopped": stopped_at}, profile=profile)
     else:
         _set_task(conn, task, now, {})
     reported = {s.id: s for s in state.steps}
@@ -265,36 +273,43 @@ def insert_outputs(conn: sqlite3.Connection, task_id: int, outputs: Mapping[str,
 # -- stopping and cancelling ---------------------------------------------------------
 
 
-def stop_task(conn: sqlite3.Connection, task_id: int, status: Status, now: int) -> None:
-    """`StopTask`: `cancelling` only for runners that declared the capability, else a final
-    status for task, job and every unfinished step."""
+def stop_task(conn: sqlite3.Connection, task_id: int, status: Status, now: int, *, profile: Profile) -> None:
+    """`StopTask`: `cancelling` only for runners that declared the capability (main), else a
+    final status for task, job and every unfinished step — which deletes an ephemeral runner."""
     task = get_task(conn, task_id)
     if task is None or Status(task["status"]).is_done():
         return
     if status is Status.CANCELLING:
         runner = runner_db.get_runner(conn, runner_id=task["runner_id"])
-        if runner is None or not runner["has_cancelling_support"]:
+        if not profile.cancelling or runner is None or not runner["has_cancelling_support"]:
             status = Status.CANCELLED
     if status is Status.CANCELLING:
-        runs.update_run_job(conn, task["job_id"], now, {"status": int(status)})
+        runs.update_run_job(conn, task["job_id"], now, {"status": int(status)}, profile=profile)
         _set_task(conn, task, now, {"status": int(status)})
         return
-    runs.update_run_job(conn, task["job_id"], now, {"status": int(status), "stopped": now})
+    runs.update_run_job(conn, task["job_id"], now, {"status": int(status), "stopped": now}, profile=profile)
     _set_task(conn, task, now, {"status": int(status), "stopped": now})
     for step in task_steps(conn, task_id):
         if not Status(step["status"]).is_done():
             update_step(conn, step["id"], {"status": int(status), "started": step["started"] or now, "stopped": now})
 
 
-def cancel_jobs(conn: sqlite3.Connection, jobs: list[Row], now: int) -> None:
+def cancel_jobs(conn: sqlite3.Connection, jobs: list[Row], now: int, *, profile: Profile) -> None:
     """`CancelJobs`: jobs without a task are cancelled, tasks are stopped as cancelling."""
     for job in jobs:
         if Status(job["status"]).is_done():
             continue
         if job["task_id"] == 0:
-            runs.update_run_job(conn, job["id"], now, {"status": int(Status.CANCELLED), "stopped": now}, {"task_id": 0})
+            runs.update_run_job(
+                conn,
+                job["id"],
+                now,
+                {"status": int(Status.CANCELLED), "stopped": now},
+                {"task_id": 0},
+                profile=profile,
+            )
         else:
-            stop_task(conn, job["task_id"], Status.CANCELLING, now)
+            stop_task(conn, job["task_id"], Status.CANCELLING, now, profile=profile)
 
 
 def tasks_before(conn: sqlite3.Connection, column: str, before: int) -> list[Row]:

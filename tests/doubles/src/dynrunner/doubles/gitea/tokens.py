@@ -56,12 +56,15 @@ def _b64url(raw: bytes) -> str:
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 
-def runtime_token(secret: bytes, *, task_id: int, run_id: int, job_id: int, now: int) -> str:
-    """`CreateAuthorizationToken`: claims in Go's field order (registered claims first)."""
+def runtime_token(
+    secret: bytes, *, task_id: int, run_id: int, job_id: int, now: int, ttl_s: int = 3600 + ENDLESS_TASK_TIMEOUT_S
+) -> str:
+    """`CreateAuthorizationToken`: claims in Go's field order (registered claims first); it
+    expires `ttl_s` after `now` (1 h + ENDLESS_TASK_TIMEOUT since v1.24.6, 24 h before)."""
     header = {"alg": "HS256", "typ": "JWT"}
     cache_scope = json.dumps([{"Scope": "", "Permission": 2}], separators=(",", ":"))
     claims = {
-        "exp": now + 3600 + ENDLESS_TASK_TIMEOUT_S,
+        "exp": now + ttl_s,
         "nbf": now,
         "scp": f"Actions.Results:{run_id}:{job_id}",
         "TaskID": task_id,
