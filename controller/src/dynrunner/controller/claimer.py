@@ -2,7 +2,8 @@
 
 Loop: reserve a permit (wait while the pool is full) → FetchTask with the loop's armed
 registration, sending the last `tasks_version` (Gitea answers "nothing new" without
-scanning jobs when it is current) → on no task, back off (short first, doubling with
+scanning jobs when it is current; a version older than `TASKS_VERSION_TRUST_S` is not sent,
+see there) → on no task, back off (short first, doubling with
 jitter up to `fetchIntervalMaxSeconds`; the loops of a pool take turns, see `PollPacer`;
 failing calls back off up to 5 s) and poll again with the same permit → on a task, log its
 id, reset the version (another job may be waiting without a version bump), build the
@@ -67,6 +68,14 @@ PUBLISH_CONCURRENCY = 32
 """Claims being published at once, per pool."""
 ERROR_BACKOFF_MAX_S = 5.0
 """Longest wait of a claim loop between failing Register/FetchTask calls (Gitea or NATS down)."""
+TASKS_VERSION_TRUST_S = 10.0
+"""How long a claim loop keeps sending the tasks_version Gitea answered after its last scan.
+Gitea skips the job scan while the version sent is the latest, and up to 1.26 the latest can
+hide waiting jobs: a claim that loses the race for its job to another runner is answered "no
+task" with the latest version, and finishing jobs bump nothing (go-gitea/gitea#33492, fixed
+by PR #38200 after 1.26). A loop that kept that version would not scan again before some
+unrelated bump while jobs wait. After this long it sends 0: one scan per loop every 10 s at
+most, costing Gitea one job query more than the version read every poll costs anyway."""
 
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -183,6 +192,8 @@ class Claimer:
         longest = max(ERROR_BACKOFF_MAX_S, settings.fetch_interval_max_s)
         self._error_backoff = Backoff(settings.fetch_interval_s, longest)
         self._tasks_version = 0
+        self._tasks_version_at = -math.inf
+        """Loop time of the poll that brought `_tasks_version` from a scan."""
         self._stopping = asyncio.Event()
         self._claims: set[asyncio.Task[None]] = set()
         self.consecutive_errors = 0
@@ -256,8 +267,9 @@ class Claimer:
                 continue
             client = self._registrations.client(reg)
             started = loop.time()
+            sent = self._version_to_send(started)
             try:
-                result = await client.fetch_task(self._tasks_version, timeout_s=self.settings.request_timeout_s)
+                result = await client.fetch_task(sent, timeout_s=self.settings.request_timeout_s)
             except (RunnerRemoved, Unauthenticated) as err:
                 # Gitea dropped the armed runner (its task ended, or an admin deleted it).
                 log.info("pool %s: armed runner %s can no longer claim (%s); arming another", self.pool, reg.name, err)
@@ -284,11 +296,19 @@ class Claimer:
                 self._pacer.claimed()
                 return result.task, reg
             self._metrics.fetch_calls.labels(pool=self.pool, outcome="empty").inc()
-            if result.tasks_version == self._tasks_version:
+            if sent and result.tasks_version == sent:
                 self._metrics.tasks_version_fast_path.labels(pool=self.pool).inc()
+            else:
+                self._tasks_version_at = started  # Gitea scanned (or, throttled, asks for another poll)
             self._tasks_version = result.tasks_version
             await self._sleep(self._pacer.delay(loop.time()))
         return None
+
+    def _version_to_send(self, now: float) -> int:
+        """The stored tasks_version, or 0 (scan) once it is `TASKS_VERSION_TRUST_S` old."""
+        if now - self._tasks_version_at >= TASKS_VERSION_TRUST_S:
+            self._tasks_version = 0
+        return self._tasks_version
 
     async def _until_token_replaced(self, err: RegistrationRefused) -> None:
         """Gitea refused the registration token: registering again with it cannot succeed, so

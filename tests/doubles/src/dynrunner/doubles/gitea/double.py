@@ -282,6 +282,11 @@ class GiteaDouble:
     def jobs(self, run_id: int) -> list[views.JobView]:
         return self.run(run_id).jobs
 
+    def job_counts(self) -> dict[str, int]:
+        """How many jobs are in each status (Gitea's words), over every run."""
+        with self.engine.store.read() as conn:
+            return views.job_counts(conn)
+
     def task(self, task_id: int) -> views.TaskView:
         with self.engine.store.read() as conn:
             return views.task_view(conn, self.engine.files, task_id)

@@ -100,6 +100,11 @@ class RunnerView:
     deleted: bool = False
 
 
+def job_counts(conn: sqlite3.Connection) -> dict[str, int]:
+    rows = conn.execute("SELECT status, count(*) AS n FROM run_job GROUP BY status")
+    return {Status(r["status"]).word: int(r["n"]) for r in rows}
+
+
 def to_dict(view: Any) -> dict[str, Any]:
     data: dict[str, Any] = asdict(view)
     return data

@@ -1,0 +1,115 @@
+"""A claim race lost on Gitea ≤ 1.26 does not stall the loop that lost it (issue 10, item 3).
+
+Up to 1.26, `CreateTaskForRunner` answers "no task" — with the latest tasks_version — when
+another runner claimed the job first, and jobs finishing bump nothing: a claim loop that
+kept sending that version was told "nothing new" while the next job waited, until an
+unrelated bump. The claim side runs here as `app.Controller` wires it (claimer, real
+`Registrations` and `RegistrationStore`, `Capacity`, `Sealer`), against the double's engine
+in-process on virtual time, as the 1.26 release. Another runner (the test's) wins the race
+for the loop's first candidate, deterministically, inside the loop's own claim.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dynrunner.controller.capacity import Capacity
+from dynrunner.controller.claimer import Claimer, ClaimSettings
+from dynrunner.controller.metrics import Metrics
+from dynrunner.controller.registrations import Registrations
+from dynrunner.controller.registrations_store import RegistrationStore
+from dynrunner.controller.sealing import Sealer
+from dynrunner.doubles.gitea import GiteaDouble, tasks
+from dynrunner.proto.assignment import SealedAssignment
+from tests.fixtures.gitea_inprocess import InProcessGitea
+from tests.fixtures.kv_memory import MemoryKeyValue
+from tests.fixtures.virtual_time import virtual_time
+
+LABELS = ["self-hosted", "local"]
+TWO_JOBS = (
+    "on: push\njobs:\n"
+    "  one:\n    runs-on: [self-hosted, local]\n    steps:\n      - run: true\n"
+    "  two:\n    runs-on: [self-hosted, local]\n    steps:\n      - run: true\n"
+)
+
+
+class Published:
+    """The assignment log, played in-process: it records when each claim was published."""
+
+    def __init__(self) -> None:
+        self.at: dict[int, float] = {}
+
+    async def publish(self, sealed_assignment: SealedAssignment) -> int:
+        self.at[sealed_assignment.header.task_id] = asyncio.get_running_loop().time()
+        return len(self.at)
+
+
+def rival_wins_first_claim(monkeypatch: pytest.MonkeyPatch, rival_uuid: str) -> list[float]:
+    """The rival runner takes the first job the pool's runner tries to claim, just before
+    it does (the window between Gitea's candidate scan and its claim). Returns when."""
+    original = tasks.claim
+    lost_at: list[float] = []
+
+    def claim(store: Any, runner: Any, job_id: int, *args: Any) -> Any:
+        if not lost_at and runner["uuid"] != rival_uuid:
+            lost_at.append(asyncio.get_running_loop().time())
+            with store.read() as conn:
+                rival = conn.execute("SELECT * FROM runner WHERE uuid = ?", (rival_uuid,)).fetchone()
+            assert original(store, rival, job_id, *args) is not None
+        return original(store, runner, job_id, *args)
+
+    monkeypatch.setattr(tasks, "claim", claim)
+    return lost_at
+
+
+async def scenario(double: GiteaDouble, monkeypatch: pytest.MonkeyPatch) -> tuple[float, dict[int, float]]:
+    gitea = InProcessGitea(double, asyncio.get_running_loop())
+    rival = await gitea.client().register(name="rival", registration_token=double.registration_token, labels=LABELS)
+    lost_at = rival_wins_first_claim(monkeypatch, rival.uuid)
+    settings = ClaimSettings(pool="local", backend="local", gitea_url=double.url)
+    sealer = Sealer(secrets.token_bytes(32))
+    published = Published()
+    claimer = Claimer(
+        settings,
+        registrations=Registrations(
+            gitea.client(),  # type: ignore[arg-type]
+            RegistrationStore(MemoryKeyValue(), sealer, "registrations"),  # type: ignore[arg-type]
+            pool=settings.pool,
+            labels=LABELS,
+            registration_token=double.registration_token,
+        ),
+        capacity=Capacity(settings.pool, 4),
+        publisher=published,
+        sealer=sealer,
+        metrics=Metrics(),
+    )
+    loop = asyncio.create_task(claimer.run())
+    await asyncio.sleep(5.0)  # the loop is idle, polling with the version it was told
+    double.submit("owner/repo", TWO_JOBS)
+    await asyncio.sleep(600.0)
+    claimer.stop()
+    await loop
+    [lost] = lost_at
+    return lost, published.at
+
+
+def test_a_loop_that_lost_a_claim_race_claims_the_next_job_within_the_trust_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    double = GiteaDouble(tmp_path / "gitea", pbkdf2_iterations=1, profile="1.26")
+    try:
+        with virtual_time() as runner:
+            lost_at, published = runner.run(scenario(double, monkeypatch))
+        jobs = {j.name: j for j in double.jobs(double.runs()[0].id)}
+    finally:
+        double.close()
+    assert list(published) == [jobs["two"].task_id]  # the loop got "two" (before the fix: nothing), once
+    assert jobs["one"].status == jobs["two"].status == "running"
+    waited = published[jobs["two"].task_id] - lost_at
+    print(f"\nafter the lost race, job two waited {waited:.1f} s (virtual) for the idle loop")
+    assert waited < 15.0  # before the fix: never (600 s of polling told "nothing new")
