@@ -23,7 +23,7 @@ from dynrunner.controller.backends.registry import create_backend
 from dynrunner.controller.cache.grants import CacheGrants
 from dynrunner.controller.capacity import Capacity
 from dynrunner.controller.claimer import Claimer, ClaimSettings, pool_pacer
-from dynrunner.controller.config import ControllerConfig, PoolConfig
+from dynrunner.controller.config import GITEA_ENDLESS_TASK_MINUTES, ControllerConfig, PoolConfig
 from dynrunner.controller.embedded_nats import EmbeddedNats
 from dynrunner.controller.health import HealthServer
 from dynrunner.controller.launched import LaunchedRecord
@@ -236,6 +236,17 @@ class Controller:
         capacity.restore((e.assignment_id for e in envs), pending)
         if envs or pending:
             log.info("pool %s: recovered %d environments and %d queued assignments", name, len(envs), pending)
+        if pool_cfg.job_timeout_minutes > GITEA_ENDLESS_TASK_MINUTES:
+            log.warning(
+                "pool %s: jobTimeoutMinutes is %d, but Gitea stops every task that runs longer than its [actions] "
+                "ENDLESS_TASK_TIMEOUT (%d minutes unless raised in app.ini, checked every 30 minutes), whatever the "
+                "job's timeout-minutes: raise that setting as well, or such jobs fail after %d to %d minutes",
+                name,
+                pool_cfg.job_timeout_minutes,
+                GITEA_ENDLESS_TASK_MINUTES,
+                GITEA_ENDLESS_TASK_MINUTES,
+                GITEA_ENDLESS_TASK_MINUTES + 30,
+            )
         self.metrics.capacity.labels(pool=name).set(pool_cfg.max_concurrency)
         self.metrics.capacity_in_use.labels(pool=name).set_function(lambda: capacity.in_use)
         settings = ClaimSettings(

@@ -56,7 +56,8 @@ from dynrunner.proto.gitea import (
 
 log = logging.getLogger(__name__)
 
-DEFAULT_TIMEOUT_MINUTES = 360
+DEFAULT_TIMEOUT_MINUTES = 180
+"""Gitea stops any task after `ENDLESS_TASK_TIMEOUT` (3 h by default); `pools[].jobTimeoutMinutes`."""
 MAX_TIMEOUT_MINUTES = 7 * 24 * 60
 """A job's `timeout-minutes` beyond this (as `pools[].jobTimeoutMinutes` allows at most) is cut
 to it: the deadline must stay a date, whatever number a workflow writes."""

@@ -56,6 +56,13 @@ __all__ = [
 
 POOL_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")
 LABEL_RE = re.compile(r"^[^\s,]{1,255}$")
+ACT_RUNNER_LABEL_RE = re.compile(r"^(?P<name>[^:]+):(?P<schema>docker|host|lxc)(:.*)?$", re.IGNORECASE)
+"""act_runner's `name:schema[:arg]` label form (`ubuntu-latest:docker://node:20`): the runner
+registers the name alone and keeps the schema to itself; Gitea matches `runs-on` against the
+name. A label not of these schemas (`pool:a1b2`) is a name, as the Gitea runner reads it."""
+GITEA_ENDLESS_TASK_MINUTES = 180
+"""Gitea's `[actions] ENDLESS_TASK_TIMEOUT` default: it stops any task running longer (checked
+every 30 min), whatever the job's `timeout-minutes` (`services/actions/clear_tasks.go`)."""
 STREAM_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 MIN_GITEA_REQUEST_TIMEOUT_S = 55.0
 
@@ -306,7 +313,7 @@ class PoolConfig(_Model):
     labels: list[str] = Field(min_length=1)
     backend: BackendConfig = Field(default_factory=LocalBackendConfig)
     max_concurrency: int = Field(default=4, ge=1, le=10000)
-    job_timeout_minutes: int = Field(default=360, ge=1, le=7 * 24 * 60)
+    job_timeout_minutes: int = Field(default=GITEA_ENDLESS_TASK_MINUTES, ge=1, le=7 * 24 * 60)
 
     @field_validator("name")
     @classmethod
@@ -324,6 +331,13 @@ class PoolConfig(_Model):
         for label in value:
             if not LABEL_RE.match(label):
                 raise ValueError(f"label {label!r} must be 1-255 characters without whitespace or commas")
+            act = ACT_RUNNER_LABEL_RE.match(label)
+            if act:
+                raise ValueError(
+                    f"label {label!r} is act_runner's name:{act['schema']}:... form; dynrunner registers labels "
+                    f"as written and Gitea matches a job's runs-on against names only, so no job would ever "
+                    f"match it. The pool's backend decides where jobs run: write the name alone, {act['name']!r}"
+                )
         if len(set(value)) != len(value):
             raise ValueError("labels must not repeat")
         return value

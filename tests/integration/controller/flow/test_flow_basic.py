@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+
+import pytest
 
 from dynrunner.doubles.gitea import GiteaDouble
 from tests.e2e.harness import (
@@ -102,3 +105,30 @@ async def test_jobs_go_to_the_pool_whose_labels_they_ask_for(gitea: GiteaDouble,
             pool = job.job_id.removesuffix("job")
             assert first.startswith(f"[dynrunner] claimed by pool {pool} as runner dynrunner-{pool}-"), first
     assert_only_armed_runners(gitea, pools=2)
+
+
+async def test_a_pool_timeout_beyond_what_gitea_enforces_is_warned_about_once(
+    gitea: GiteaDouble, nats_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Gitea stops every task after ENDLESS_TASK_TIMEOUT (3 h), whatever timeout-minutes says."""
+    pools = [
+        {"name": name, "labels": ["self-hosted", name], "backend": {"kind": "local"}, **extra}
+        for name, extra in (("long", {"jobTimeoutMinutes": 360}), ("default", {}))
+    ]
+    cfg = build_config(
+        gitea_url=gitea.url,
+        registration_token=gitea.registration_token,
+        state_dir=tmp_path / "state",
+        nats_url=nats_url,
+        pools=pools,
+    )
+    assert cfg.pool("default").job_timeout_minutes == 180
+    with caplog.at_level(logging.WARNING, logger="dynrunner.controller.app"):
+        async with in_process(cfg):
+            pass
+    warnings = [r.getMessage() for r in caplog.records if "ENDLESS_TASK_TIMEOUT" in r.getMessage()]
+    assert warnings == [
+        "pool long: jobTimeoutMinutes is 360, but Gitea stops every task that runs longer than its [actions] "
+        "ENDLESS_TASK_TIMEOUT (180 minutes unless raised in app.ini, checked every 30 minutes), whatever the job's "
+        "timeout-minutes: raise that setting as well, or such jobs fail after 180 to 210 minutes"
+    ]

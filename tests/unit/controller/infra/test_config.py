@@ -64,7 +64,7 @@ def test_minimal_file_gets_documented_defaults(tmp_path: Path) -> None:
         "pod",
         ["self-hosted", "pod"],
         4,
-        360,
+        180,  # what Gitea enforces (ENDLESS_TASK_TIMEOUT), not GitHub's 360
     )
     assert pool.backend.kind == "local"
     assert pool.backend.root_dir == state / "local" / "pod"
@@ -165,6 +165,15 @@ INVALID = [
     ("pools.0.labels", [], "pools[0].labels: must have at least 1 item(s)"),
     ("pools.0.labels", ["self hosted"], "pools[0].labels: label 'self hosted' must be 1-255 characters"),
     ("pools.0.labels", ["pod", "pod"], "pools[0].labels: labels must not repeat"),
+    (
+        "pools.0.labels",
+        ["self-hosted", "ubuntu-latest:docker://node:20"],
+        "pools[0].labels: label 'ubuntu-latest:docker://node:20' is act_runner's name:docker:... form; "
+        "dynrunner registers labels as written and Gitea matches a job's runs-on against names only, so no job "
+        "would ever match it. The pool's backend decides where jobs run: write the name alone, 'ubuntu-latest'",
+    ),
+    ("pools.0.labels", ["self-hosted:host"], "pools[0].labels: label 'self-hosted:host' is act_runner's name:host"),
+    ("pools.0.labels", ["vm:LXC:debian:12"], "pools[0].labels: label 'vm:LXC:debian:12' is act_runner's name:LXC:"),
     ("pools.0.backend", {"kind": "kubernetes"}, "pools[0].backend: kind 'kubernetes' is not a known backend"),
     ("pools.0.backend", {"rootDir": "/x"}, "pools[0].backend: needs `kind` (one of local)"),
     ("pools.0.backend", {"kind": "local", "executorCommand": []}, "pools[0].backend.executorCommand: must have at"),
@@ -205,6 +214,13 @@ def test_invalid_value_is_named_with_its_key_path(tmp_path: Path, key: str, valu
     _set(data, key, value)
     found = problems(tmp_path, data)
     assert any(p.startswith(expected) for p in found), found
+
+
+def test_a_label_with_a_colon_that_is_no_act_runner_schema_is_a_name(tmp_path: Path) -> None:
+    """The Gitea runner reads `pool:a1b2` (an unknown schema) as one opaque name, so may we."""
+    data = minimal(tmp_path)
+    data["pools"][0]["labels"] = ["self-hosted", "pool:a1b2", "ubuntu:24.04"]
+    assert load(tmp_path, data).pools[0].labels == ["self-hosted", "pool:a1b2", "ubuntu:24.04"]
 
 
 def test_duplicate_pool_names(tmp_path: Path) -> None:
