@@ -10,7 +10,7 @@ import pyqwest
 import pytest
 
 from dynrunner.doubles.gitea import GiteaDouble
-from dynrunner.proto.gitea import GiteaClient, RequestTooLarge, RunnerCredentials, TaskState
+from dynrunner.proto.gitea import ErrorPage, GiteaClient, RequestTooLarge, RunnerCredentials, TaskState
 from dynrunner.proto.gitea.client import MAX_REQUEST_BYTES
 from tests.fixtures.faults import fault_proxy
 from tests.integration.gitea.helpers import POD, job, workflow
@@ -93,3 +93,23 @@ async def _chunked_status(url: str, size: int) -> int:
 
     response = await pyqwest.Client().post(f"{url}{UPDATE_TASK}", content=body())
     return response.status
+
+
+async def test_a_front_end_that_replaces_error_pages_hides_what_gitea_said(gitea: GiteaDouble) -> None:
+    """nginx's `proxy_intercept_errors` (or a CDN's error pages) replaces the body of every
+    5xx: Gitea answers each failure as a 500 with a Connect body, so "unregistered runner"
+    reaches the client as a bare error page; answers that succeed pass untouched."""
+    async with fault_proxy(gitea.url, intercept_errors=True) as proxy:
+        base = GiteaClient(proxy.url)
+        info = await base.register(name="r", registration_token=gitea.registration_token, labels=list(POD))
+        runner = base.with_credentials(RunnerCredentials(info.uuid, info.token))
+        gitea.submit("owner/repo", workflow(job("build", steps=40)))
+        fetched = await runner.fetch_task(0)  # a large, gzip-compressed answer passes whole
+        assert fetched.task is not None and len(fetched.task.workflow_payload or b"") > 1024
+        await runner.update_task(TaskState(id=fetched.task.id))
+        stranger = base.with_credentials(RunnerCredentials("no-such-runner", "x"))
+        with pytest.raises(ErrorPage) as caught:
+            await stranger.fetch_task(0)
+        assert caught.value.transient and caught.value.wire == "Internal Server Error"
+        assert proxy.intercepted == {FETCH: 1}
+        assert (await runner.fetch_task(fetched.tasks_version)).task is None  # the connection still works

@@ -119,7 +119,7 @@ def test_a_bare_http_500_is_a_transient_internal_error():
     """A proxy's (or Gitea's panic) 500 page has no Connect body: the client sees `unknown` with
     the status phrase. DESIGN §7: 5xx is retried."""
     err = e.from_connect(ConnectError(Code.UNKNOWN, "Internal Server Error"))
-    assert type(err) is e.Internal and err.transient
+    assert type(err) is e.ErrorPage and isinstance(err, e.Internal) and err.transient
     assert err.wire == "Internal Server Error"
     # Gitea's own errors keep their meaning.
     assert not e.from_connect(ConnectError(Code.UNKNOWN, "runner registration token not found")).transient

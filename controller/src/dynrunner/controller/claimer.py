@@ -46,6 +46,7 @@ from dynrunner.controller.sealing import Sealer
 from dynrunner.controller.stagelog import ClaimedLines, StageLog, claimed_line
 from dynrunner.proto.assignment import Assignment, ClaimingRunner, ExecutorOptions, SealedAssignment
 from dynrunner.proto.gitea import (
+    ErrorPage,
     GiteaClient,
     GiteaError,
     RegistrationRefused,
@@ -69,6 +70,11 @@ PUBLISH_CONCURRENCY = 32
 """Claims being published at once, per pool."""
 ERROR_BACKOFF_MAX_S = 5.0
 """Longest wait of a claim loop between failing Register/FetchTask calls (Gitea or NATS down)."""
+ERROR_PAGES_BEFORE_CONFIRM = 3
+"""FetchTasks of one armed runner answered in a row with a front end's 500 page (`ErrorPage`)
+before the loop asks Gitea whether the runner still exists (`Registrations.confirm`). Gitea's
+own "unregistered runner" behind such a front end looks like any passing failure, and a loop
+that only retried would never arm another runner."""
 TASKS_VERSION_TRUST_S = 10.0
 """How long a claim loop keeps sending the tasks_version Gitea answered after its last scan.
 Gitea skips the job scan while the version sent is the latest, and up to 1.26 the latest can
@@ -197,6 +203,8 @@ class Claimer:
         """Loop time of the poll that brought `_tasks_version` from a scan."""
         self._stopping = asyncio.Event()
         self._claims: set[asyncio.Task[None]] = set()
+        self._error_pages = 0
+        """FetchTasks of the armed runner answered in a row with an `ErrorPage`."""
         self.consecutive_errors = 0
         self.reached_gitea = False
         """A FetchTask of this loop was answered since the start (for /readyz)."""
@@ -274,14 +282,17 @@ class Claimer:
             except (RunnerRemoved, Unauthenticated) as err:
                 # Gitea dropped the armed runner (its task ended, or an admin deleted it).
                 log.info("pool %s: armed runner %s can no longer claim (%s); arming another", self.pool, reg.name, err)
-                await self._registrations.lost()
-                self._tasks_version = 0
+                await self._lost()
                 continue
             except GiteaError as err:
                 self._metrics.fetch_calls.labels(pool=self.pool, outcome="error").inc()
                 self._error("fetch", err)
+                if isinstance(err, ErrorPage) and await self._gone_behind_error_pages(reg):
+                    await self._lost()
+                    continue
                 await self._sleep(self._error_backoff.next())
                 continue
+            self._error_pages = 0
             elapsed = loop.time() - started
             self._metrics.fetch_duration.labels(pool=self.pool).observe(elapsed)
             self.consecutive_errors = 0
@@ -310,6 +321,24 @@ class Claimer:
         if now - self._tasks_version_at >= TASKS_VERSION_TRUST_S:
             self._tasks_version = 0
         return self._tasks_version
+
+    async def _lost(self) -> None:
+        await self._registrations.lost()
+        self._tasks_version = 0
+        self._error_pages = 0
+
+    async def _gone_behind_error_pages(self, reg: ArmedRegistration) -> bool:
+        """After `ERROR_PAGES_BEFORE_CONFIRM` error pages in a row for `reg`, whether Gitea
+        still knows it (asked again after as many more)."""
+        self._error_pages += 1
+        if self._error_pages < ERROR_PAGES_BEFORE_CONFIRM:
+            return False
+        self._error_pages = 0
+        try:
+            return not await self._registrations.confirm(reg)
+        except GiteaError as err:
+            self._error("confirm", err)
+            return False
 
     async def _until_token_replaced(self, err: RegistrationRefused) -> None:
         """Gitea refused the registration token: registering again with it cannot succeed, so

@@ -28,7 +28,8 @@ from dynrunner.controller.metrics import Metrics
 from dynrunner.controller.registration_token import RegistrationToken
 from dynrunner.controller.registrations_store import ArmedRegistration, RegistrationStore
 from dynrunner.controller.sealing import SealingError
-from dynrunner.proto.gitea import GiteaClient, RegistrationRefused, RunnerCredentials, Unauthenticated
+from dynrunner.proto.gitea import ErrorPage, GiteaClient, RegistrationRefused, RunnerCredentials, Unauthenticated
+from dynrunner.proto.gitea.client import RetryPolicy
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,8 @@ executor stops the job, reports its last lines and ends the task cancelled. (Wit
 Gitea ends the task at once and deletes the runner, so the executor can report nothing.)"""
 
 CredentialMode = Literal["ephemeral", "shared"]
+CONFIRM_RETRY = RetryPolicy(attempts=3, max_delay_s=5.0)
+"""`confirm`'s Declare: a passing failure is tried again a little, a lasting one decides."""
 
 
 def store_key(pool: str, slot: int) -> str:
@@ -168,14 +171,34 @@ class Registrations:
         return reg
 
     async def _still_registered(self, reg: ArmedRegistration) -> bool:
-        """Declare doubles as the check that Gitea still knows the runner, and brings its
-        labels up to date with the pool's configuration."""
-        try:
-            await self.client(reg).declare(labels=self.labels, capabilities=EXECUTOR_CAPABILITIES)
-        except Unauthenticated:
+        if not await self.confirm(reg):
             log.info("pool %s: armed runner %s (id %s) is gone from Gitea", self.pool, reg.name, reg.id)
             return False
         log.info("pool %s: reusing armed runner %s (id %s)", self.pool, reg.name, reg.id)
+        return True
+
+    async def confirm(self, reg: ArmedRegistration) -> bool:
+        """Whether Gitea still knows `reg`, asked with Declare (which also brings its labels up
+        to date with the pool's configuration). Declare fails only for an unknown runner or a
+        failing database: behind a front end that replaces Gitea's error bodies with its own
+        page, the page while Gitea answers Ping is read as "unregistered runner". Raises
+        GiteaError when Gitea itself does not answer (nothing can be told then)."""
+        try:
+            await self.client(reg).declare(labels=self.labels, capabilities=EXECUTOR_CAPABILITIES, retry=CONFIRM_RETRY)
+        except Unauthenticated:
+            return False
+        except ErrorPage:
+            await self._gitea.ping()
+            log.warning(
+                "pool %s: Gitea answers Ping, but runner %s (id %s) only gets an HTTP 500 page that is not Gitea's "
+                "own: a front end before /api/actions/ replaces Gitea's error bodies, which say why (here most likely "
+                '"unregistered runner"). Taking the runner as gone. Let the front end pass 5xx bodies through '
+                '(docs/operations.md, "Front ends")',
+                self.pool,
+                reg.name,
+                reg.id,
+            )
+            return False
         return True
 
     async def _register(self) -> ArmedRegistration:

@@ -3,6 +3,7 @@
 from dynrunner.proto.gitea.client import GiteaClient, RunnerCredentials
 from dynrunner.proto.gitea.errors import (
     AlreadyExists,
+    ErrorPage,
     GiteaError,
     Internal,
     InvalidArgument,
@@ -28,6 +29,7 @@ from dynrunner.proto.gitea.types import (
 
 __all__ = [
     "AlreadyExists",
+    "ErrorPage",
     "FetchResult",
     "GiteaClient",
     "GiteaError",

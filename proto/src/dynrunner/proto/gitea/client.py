@@ -224,10 +224,15 @@ class GiteaClient:
         return RunnerInfo.from_proto(resp.runner)
 
     async def declare(
-        self, *, labels: Sequence[str], version: str = USER_AGENT, capabilities: Iterable[str] = ()
+        self,
+        *,
+        labels: Sequence[str],
+        version: str = USER_AGENT,
+        capabilities: Iterable[str] = (),
+        retry: RetryPolicy | None = None,
     ) -> RunnerInfo:
         req = pb.DeclareRequest(version=version, labels=list(labels), capabilities=list(capabilities))
-        resp = await self._retrying(lambda: self._runner.declare(req, headers=self._headers(req)))
+        resp = await self._retrying(lambda: self._runner.declare(req, headers=self._headers(req)), retry)
         return RunnerInfo.from_proto(resp.runner)
 
     async def fetch_task(self, tasks_version: int = 0, *, timeout_s: float | None = None) -> FetchResult:

@@ -13,8 +13,9 @@ Hierarchy::
     ├── NotFound
     ├── AlreadyExists              e.g. "log file has been archived"
     ├── Unimplemented              the server lacks the RPC (Gitea too old)
-    ├── Internal                   server-side failure (or a bare HTTP 500); transient unless the text says otherwise
-    │   └── RunnerRemoved          an ephemeral runner whose task finished ("runner has been removed")
+    ├── Internal                   server-side failure; transient unless the text says otherwise
+    │   ├── RunnerRemoved          an ephemeral runner whose task finished ("runner has been removed")
+    │   └── ErrorPage              an HTTP 500 without a Connect body: a front end replaced Gitea's answer
     ├── RegistrationRefused        Register refused the registration token (unknown, invalidated, owner gone)
     ├── Unavailable                network errors, timeouts, 502/503/504 (always transient)
     └── RequestTooLarge            a front end refused the body as too large (HTTP 413)
@@ -142,6 +143,19 @@ class RunnerRemoved(Internal):
         return False
 
 
+class ErrorPage(Internal):
+    """An HTTP 500 whose body is no Connect error. Gitea answers every failure as a 500 with a
+    Connect body, so this is a front end (nginx's `proxy_intercept_errors`, a CDN's error
+    pages) that replaced Gitea's body with its own page — hiding what Gitea said, which may
+    have been "unregistered runner" as well as a passing failure — or Gitea's own page after a
+    panic. Transient, since one cannot tell; callers that see it repeat for one runner ask
+    Gitea another way (`Registrations.confirm`)."""
+
+    @property
+    def transient(self) -> bool:
+        return True
+
+
 class RegistrationRefused(GiteaError):
     """Register refused the registration token: Gitea does not know it, a newer token of its
     scope replaced it, or the token's owner or repository is gone. The same token never
@@ -194,7 +208,7 @@ def from_connect(err: ConnectError) -> GiteaError:
     Internal error, like the 502/503/504 the Connect protocol already maps to Unavailable.
     Gitea's own errors always carry a Connect body, so they never look like that."""
     if err.code is Code.UNKNOWN and err.message == _BARE_500 and not err.details:
-        return Internal("HTTP 500 without a Connect error (an error page)", wire=err.message)
+        return ErrorPage("HTTP 500 without a Connect error (an error page)", wire=err.message)
     if err.code is Code.UNKNOWN and err.message == _BARE_413 and not err.details:
         return RequestTooLarge("HTTP 413: a proxy in front of Gitea refused the request as too large", wire=err.message)
     if err.code is Code.UNKNOWN:

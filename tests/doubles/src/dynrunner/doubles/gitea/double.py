@@ -170,6 +170,12 @@ class GiteaDouble:
         with self.engine.store.read() as conn:
             return views.runner_views(conn, self.engine.clock.now(), include_deleted=include_deleted)
 
+    def delete_runner(self, runner_id: int) -> None:
+        """What an admin's `DELETE /api/v1/admin/actions/runners/{id}` does (1.24 on): the
+        runner row goes (its calls fail "unregistered runner"); its task, if any, runs on until
+        the zombie reaper ends it. KeyError for an unknown runner."""
+        self.engine.delete_runner(runner_id)
+
     def set_runner_disabled(self, runner_id: int, disabled: bool = True) -> None:
         """Disable (or enable) a runner, as `PATCH .../runners/{id}`; ValueError before 1.26."""
         self.engine.set_runner_disabled(runner_id, disabled)

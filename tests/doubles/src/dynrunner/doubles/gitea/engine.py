@@ -302,6 +302,13 @@ class Engine:
             tasks.cancel_jobs(conn, jobs, now, profile=self.profile)
             runs.emit_jobs(conn, run_id, now, profile=self.profile)
 
+    def delete_runner(self, runner_id: int) -> None:
+        """`DeleteRunner` (`models/actions/runner.go`): a soft delete, tasks untouched."""
+        with self.store.write() as conn:
+            if runner_db.get_runner(conn, runner_id=runner_id) is None:
+                raise KeyError(f"runner {runner_id} does not exist")
+            runner_db.delete_runner(conn, runner_id, self.clock.now())
+
     def set_runner_disabled(self, runner_id: int, disabled: bool) -> None:
         if not self.profile.runner_disabling:
             raise ValueError(f"Gitea {self.profile.name} cannot disable runners (that came with 1.26, PR #36776)")
