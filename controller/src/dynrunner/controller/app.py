@@ -22,7 +22,8 @@ from dynrunner.controller.backends.base import Backend, BackendError, Environmen
 from dynrunner.controller.backends.registry import create_backend
 from dynrunner.controller.cache.grants import CacheGrants
 from dynrunner.controller.capacity import Capacity
-from dynrunner.controller.claimer import Claimer, ClaimSettings, pool_pacer
+from dynrunner.controller.claim_assignment import ClaimSettings
+from dynrunner.controller.claimer import Claimer, pool_pacer
 from dynrunner.controller.config import GITEA_ENDLESS_TASK_MINUTES, ControllerConfig, PoolConfig
 from dynrunner.controller.embedded_nats import EmbeddedNats
 from dynrunner.controller.health import HealthServer

@@ -2,14 +2,14 @@
 
 Loop: reserve a permit (wait while the pool is full) → FetchTask with the loop's armed
 registration, sending the last `tasks_version` (Gitea answers "nothing new" without
-scanning jobs when it is current; a version older than `TASKS_VERSION_TRUST_S` is not sent,
-see there) → on no task, back off (short first, doubling with
-jitter up to `fetchIntervalMaxSeconds`; the loops of a pool take turns, see `PollPacer`;
-failing calls back off up to 5 s) and poll again with the same permit → on a task, log its
-id, reset the version (another job may be waiting without a version bump), build the
-Assignment, seal and publish it at once (its first stage line waits for the launcher in
-`ClaimedLines`), then retire the spent registration from the store; meanwhile the loop
-registers its next runner.
+scanning jobs when it is current; a version older than `TASKS_VERSION_TRUST_S` is not
+sent, see there) → on no task, back off (short first, doubling with jitter up to
+`fetchIntervalMaxSeconds`; the loops of a pool take turns, see `PollPacer`; longer after a
+slow answer, see `slow_answer_delay`; failing calls back off up to 5 s) and poll again with
+the same permit → on a task, log its id, reset the version (another job may be waiting
+without a version bump), build the Assignment, seal and publish it at once (its first stage
+line waits for the launcher in `ClaimedLines`), then retire the spent registration from the
+store; meanwhile the loop registers its next runner.
 
 A claimed task is never dropped: a task that cannot be run (bad job key) or whose
 assignment JetStream would not take is finalized failed, with the reason in its log.
@@ -22,20 +22,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import math
-import re
 import uuid
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
-
-import yaml
+from datetime import UTC, datetime
+from typing import Protocol
 
 from dynrunner.controller import contract
-from dynrunner.controller.cache.grants import CacheGrants
 from dynrunner.controller.capacity import Capacity, Reservation
+from dynrunner.controller.claim_assignment import ClaimSettings, build_assignment
 from dynrunner.controller.finalize import finalize_failed
 from dynrunner.controller.logs import log_context
 from dynrunner.controller.loops import Backoff, Fatal, PollPacer
@@ -44,7 +39,7 @@ from dynrunner.controller.registrations import Registrations
 from dynrunner.controller.registrations_store import ArmedRegistration
 from dynrunner.controller.sealing import Sealer
 from dynrunner.controller.stagelog import ClaimedLines, StageLog, claimed_line
-from dynrunner.proto.assignment import Assignment, ClaimingRunner, ExecutorOptions, SealedAssignment
+from dynrunner.proto.assignment import SealedAssignment
 from dynrunner.proto.gitea import (
     ErrorPage,
     GiteaClient,
@@ -57,14 +52,6 @@ from dynrunner.proto.gitea import (
 
 log = logging.getLogger(__name__)
 
-DEFAULT_TIMEOUT_MINUTES = 180
-"""Gitea stops any task after `ENDLESS_TASK_TIMEOUT` (3 h by default); `pools[].jobTimeoutMinutes`."""
-MAX_TIMEOUT_MINUTES = 7 * 24 * 60
-"""A job's `timeout-minutes` beyond this (as `pools[].jobTimeoutMinutes` allows at most) is cut
-to it: the deadline must stay a date, whatever number a workflow writes."""
-DEADLINE_GRACE = timedelta(minutes=5)
-"""Added to the job's timeout: launching (image pulls, VM boots) happens before the job starts."""
-DEFAULT_TRUST_DOMAIN = "dynrunner.local"
 RETIRE_TIMEOUT_S = 2.0
 PUBLISH_CONCURRENCY = 32
 """Claims being published at once, per pool."""
@@ -75,6 +62,10 @@ ERROR_PAGES_BEFORE_CONFIRM = 3
 before the loop asks Gitea whether the runner still exists (`Registrations.confirm`). Gitea's
 own "unregistered runner" behind such a front end looks like any passing failure, and a loop
 that only retried would never arm another runner."""
+SLOW_ANSWER_FACTOR = 3.0
+SLOW_ANSWER_MAX_S = 15.0
+HELD_POLL_S = 20.0
+"""An empty FetchTask answered this late was held by a long-polling Gitea, not slow."""
 TASKS_VERSION_TRUST_S = 10.0
 """How long a claim loop keeps sending the tasks_version Gitea answered after its last scan.
 Gitea skips the job scan while the version sent is the latest, and up to 1.26 the latest can
@@ -84,91 +75,27 @@ by PR #38200 after 1.26). A loop that kept that version would not scan again bef
 unrelated bump while jobs wait. After this long it sends 0: one scan per loop every 10 s at
 most, costing Gitea one job query more than the version read every poll costs anyway."""
 
-_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
 
 class Publisher(Protocol):
     async def publish(self, sealed_assignment: SealedAssignment) -> int: ...
 
 
-@dataclass(frozen=True, slots=True)
-class ClaimSettings:
-    pool: str
-    backend: str
-    gitea_url: str
-    fetch_interval_s: float = 0.5
-    fetch_interval_max_s: float = 1.0
-    request_timeout_s: float = 65.0
-    default_timeout_minutes: int = DEFAULT_TIMEOUT_MINUTES
-    deadline_grace: timedelta = DEADLINE_GRACE
-    trust_domain: str = DEFAULT_TRUST_DOMAIN
-    executor: ExecutorOptions = field(default_factory=ExecutorOptions)
-    cache: CacheGrants | None = None
+def slow_answer_delay(elapsed_s: float) -> float:
+    """The least an idle claim loop waits after an empty FetchTask that took `elapsed_s`:
+    `SLOW_ANSWER_FACTOR` times as long, at most `SLOW_ANSWER_MAX_S`. A Gitea that answers
+    slowly is busy (its database, usually; each FetchTask also costs it a PBKDF2 and, up to
+    1.26, a row write): a loop then keeps at most a quarter of its time in FetchTask. Answers
+    of a healthy Gitea (milliseconds) leave the pool's pace alone; one held by a long-polling
+    Gitea (`HELD_POLL_S` or more) is no sign of load."""
+    if elapsed_s >= HELD_POLL_S:
+        return 0.0
+    return min(SLOW_ANSWER_MAX_S, SLOW_ANSWER_FACTOR * max(0.0, elapsed_s))
 
 
 def pool_pacer(settings: ClaimSettings) -> PollPacer:
     """The pacer the claim loops of one pool share: polls `fetch_interval_s` apart after a
     claim, growing to `fetch_interval_max_s` while nothing is found."""
     return PollPacer(Backoff(settings.fetch_interval_s, settings.fetch_interval_max_s))
-
-
-def job_timeout_minutes(payload: bytes | None, default: int) -> int:
-    """`timeout-minutes` of the single job in a task's workflow payload, else `default`.
-
-    An expression (`${{ … }}`) is evaluated by the executor, not here: the controller's
-    deadline then uses the default, which only bounds the outer limit. A payload that does not
-    mention the key is not parsed at all (Gitea writes the payload with plain keys). A value
-    over `MAX_TIMEOUT_MINUTES` (Gitea passes any number through) is cut to it.
-    """
-    if not payload or b"timeout-minutes" not in payload:
-        return default
-    try:
-        doc = yaml.load(payload, Loader=_Loader)  # a safe loader (C or Python)
-        jobs = doc.get("jobs") if isinstance(doc, dict) else None
-        job = next(iter(jobs.values())) if isinstance(jobs, dict) and len(jobs) == 1 else None
-        value = job.get("timeout-minutes") if isinstance(job, dict) else None
-    except yaml.YAMLError:
-        return default
-    if isinstance(value, bool):
-        return default
-    if isinstance(value, str) and re.fullmatch(r"\s*(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?\s*", value):
-        value = float(value)
-    if isinstance(value, int | float) and value > 0 and not math.isnan(value):
-        return max(1, round(min(value, MAX_TIMEOUT_MINUTES)))
-    return default
-
-
-def build_assignment(
-    task: Task,
-    *,
-    assignment_id: str,
-    claimed_at: datetime,
-    runner: ArmedRegistration,
-    settings: ClaimSettings,
-) -> Assignment:
-    """The Assignment for a claimed task (pure). Raises ContractError when the task cannot
-    be run under the contract (its message is what the user reads in the job log)."""
-    job_key = contract.job_key_of(task)
-    owner, repository = contract.repository_of(task)
-    minutes = job_timeout_minutes(task.workflow_payload, settings.default_timeout_minutes)
-    deadline = claimed_at + timedelta(minutes=minutes) + settings.deadline_grace
-    executor = settings.executor
-    if settings.cache is not None:
-        cache = settings.cache.options_for(task, gitea_url=settings.gitea_url, deadline=deadline)
-        executor = dataclasses.replace(executor, cache=cache)
-    return Assignment(
-        assignment_id=assignment_id,
-        pool=settings.pool,
-        backend=settings.backend,
-        claimed_at=claimed_at,
-        task=task,
-        runner=ClaimingRunner(id=runner.id, uuid=runner.uuid, token=runner.token, name=runner.name),
-        gitea_url=settings.gitea_url,
-        job_key=job_key,
-        spiffe_id=contract.spiffe_id(settings.trust_domain, owner, repository, job_key),
-        deadline=deadline,
-        executor=executor,
-    )
 
 
 class Claimer:
@@ -313,7 +240,7 @@ class Claimer:
             else:
                 self._tasks_version_at = started  # Gitea scanned (or, throttled, asks for another poll)
             self._tasks_version = result.tasks_version
-            await self._sleep(self._pacer.delay(loop.time()))
+            await self._sleep(max(self._pacer.delay(loop.time()), slow_answer_delay(elapsed)))
         return None
 
     def _version_to_send(self, now: float) -> int:

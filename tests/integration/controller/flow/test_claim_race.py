@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from dynrunner.controller.capacity import Capacity
-from dynrunner.controller.claimer import Claimer, ClaimSettings
+from dynrunner.controller.claim_assignment import ClaimSettings
+from dynrunner.controller.claimer import Claimer
 from dynrunner.controller.metrics import Metrics
 from dynrunner.controller.registrations import Registrations
 from dynrunner.controller.registrations_store import RegistrationStore

@@ -28,7 +28,8 @@ from pathlib import Path
 
 from dynrunner.controller.app import CLAIM_LOOPS, claim_loop_backoff
 from dynrunner.controller.capacity import Capacity
-from dynrunner.controller.claimer import Claimer, ClaimSettings, pool_pacer
+from dynrunner.controller.claim_assignment import ClaimSettings
+from dynrunner.controller.claimer import Claimer, pool_pacer
 from dynrunner.controller.config import GiteaConfig
 from dynrunner.controller.loops import supervise
 from dynrunner.controller.metrics import Metrics

@@ -17,7 +17,7 @@ import pytest
 from dynrunner.controller.backends.base import BeforeStart, Environment
 from dynrunner.controller.backends.local.backend import LocalBackend
 from dynrunner.controller.capacity import Capacity
-from dynrunner.controller.claimer import ClaimSettings, build_assignment
+from dynrunner.controller.claim_assignment import ClaimSettings, build_assignment
 from dynrunner.controller.launched import Launched, Verdict
 from dynrunner.controller.launcher import Launcher
 from dynrunner.controller.metrics import Metrics

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from dynrunner.controller.backends.base import Diagnosis, FailureReason, Observation, Phase
-from dynrunner.controller.claimer import ClaimSettings, build_assignment, job_timeout_minutes
+from dynrunner.controller.claim_assignment import ClaimSettings, build_assignment, job_timeout_minutes
 from dynrunner.controller.contract import ContractError
 from dynrunner.controller.reaper import failure_report, mask_secrets
 from dynrunner.controller.registrations_store import ArmedRegistration

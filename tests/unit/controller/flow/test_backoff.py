@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dynrunner.controller.app import claim_loop_backoff
+from dynrunner.controller.claimer import slow_answer_delay
 from dynrunner.controller.launcher import nak_delay
 from dynrunner.controller.loops import Backoff, Fatal, PollPacer, supervise
 from tests.fixtures.virtual_time import virtual_time
@@ -232,3 +233,13 @@ async def test_supervise_does_not_restart_after_stop_during_its_backoff() -> Non
     stop.set()
     await asyncio.wait_for(task, 1.0)
     assert calls == [1]
+
+
+@pytest.mark.parametrize(
+    ("elapsed", "delay"),
+    [(0.005, 0.015), (0.5, 1.5), (2.0, 6.0), (5.0, 15.0), (19.0, 15.0), (20.0, 0.0), (50.0, 0.0), (-1.0, 0.0)],
+)
+def test_a_slow_empty_answer_lengthens_the_idle_wait_within_bounds(elapsed: float, delay: float) -> None:
+    """3× the answer's time, at most 15 s; a poll held 20 s or more by a long-polling Gitea
+    is no sign of load."""
+    assert slow_answer_delay(elapsed) == pytest.approx(delay)
