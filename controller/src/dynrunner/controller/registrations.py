@@ -29,7 +29,7 @@ from dynrunner.controller.registration_token import RegistrationToken
 from dynrunner.controller.registrations_store import ArmedRegistration, RegistrationStore
 from dynrunner.controller.sealing import SealingError
 from dynrunner.proto.gitea import ErrorPage, GiteaClient, RegistrationRefused, RunnerCredentials, Unauthenticated
-from dynrunner.proto.gitea.client import RetryPolicy
+from dynrunner.proto.gitea.client import NO_RETRY, RetryPolicy
 
 log = logging.getLogger(__name__)
 
@@ -181,19 +181,20 @@ class Registrations:
         """Whether Gitea still knows `reg`, asked with Declare (which also brings its labels up
         to date with the pool's configuration). Declare fails only for an unknown runner or a
         failing database: behind a front end that replaces Gitea's error bodies with its own
-        page, the page while Gitea answers Ping is read as "unregistered runner". Raises
-        GiteaError when Gitea itself does not answer (nothing can be told then)."""
+        page, the page while Gitea answers a Ping sent right after (once: a front end failing
+        every call fails that too) is read as "unregistered runner". Raises GiteaError when
+        Gitea itself does not answer (nothing can be told then)."""
         try:
             await self.client(reg).declare(labels=self.labels, capabilities=EXECUTOR_CAPABILITIES, retry=CONFIRM_RETRY)
         except Unauthenticated:
             return False
         except ErrorPage:
-            await self._gitea.ping()
+            await self._gitea.ping(retry=NO_RETRY)  # right after: a front end failing every call fails this too
             log.warning(
                 "pool %s: Gitea answers Ping, but runner %s (id %s) only gets an HTTP 500 page that is not Gitea's "
                 "own: a front end before /api/actions/ replaces Gitea's error bodies, which say why (here most likely "
                 '"unregistered runner"). Taking the runner as gone. Let the front end pass 5xx bodies through '
-                '(docs/operations.md, "Front ends")',
+                '(docs/operations.md, "Gitea behind a reverse proxy")',
                 self.pool,
                 reg.name,
                 reg.id,

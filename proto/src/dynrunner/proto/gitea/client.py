@@ -196,9 +196,9 @@ class GiteaClient:
 
     # -- RPCs ---------------------------------------------------------------------
 
-    async def ping(self, data: str = "dynrunner") -> str:
+    async def ping(self, data: str = "dynrunner", *, retry: RetryPolicy | None = None) -> str:
         req = ping_pb.PingRequest(data=data)
-        resp = await self._retrying(lambda: self._ping.ping(req, headers=self._headers(req, auth=False)))
+        resp = await self._retrying(lambda: self._ping.ping(req, headers=self._headers(req, auth=False)), retry)
         return resp.data
 
     async def register(
