@@ -61,7 +61,7 @@ def starts(state: Path) -> list[str]:
     return [line.split()[1] for line in log.read_text().splitlines()] if log.exists() else []
 
 
-@pytest.mark.parametrize("gitea_profile", ["1.26"])
+@pytest.mark.parametrize("gitea_profile", ["1.26", "main"])
 async def test_two_controllers_racing_for_one_queue_claim_every_job_once(gitea: GiteaDouble, tmp_path: Path) -> None:
     controllers = []
     for name in ("east", "west"):

@@ -1,7 +1,7 @@
 """`dynrunner-controller demo`: the whole flow on this machine, checking its own results.
 
-It starts the bundled Gitea emulator (`dynrunner-gitea-double serve`, a separate program:
-the controller never imports it), a controller with an embedded NATS and the `local`
+It starts the bundled Gitea emulator (`dynrunner-gitea-double serve --profile 1.26`, a
+separate program: the controller never imports it), a controller with an embedded NATS and the `local`
 backend, submits every workflow in `docs/examples/` through the emulator's admin API,
 cancels the runs its expectations ask to cancel, prints each job's log and result, and
 exits 0 only if every result matches `<example>.expected.yaml`.
@@ -33,6 +33,8 @@ DONE = {"success", "failure", "cancelled", "skipped"}
 RUN_TIMEOUT_S = 90.0
 REAP_TIMEOUT_S = 30.0
 EMULATOR = "dynrunner-gitea-double"
+EMULATED_GITEA = "1.26"
+"""The Gitea release the emulator answers as: the one most users run (docs/compatibility.md)."""
 EXECUTOR = "dynrunner-executor"
 
 
@@ -148,6 +150,8 @@ class Demo:
                 str(self.workdir / "gitea"),
                 "--port",
                 "0",
+                "--profile",
+                EMULATED_GITEA,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=log,
