@@ -7,6 +7,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 DEMO = [str(Path(sys.executable).parent / "dynrunner-controller"), "demo"]
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 
@@ -15,9 +17,13 @@ def leftovers(directory: Path) -> list[Path]:
     return list(directory.glob("dynrunner-demo-*"))
 
 
-async def test_the_demo_runs_every_example_as_expected(tmp_path: Path) -> None:
+@pytest.mark.parametrize("gitea", ["1.26", "main"])
+async def test_the_demo_runs_every_example_as_expected(tmp_path: Path, gitea: str) -> None:
+    """As `make demo` runs it (Gitea 1.26), and against Gitea's main branch."""
     proc = await asyncio.create_subprocess_exec(
         *DEMO,
+        "--gitea",
+        gitea,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         env={**os.environ, "HOME": str(tmp_path), "TMPDIR": str(tmp_path)},

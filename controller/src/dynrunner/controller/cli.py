@@ -44,6 +44,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--examples", type=Path, help="directory of example workflows (default: the bundled ones)")
     demo.add_argument("--keep", action="store_true", help="keep the demo's state directory")
     demo.add_argument("--verbose", action="store_true", help="show the controller's log")
+    demo.add_argument(
+        "--gitea",
+        choices=("1.24", "1.25", "1.26", "main"),
+        default="1.26",
+        help="the Gitea release the emulator answers as (default: 1.26; docs/compatibility.md)",
+    )
     cache = sub.add_parser("cache-server", help="serve the actions cache (the `cache` section) until SIGTERM/SIGINT")
     cache.add_argument("--config", type=Path, help="YAML with a `cache` section (DYNRUNNER_CACHE_* override it)")
     args = parser.parse_args(argv)
@@ -55,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "demo":
         from dynrunner.controller.demo import main as demo_main
 
-        return demo_main(examples=args.examples, keep=args.keep, verbose=args.verbose)
+        return demo_main(examples=args.examples, keep=args.keep, verbose=args.verbose, gitea=args.gitea)
     if args.command == "check":
         from dynrunner.controller.checks import run_checks
 

@@ -34,7 +34,7 @@ RUN_TIMEOUT_S = 90.0
 REAP_TIMEOUT_S = 30.0
 EMULATOR = "dynrunner-gitea-double"
 EMULATED_GITEA = "1.26"
-"""The Gitea release the emulator answers as: the one most users run (docs/compatibility.md)."""
+"""The Gitea release the emulator answers as by default: the one most users run (docs/compatibility.md)."""
 EXECUTOR = "dynrunner-executor"
 
 
@@ -54,12 +54,14 @@ class Example:
     cancelled: bool = False
 
 
-def main(*, examples: Path | None = None, keep: bool = False, verbose: bool = False) -> int:
+def main(
+    *, examples: Path | None = None, keep: bool = False, verbose: bool = False, gitea: str = EMULATED_GITEA
+) -> int:
     configure_logging("info" if verbose else "warning", json=False)
     if not verbose:
         logging.getLogger("nats").setLevel(logging.ERROR)
     try:
-        return asyncio.run(Demo(examples or default_examples(), keep=keep).run())
+        return asyncio.run(Demo(examples or default_examples(), keep=keep, gitea=gitea).run())
     except DemoError as err:
         print(f"demo: {err}", file=sys.stderr)
         return 2
@@ -102,9 +104,10 @@ def load_examples(directory: Path) -> list[Example]:
 
 
 class Demo:
-    def __init__(self, examples_dir: Path, *, keep: bool) -> None:
+    def __init__(self, examples_dir: Path, *, keep: bool, gitea: str = EMULATED_GITEA) -> None:
         self.examples = load_examples(examples_dir)
         self.keep = keep
+        self.gitea = gitea
         self.workdir = Path(tempfile.mkdtemp(prefix="dynrunner-demo-"))
         self.admin = ""
 
@@ -151,7 +154,7 @@ class Demo:
                 "--port",
                 "0",
                 "--profile",
-                EMULATED_GITEA,
+                self.gitea,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=log,
