@@ -128,6 +128,8 @@ class Claimer:
         self._tasks_version = 0
         self._tasks_version_at = -math.inf
         """Loop time of the poll that brought `_tasks_version` from a scan."""
+        self._tasks_version_claims = 0
+        """The pool's claim count (`PollPacer.claims`) when that poll was sent."""
         self._stopping = asyncio.Event()
         self._claims: set[asyncio.Task[None]] = set()
         self._error_pages = 0
@@ -204,6 +206,7 @@ class Claimer:
             client = self._registrations.client(reg)
             started = loop.time()
             sent = self._version_to_send(started)
+            claims = self._pacer.claims
             try:
                 result = await client.fetch_task(sent, timeout_s=self.settings.request_timeout_s)
             except (RunnerRemoved, Unauthenticated) as err:
@@ -239,13 +242,18 @@ class Claimer:
                 self._metrics.tasks_version_fast_path.labels(pool=self.pool).inc()
             else:
                 self._tasks_version_at = started  # Gitea scanned (or, throttled, asks for another poll)
+                self._tasks_version_claims = claims
             self._tasks_version = result.tasks_version
             await self._sleep(max(self._pacer.delay(loop.time()), slow_answer_delay(elapsed)))
         return None
 
     def _version_to_send(self, now: float) -> int:
-        """The stored tasks_version, or 0 (scan) once it is `TASKS_VERSION_TRUST_S` old."""
-        if now - self._tasks_version_at >= TASKS_VERSION_TRUST_S:
+        """The stored tasks_version; 0 (scan) once it is `TASKS_VERSION_TRUST_S` old, or once a
+        loop of the pool claimed since the poll that brought it: the two may have raced for one
+        job, and Gitea ≤ 1.26 answered the loser "no task" with the latest version — while the
+        next job waits (another pool or controller is what the time bound is for)."""
+        stale = now - self._tasks_version_at >= TASKS_VERSION_TRUST_S
+        if stale or self._pacer.claims != self._tasks_version_claims:
             self._tasks_version = 0
         return self._tasks_version
 

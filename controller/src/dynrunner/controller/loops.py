@@ -93,11 +93,14 @@ class PollPacer:
     def __init__(self, backoff: Backoff) -> None:
         self._backoff = backoff
         self._last = -math.inf
+        self.claims = 0
+        """Claims of the pool's loops so far (a loop tells from it that a sibling claimed)."""
 
     def claimed(self) -> None:
         """A poll returned a task: the next empty answer waits the shortest step again."""
         self._backoff.reset()
         self._last = -math.inf
+        self.claims += 1
 
     def delay(self, now: float) -> float:
         """Seconds a loop whose poll found nothing (or failed) at `now` waits before the next."""

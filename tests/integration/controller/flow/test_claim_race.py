@@ -1,5 +1,7 @@
 """A claim race lost on Gitea ≤ 1.26 does not stall the loop that lost it (issue 10, item 3).
 
+(The first test: another runner wins; the second: the pool's own two loops race.)
+
 Up to 1.26, `CreateTaskForRunner` answers "no task" — with the latest tasks_version — when
 another runner claimed the job first, and jobs finishing bump nothing: a claim loop that
 kept sending that version was told "nothing new" while the next job waited, until an
@@ -27,11 +29,17 @@ from dynrunner.controller.registrations_store import RegistrationStore
 from dynrunner.controller.sealing import Sealer
 from dynrunner.doubles.gitea import GiteaDouble, tasks
 from dynrunner.proto.assignment import SealedAssignment
+from tests.e2e.harness import build_config, in_process, live_runners, wait_for, wait_run_done
 from tests.fixtures.gitea_inprocess import InProcessGitea
 from tests.fixtures.kv_memory import MemoryKeyValue
 from tests.fixtures.virtual_time import virtual_time
 
 LABELS = ["self-hosted", "local"]
+TWO_SLOW_JOBS = (
+    "on: push\njobs:\n"
+    "  one:\n    runs-on: [self-hosted, local]\n    env: {FAKE_EXECUTOR: 'sleep:6'}\n    steps:\n      - run: true\n"
+    "  two:\n    runs-on: [self-hosted, local]\n    env: {FAKE_EXECUTOR: 'sleep:6'}\n    steps:\n      - run: true\n"
+)
 TWO_JOBS = (
     "on: push\njobs:\n"
     "  one:\n    runs-on: [self-hosted, local]\n    steps:\n      - run: true\n"
@@ -114,3 +122,31 @@ def test_a_loop_that_lost_a_claim_race_claims_the_next_job_within_the_trust_boun
     waited = published[jobs["two"].task_id] - lost_at
     print(f"\nafter the lost race, job two waited {waited:.1f} s (virtual) for the idle loop")
     assert waited < 15.0  # before the fix: never (600 s of polling told "nothing new")
+
+
+@pytest.mark.parametrize("gitea_profile", ["1.26"])
+async def test_the_loops_of_one_pool_racing_for_a_job_leave_no_slot_idle(
+    gitea: GiteaDouble, nats_url: str, tmp_path: Path
+) -> None:
+    """The two claim loops of a pool race each other too: both scan, both try the first job,
+    one loses and is told "no task" with the latest version while it holds the pool's other
+    permit. Before, it kept that version (for 10 s with the time bound; before that, until a
+    bump) and the second job waited for the first to finish. A sibling's claim now voids it."""
+    gitea.hooks.claim_pause_s = 0.3  # both loops' scans fall in the window before either claims
+    cfg = build_config(
+        gitea_url=gitea.url,
+        registration_token=gitea.registration_token,
+        state_dir=tmp_path / "state",
+        nats_url=nats_url,
+        max_concurrency=2,
+    )
+    async with in_process(cfg):
+        await wait_for(lambda: len(live_runners(gitea)) == 2, what="both loops armed")
+        run = gitea.submit("owner/repo", TWO_SLOW_JOBS)
+        await wait_for(
+            lambda: [j.status for j in gitea.jobs(run.id)] == ["running", "running"],
+            within=5.0,
+            interval=0.02,
+            what="both jobs running at once (each runs 6 s)",
+        )
+        assert (await wait_run_done(gitea, run.id)).status == "success"

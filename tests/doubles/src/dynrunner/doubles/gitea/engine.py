@@ -180,9 +180,12 @@ class Engine:
             latest += 1
         return latest
 
-    def pick(self, runner: Row, tasks_version: int, *, pause_s: float = 0.0) -> tuple[Row | None, int]:
+    def pick(
+        self, runner: Row, tasks_version: int, *, pause_s: float = 0.0, claim_pause_s: float = 0.0
+    ) -> tuple[Row | None, int]:
         """FetchTask up to the claim: (claimed task row or None, tasks_version to answer).
-        `pause_s` (a test hook) waits between reloading the runner and picking."""
+        Test hooks: `pause_s` waits between reloading the runner and picking, `claim_pause_s`
+        between the candidate scan and the claim."""
         latest = self.latest_tasks_version(runner)
         if tasks_version == latest:
             return None, latest
@@ -208,7 +211,7 @@ class Engine:
                 raise internal(f"pick task: {exc}") from exc
             self.costs.count("scans")
             task = tasks.create_task_for_runner(
-                self.store, fresh, self.clock.now, self.options.pbkdf2_iterations, self.profile
+                self.store, fresh, self.clock.now, self.options.pbkdf2_iterations, self.profile, claim_pause_s
             )
             if task is not None:
                 self.costs.count("pbkdf2")  # the task token

@@ -54,6 +54,7 @@ class Hooks:
 
     fetch_pause_s: float = 0.0  # FetchTask: between authentication and reloading the runner
     pick_pause_s: float = 0.0  # FetchTask: between reloading the runner and the pick
+    claim_pause_s: float = 0.0  # FetchTask: between the candidate scan and the claim (two runners race)
     build_delay_s: float = 0.0  # FetchTask: between the claim and the answer (payload building)
 
 
@@ -113,7 +114,9 @@ class RunnerServiceImpl:
             return self._pick(self.engine.authenticate(uuid, token, "FetchTask"), tasks_version)
 
     def _pick(self, runner: Row, tasks_version: int) -> tuple[pb.Task | None, int]:
-        claimed, latest = self.engine.pick(runner, tasks_version, pause_s=self.hooks.pick_pause_s)
+        claimed, latest = self.engine.pick(
+            runner, tasks_version, pause_s=self.hooks.pick_pause_s, claim_pause_s=self.hooks.claim_pause_s
+        )
         if claimed is None:
             return None, latest
         try:

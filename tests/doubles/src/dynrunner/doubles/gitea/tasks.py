@@ -10,6 +10,7 @@ Sources: Gitea `models/actions/task.go` (`CreateTaskForRunner`, `claimJobForRunn
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -62,7 +63,7 @@ def check_ephemeral(store: Store, runner: Row, now: int) -> bool:
 
 
 def create_task_for_runner(
-    store: Store, runner: Row, now: Callable[[], int], iterations: int, profile: Profile
+    store: Store, runner: Row, now: Callable[[], int], iterations: int, profile: Profile, pause_s: float = 0.0
 ) -> Row | None:
     """Scan waiting jobs oldest first `(updated, id)` in the runner's scope (main: 100 per
     page) and claim the first whose `runs-on` the runner's labels cover. A lost race moves on
@@ -89,6 +90,8 @@ def create_task_for_runner(
                     (int(Status.WAITING), *scope_args, *page_args, *limit_args),
                 )
             )
+        if pause_s and jobs:
+            time.sleep(pause_s)  # a test hook: widens the window between the scan and the claim
         for job in jobs:
             if not runner_db.can_match_labels(labels, loads(job["runs_on"])):
                 continue
