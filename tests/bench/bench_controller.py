@@ -22,7 +22,7 @@ after the claim) and "environment … created" (right before the executor starts
 timestamps; "queued" is when the double's admin API returned the new run. Figures are
 printed, never asserted.
 
-    .venv/bin/python tests/bench/bench_controller.py
+    .venv/bin/python -m tests.bench.bench_controller
     .venv/bin/python -m pytest -q -s tests/bench/bench_controller.py
 Environment: DYNRUNNER_BENCH_N, DYNRUNNER_BENCH_STEADY, DYNRUNNER_BENCH_PBKDF2 (the double's
 token hash iterations; default 1 so the controller, not the double's PBKDF2, is measured;
@@ -40,12 +40,12 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from tests.fixtures.double_process import admin, cpu_s, pct, stamp
 
 BIN = Path(sys.executable).parent
 POLL_S = 0.5
@@ -55,40 +55,12 @@ def env_int(name: str, default: int) -> int:
     return int(os.environ.get(name) or default)
 
 
-def admin(base: str, method: str, path: str, body: Any = None) -> Any:
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(f"{base}/_double{path}", data=data, method=method)
-    req.add_header("content-type", "application/json")
-    with urllib.request.urlopen(req, timeout=60) as resp:
-        return json.loads(resp.read())
-
-
-def stamp(text: str) -> float:
-    """Gitea's log row time (RFC 3339, 7 fractional digits) as epoch seconds."""
-    head, _, frac = text.rstrip("Z").partition(".")
-    return datetime.fromisoformat(f"{head}.{(frac + '000000')[:6]}+00:00").timestamp()
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
-
-
 def rss_kib(pid: int) -> tuple[int, int]:
     fields = {}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         key, _, value = line.partition(":")
         fields[key] = value.strip()
     return int(fields["VmRSS"].split()[0]), int(fields["VmHWM"].split()[0])
-
-
-def cpu_s(pid: int | None) -> tuple[float, float]:
-    """User+system CPU seconds of `pid` itself, and of the children it waited for."""
-    if pid is None:
-        return 0.0, 0.0
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks, (int(fields[13]) + int(fields[14])) / ticks
 
 
 def nats_pid(controller: int) -> int | None:

@@ -19,7 +19,7 @@ pool count.
 
 Figures are printed, never asserted.
 
-    .venv/bin/python tests/bench/bench_polling_cost.py
+    .venv/bin/python -m tests.bench.bench_polling_cost
     .venv/bin/python -m pytest -q -s tests/bench/bench_polling_cost.py
 Environment: DYNRUNNER_BENCH_POOLS ("1,10"), DYNRUNNER_BENCH_IDLE_S (30), DYNRUNNER_BENCH_JOBS (20).
 """
@@ -34,37 +34,13 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
-from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import yaml
 
+from tests.fixtures.double_process import admin, cpu_s, pct, stamp
+
 BIN = Path(sys.executable).parent
-
-
-def admin(base: str, method: str, path: str, body: Any = None) -> Any:
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(f"{base}/_double{path}", data=data, method=method)
-    req.add_header("content-type", "application/json")
-    with urllib.request.urlopen(req, timeout=60) as resp:
-        return json.loads(resp.read())
-
-
-def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def stamp(text: str) -> float:
-    head, _, frac = text.rstrip("Z").partition(".")
-    return datetime.fromisoformat(f"{head}.{(frac + '000000')[:6]}+00:00").timestamp()
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
 def pbkdf2_ms() -> float:
@@ -129,9 +105,9 @@ class Setup:
 
 
 def idle(setup: Setup, pools: int, seconds: float) -> dict[str, float]:
-    before, cpu_before, t0 = admin(setup.base, "GET", "/costs"), cpu_s(setup.double_pid), time.monotonic()
+    before, cpu_before, t0 = admin(setup.base, "GET", "/costs"), cpu_s(setup.double_pid)[0], time.monotonic()
     time.sleep(seconds)
-    after, cpu_after, wall = admin(setup.base, "GET", "/costs"), cpu_s(setup.double_pid), time.monotonic() - t0
+    after, cpu_after, wall = admin(setup.base, "GET", "/costs"), cpu_s(setup.double_pid)[0], time.monotonic() - t0
     fetches = after["calls"].get("FetchTask", 0) - before["calls"].get("FetchTask", 0)
     calls = sum(after["calls"].values()) - sum(before["calls"].values())
     engine_s = after["cpu_s"].get("FetchTask", 0.0) - before["cpu_s"].get("FetchTask", 0.0)

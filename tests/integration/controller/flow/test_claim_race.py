@@ -14,24 +14,16 @@ for the loop's first candidate, deterministically, inside the loop's own claim.
 from __future__ import annotations
 
 import asyncio
-import secrets
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from dynrunner.controller.capacity import Capacity
-from dynrunner.controller.claim_assignment import ClaimSettings
-from dynrunner.controller.claimer import Claimer
-from dynrunner.controller.metrics import Metrics
-from dynrunner.controller.registrations import Registrations
-from dynrunner.controller.registrations_store import RegistrationStore
-from dynrunner.controller.sealing import Sealer
 from dynrunner.doubles.gitea import GiteaDouble, tasks
 from dynrunner.proto.assignment import SealedAssignment
 from tests.e2e.harness import build_config, in_process, live_runners, wait_for, wait_run_done
+from tests.fixtures.claim_side import ClaimSide
 from tests.fixtures.gitea_inprocess import InProcessGitea
-from tests.fixtures.kv_memory import MemoryKeyValue
 from tests.fixtures.virtual_time import virtual_time
 
 LABELS = ["self-hosted", "local"]
@@ -80,23 +72,8 @@ async def scenario(double: GiteaDouble, monkeypatch: pytest.MonkeyPatch) -> tupl
     gitea = InProcessGitea(double, asyncio.get_running_loop())
     rival = await gitea.client().register(name="rival", registration_token=double.registration_token, labels=LABELS)
     lost_at = rival_wins_first_claim(monkeypatch, rival.uuid)
-    settings = ClaimSettings(pool="local", backend="local", gitea_url=double.url)
-    sealer = Sealer(secrets.token_bytes(32))
     published = Published()
-    claimer = Claimer(
-        settings,
-        registrations=Registrations(
-            gitea.client(),  # type: ignore[arg-type]
-            RegistrationStore(MemoryKeyValue(), sealer, "registrations"),  # type: ignore[arg-type]
-            pool=settings.pool,
-            labels=LABELS,
-            registration_token=double.registration_token,
-        ),
-        capacity=Capacity(settings.pool, 4),
-        publisher=published,
-        sealer=sealer,
-        metrics=Metrics(),
-    )
+    [claimer] = ClaimSide(gitea, double.registration_token).claimers(published, loops=1)
     loop = asyncio.create_task(claimer.run())
     await asyncio.sleep(5.0)  # the loop is idle, polling with the version it was told
     double.submit("owner/repo", TWO_JOBS)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import secrets
 import statistics
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -28,19 +27,14 @@ from pathlib import Path
 
 from dynrunner.controller.app import CLAIM_LOOPS, claim_loop_backoff
 from dynrunner.controller.capacity import Capacity
-from dynrunner.controller.claim_assignment import ClaimSettings
-from dynrunner.controller.claimer import Claimer, pool_pacer
 from dynrunner.controller.config import GiteaConfig
 from dynrunner.controller.loops import supervise
-from dynrunner.controller.metrics import Metrics
-from dynrunner.controller.registrations import Registrations
-from dynrunner.controller.registrations_store import RegistrationStore
 from dynrunner.controller.sealing import Sealer
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.proto.assignment import Assignment, SealedAssignment
 from dynrunner.proto.gitea import LogRow, Result, RunnerCredentials, TaskState
+from tests.fixtures.claim_side import ClaimSide
 from tests.fixtures.gitea_inprocess import InProcessGitea
-from tests.fixtures.kv_memory import MemoryKeyValue
 from tests.fixtures.virtual_time import virtual_time
 
 HOURS = 48
@@ -100,39 +94,14 @@ async def idle_pool(double: GiteaDouble, soak: Soak) -> None:
     loop = asyncio.get_running_loop()
     gitea = InProcessGitea(double, loop)
     defaults = GiteaConfig.model_fields
-    settings = ClaimSettings(
-        pool="local",
-        backend="local",
-        gitea_url=double.url,
+    side = ClaimSide(
+        gitea,
+        double.registration_token,
         fetch_interval_s=defaults["fetch_interval_s"].default,
         fetch_interval_max_s=defaults["fetch_interval_max_s"].default,
     )
-    metrics = Metrics()
-    sealer = Sealer(secrets.token_bytes(32))
-    store = RegistrationStore(MemoryKeyValue(), sealer, "registrations")  # type: ignore[arg-type]
-    capacity = Capacity(settings.pool, 4)
-    consumer = ExecutorAndReaper(gitea, sealer, capacity, soak)
-    pacer = pool_pacer(settings)
-    claimers = [
-        Claimer(
-            settings,
-            registrations=Registrations(
-                gitea.client(),  # type: ignore[arg-type]
-                store,
-                pool=settings.pool,
-                labels=LABELS,
-                registration_token=double.registration_token,
-                metrics=metrics,
-                slot=slot,
-            ),
-            capacity=capacity,
-            publisher=consumer,
-            sealer=sealer,
-            metrics=metrics,
-            pacer=pacer,
-        )
-        for slot in range(CLAIM_LOOPS)
-    ]
+    consumer = ExecutorAndReaper(gitea, side.sealer, side.capacity, soak)
+    claimers = side.claimers(consumer)
     stop = asyncio.Event()
     loops = [
         asyncio.create_task(

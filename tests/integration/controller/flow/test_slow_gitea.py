@@ -11,24 +11,16 @@ FetchTask answers take 2 s here; then a job arrives and is still picked up.
 from __future__ import annotations
 
 import asyncio
-import secrets
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from dynrunner.controller.app import CLAIM_LOOPS
-from dynrunner.controller.capacity import Capacity
-from dynrunner.controller.claim_assignment import ClaimSettings
-from dynrunner.controller.claimer import Claimer, pool_pacer
-from dynrunner.controller.metrics import Metrics
-from dynrunner.controller.registrations import Registrations
-from dynrunner.controller.registrations_store import RegistrationStore
-from dynrunner.controller.sealing import Sealer
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.proto.assignment import SealedAssignment
+from tests.fixtures.claim_side import ClaimSide
 from tests.fixtures.gitea_inprocess import InProcessGitea, InProcessGiteaClient
-from tests.fixtures.kv_memory import MemoryKeyValue
 from tests.fixtures.virtual_time import virtual_time
 
 ANSWER_S = 2.0
@@ -47,29 +39,8 @@ class Published:
 
 async def scenario(double: GiteaDouble) -> tuple[int, float]:
     gitea = InProcessGitea(double, asyncio.get_running_loop())
-    settings = ClaimSettings(pool="local", backend="local", gitea_url=double.url)
-    sealer = Sealer(secrets.token_bytes(32))
-    store = RegistrationStore(MemoryKeyValue(), sealer, "registrations")  # type: ignore[arg-type]
-    capacity, published, pacer = Capacity(settings.pool, 4), Published(), pool_pacer(settings)
-    claimers = [
-        Claimer(
-            settings,
-            registrations=Registrations(
-                gitea.client(),  # type: ignore[arg-type]
-                store,
-                pool=settings.pool,
-                labels=["self-hosted", "local"],
-                registration_token=double.registration_token,
-                slot=slot,
-            ),
-            capacity=capacity,
-            publisher=published,
-            sealer=sealer,
-            metrics=Metrics(),
-            pacer=pacer,
-        )
-        for slot in range(CLAIM_LOOPS)
-    ]
+    published = Published()
+    claimers = ClaimSide(gitea, double.registration_token).claimers(published)
     loops = [asyncio.create_task(c.run()) for c in claimers]
     await asyncio.sleep(IDLE_S)
     polls = gitea.calls["FetchTask"]
