@@ -45,7 +45,7 @@ from typing import Any
 
 import yaml
 
-from tests.fixtures.double_process import admin, cpu_s, pct, stamp
+from tests.fixtures.double_process import admin, cpu_s, pct, stamp, stop_all
 
 BIN = Path(sys.executable).parent
 POLL_S = 0.5
@@ -158,16 +158,7 @@ class Bench:
         self.procs.append(self.controller)
 
     def stop(self) -> None:
-        for proc in reversed(self.procs):
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(60)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-            if proc.stdout is not None:
-                proc.stdout.close()
+        stop_all(self.procs)
 
     def jobs(self, run_ids: list[int]) -> list[dict[str, Any]]:
         return [job for rid in run_ids for job in admin(self.base, "GET", f"/runs/{rid}/jobs")]

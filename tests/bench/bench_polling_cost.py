@@ -38,7 +38,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.fixtures.double_process import admin, cpu_s, pct, stamp
+from tests.fixtures.double_process import admin, cpu_s, pct, stamp, stop_all
 
 BIN = Path(sys.executable).parent
 
@@ -93,15 +93,7 @@ class Setup:
         time.sleep(5)  # the loops register their runners and settle into idle polling
 
     def stop(self) -> None:
-        for proc in reversed(self.procs):
-            proc.terminate()
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            if proc.stdout is not None:
-                proc.stdout.close()
+        stop_all(self.procs)
 
 
 def idle(setup: Setup, pools: int, seconds: float) -> dict[str, float]:
