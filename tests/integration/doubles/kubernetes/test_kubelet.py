@@ -145,6 +145,22 @@ def test_a_failing_container_fails_the_pod(v1):
     assert (terminated.exit_code, terminated.reason, terminated.message) == (3, "Error", "no")
 
 
+def test_the_termination_message_file_becomes_the_terminated_message(v1):
+    """The file at terminationMessagePath (the kubelet bind-mounts one per container) is the
+    message on success and failure alike; FallbackToLogsOnError reads the log only when the
+    file is empty and the container failed."""
+    fallback = {"terminationMessagePolicy": "FallbackToLogsOnError"}
+    v1.create_namespaced_pod("default", pod("writes", "echo log; printf done > /dev/termination-log"))
+    custom = {"terminationMessagePath": "/tmp/msg", **fallback}
+    v1.create_namespaced_pod("default", pod("custom", "echo log; printf bad > /tmp/msg; exit 2", container=custom))
+    v1.create_namespaced_pod("default", pod("quiet", "echo log; exit 0", container=fallback))
+    messages = {}
+    for name, wanted in (("writes", "Succeeded"), ("custom", "Failed"), ("quiet", "Succeeded")):
+        terminated = phase(v1, name, wanted).status.container_statuses[0].state.terminated
+        messages[name] = (terminated.exit_code, terminated.message)
+    assert messages == {"writes": (0, "done"), "custom": (2, "bad"), "quiet": (0, None)}
+
+
 def test_running_reports_started_at_and_ready(v1):
     v1.create_namespaced_pod("default", pod("long", "sleep 30"))
     running = phase(v1, "long", "Running")

@@ -233,13 +233,18 @@ class PodWorker:
     async def _start(self, pod: Obj, spec: dict[str, Any], env: dict[str, str]) -> None:
         image = self.kubelet.options.images[spec["image"]]
         name = spec["name"]
-        paths = self.paths
         workdir_path = spec.get("workingDir") or image.working_dir
-        host_workdir = paths.host(workdir_path) if workdir_path else self.root / "rootfs"
+        host_workdir = self.paths.host(workdir_path) if workdir_path else self.root / "rootfs"
         if host_workdir is None:
             host_workdir = self.root / "rootfs" / workdir_path.lstrip("/")
-            paths.add(workdir_path, host_workdir)
+            self.paths.add(workdir_path, host_workdir)
         host_workdir.mkdir(parents=True, exist_ok=True)
+        # Each container's terminationMessagePath is a file of its own, bind-mounted by the kubelet.
+        paths = containers.PathMap(dict(self.paths.mounts))
+        message_file = self.root / "termination" / name
+        message_file.parent.mkdir(parents=True, exist_ok=True)
+        message_file.touch(mode=0o666)
+        paths.add(spec.get("terminationMessagePath") or "/dev/termination-log", message_file)
         command = [paths.rewrite(part) for part in containers.argv(spec, image, env)]
         environment = {key: paths.rewrite(value) for key, value in env.items()}
         logs = self.root / "logs"
@@ -315,6 +320,8 @@ class PodWorker:
         if pod is None:
             return
         spec = next(c for c in pod["spec"]["containers"] if c["name"] == name)
+        if not message:
+            message = self._termination_message(name)
         if not message and code != 0 and spec.get("terminationMessagePolicy") == "FallbackToLogsOnError":
             message = self._log_tail(name)
         state = podstatus.terminated(
@@ -326,6 +333,15 @@ class PodWorker:
                 name, spec["image"], state, image_id=image_id(spec["image"]), container_id=self.container_ids[name]
             ),
         )
+
+    def _termination_message(self, name: str) -> str:
+        """What the container wrote to its terminationMessagePath (at most 4096 bytes), on
+        success and failure alike."""
+        try:
+            with (self.root / "termination" / name).open("rb") as file:
+                return file.read(4096).decode(errors="replace")
+        except OSError:
+            return ""
 
     def _log_tail(self, name: str) -> str:
         """The kubelet's fallback termination message: the log's last 80 lines, at most 2048 bytes."""
