@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -74,3 +75,36 @@ async def test_job_fails_when_the_identity_never_comes(executor_harness: Executo
     assert task.result == Result.FAILURE
     assert any(row.startswith(f"##[error]workload identity {JOB_ID} not issued within 1s") for row in task.log_rows)
     assert "ran with an identity" not in task.log_rows
+
+
+async def test_the_socket_comes_from_spiffe_endpoint_socket_and_the_wait_is_the_termination_message(
+    executor_harness: ExecutorHarness, socket: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A backend that knows where the Workload API is inside the environment (a Pod's CSI
+    volume) sets SPIFFE_ENDPOINT_SOCKET, as for any SPIFFE-aware tool; the executor reports how
+    long it waited in its termination message (Kubernetes copies it into the Pod status)."""
+    message = tmp_path / "termination-log"
+    monkeypatch.setenv("SPIFFE_ENDPOINT_SOCKET", f"unix://{socket}")
+    monkeypatch.setenv("DYNRUNNER_TERMINATION_MESSAGE_PATH", str(message))
+    identity = IdentityWait(enabled=True, timeout_seconds=10)
+    claimed = await executor_harness.claim(WORKFLOW, identity=identity, spiffe_id=JOB_ID)
+    with workload_api(socket, [JOB_ID], issue_after_s=0.3):
+        assert await executor_harness.run(claimed) == 0
+    task = executor_harness.gitea.task(claimed.task_id)
+    assert task.result == Result.SUCCESS
+    assert "ran with an identity" in task.log_rows
+    waited = json.loads(message.read_text())["identityWaitSeconds"]
+    assert 0.2 <= waited < 5
+
+
+async def test_without_any_socket_the_job_fails_saying_so(
+    executor_harness: ExecutorHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SPIFFE_ENDPOINT_SOCKET", raising=False)
+    claimed = await executor_harness.claim(
+        WORKFLOW, identity=IdentityWait(enabled=True, timeout_seconds=1), spiffe_id=JOB_ID
+    )
+    assert await executor_harness.run(claimed) == 0
+    task = executor_harness.gitea.task(claimed.task_id)
+    assert task.result == Result.FAILURE
+    assert any("names no Workload API socket, and SPIFFE_ENDPOINT_SOCKET is not set" in row for row in task.log_rows)

@@ -53,7 +53,10 @@ async def wait_for_svid(
     if not spiffe_id:
         raise IdentityError("the assignment asks to wait for a workload identity but names no SPIFFE ID")
     if not socket:
-        raise IdentityError("the assignment asks to wait for a workload identity but names no Workload API socket")
+        raise IdentityError(
+            "the assignment asks to wait for a workload identity but names no Workload API socket, "
+            "and SPIFFE_ENDPOINT_SOCKET is not set"
+        )
     endpoint = _endpoint(socket)
     started = time.monotonic()
     deadline = started + timeout_s

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import os
 import signal
@@ -155,11 +156,34 @@ async def run_assignment(data: bytes, options: RunOptions | None = None) -> int:
         return EXIT_FINALIZED if finalized else EXIT_NOT_FINALIZED
     _signal_ready()
     shutdown = asyncio.Event()
+    summary: dict[str, float] = {}
     with _signals(shutdown):
-        result = await _run(assignment, workflow, problem, reporter, masker, options, shutdown)
+        result = await _run(assignment, workflow, problem, reporter, masker, options, shutdown, summary)
     finalized = await reporter.close(result.result, skipped=result.skipped)
     log.info("task %d: %s, %s", assignment.task.id, result.result.name, "finalized" if finalized else "NOT finalized")
+    if finalized:
+        _write_summary(summary)
     return EXIT_FINALIZED if finalized else EXIT_NOT_FINALIZED
+
+
+TERMINATION_MESSAGE_ENV = "DYNRUNNER_TERMINATION_MESSAGE_PATH"
+SPIFFE_ENDPOINT_ENV = "SPIFFE_ENDPOINT_SOCKET"
+
+
+def _write_summary(summary: dict[str, float]) -> None:
+    """Tell the backend what only the executor measures (how long the identity took), as the
+    container's termination message: Kubernetes copies that file into the Pod's status, which
+    the controller watches anyway. Written only once the task is finalized; otherwise the file
+    stays empty and the kubelet takes the log's last lines instead (FallbackToLogsOnError), for
+    the controller's diagnosis. Best effort."""
+    path = os.environ.get(TERMINATION_MESSAGE_ENV)
+    if not path or not summary:
+        return
+    try:
+        with open(path, "w", encoding="utf-8") as out:
+            json.dump(summary, out)
+    except OSError as err:
+        log.debug("cannot write the termination message %s: %s", path, err)
 
 
 async def _run(
@@ -170,6 +194,7 @@ async def _run(
     masker: Masker,
     options: RunOptions,
     shutdown: asyncio.Event,
+    summary: dict[str, float],
 ) -> JobResult:
     from dynrunner.executor.workflow import Workflow
 
@@ -184,8 +209,13 @@ async def _run(
             timeout = float(identity.timeout_seconds or DEFAULT_IDENTITY_TIMEOUT_S)
             if assignment.deadline is not None:
                 timeout = max(0.0, min(timeout, (assignment.deadline - datetime.now(UTC)).total_seconds()))
+            # The assignment may name the socket; a backend that knows where it is inside the
+            # environment sets SPIFFE_ENDPOINT_SOCKET instead, as for any SPIFFE-aware tool.
+            socket = identity.workload_api_socket or os.environ.get(SPIFFE_ENDPOINT_ENV, "")
             try:
-                await wait_for_svid(assignment.spiffe_id, identity.workload_api_socket, timeout, reporter.log)
+                summary["identityWaitSeconds"] = round(
+                    await wait_for_svid(assignment.spiffe_id, socket, timeout, reporter.log), 3
+                )
             except IdentityError as err:
                 reporter.log(f"##[error]{err}")
                 return JobResult(Result.FAILURE)
