@@ -254,6 +254,16 @@ class Routes:
                     continue
                 await self._write(response, {"type": item.type, "object": item.obj})
             else:
+                # What reached the queue before the deadline is sent first: a bookmark promises
+                # that every event up to its resourceVersion was delivered (the cacher's rule).
+                while not watcher.queue.empty():
+                    item = watcher.queue.get_nowait()
+                    if item is None or item is DROP:
+                        break
+                    if isinstance(item, status.ApiError):
+                        await self._write(response, {"type": "ERROR", "object": item.body()})
+                        continue
+                    await self._write(response, {"type": item.type, "object": item.obj})
                 if bookmarks:
                     await self._write(response, self._bookmark(res))
         except (ConnectionResetError, asyncio.CancelledError):
