@@ -277,7 +277,9 @@ def test_evicted(cluster, v1):
     v1.create_namespaced_pod("default", pod("ev", "sleep 30"))
     phase(v1, "ev", "Running")
     cluster.evict("default", "ev")
-    done = phase(v1, "ev", "Failed")
+    done = wait_for(  # Failed at once, the container's end follows
+        lambda: (p := v1.read_namespaced_pod("ev", "default")).status.container_statuses[0].state.terminated and p
+    )
     assert done.status.reason == "Evicted" and done.status.message.startswith("The node was low on resource: memory.")
     assert any(c.type == "DisruptionTarget" and c.reason == "TerminationByKubelet" for c in done.status.conditions)
     assert done.status.container_statuses[0].state.terminated.exit_code == 137
@@ -380,3 +382,23 @@ def test_an_unschedulable_pod_is_scheduled_once_room_is_made(kube_cluster_factor
         assert not any(ref.pod_name == "first" for ref in cluster.registry.values()), (
             "a force-deleted Pod's process is killed"
         )
+
+
+def test_a_pod_is_failed_with_its_reason_before_its_containers_end(v1, cluster):
+    """Past its deadline (or evicted), the Pod reads Failed with the reason from the kubelet's
+    first status about it on: no version shows the container ended without the Pod's reason
+    (a watcher would take the container's SIGTERM for the cause)."""
+    from kubernetes import watch
+
+    start = v1.list_namespaced_pod("default").metadata.resource_version
+    v1.create_namespaced_pod(
+        "default", pod("late", "trap 'sleep 0.3; exit 143' TERM; sleep 30 & wait", activeDeadlineSeconds=1)
+    )
+    seen = []
+    for event in watch.Watch().stream(v1.list_namespaced_pod, "default", resource_version=start, timeout_seconds=10):
+        status = event["object"].status
+        ended = any(c.state.terminated for c in status.container_statuses or [])
+        seen.append((ended, status.reason))
+        if ended and status.phase == "Failed":
+            break
+    assert [reason for ended, reason in seen if ended] and all(r == "DeadlineExceeded" for e, r in seen if e), seen

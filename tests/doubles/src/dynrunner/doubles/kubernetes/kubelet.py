@@ -358,6 +358,11 @@ class PodWorker:
             grace = int(pod["metadata"].get("deletionGracePeriodSeconds") or 0)
             self.kill = ("", "", grace, "Error")
         reason, message, grace, container_reason = self.kill or ("", "", 0, "Error")
+        if reason:
+            # The Pod is Failed (DeadlineExceeded, Evicted) from the moment the kubelet decides to
+            # kill it, before its containers end (generateAPIPodStatus applies the sync handlers'
+            # verdict in every status it writes).
+            self.write(lambda st: st.update(phase="Failed", reason=reason, message=message))
         alive = {n: p for n, p in self.procs.items() if p.returncode is None}
         for name, proc in alive.items():
             self.event("Normal", "Killing", f"Stopping container {name}", name)
@@ -377,8 +382,6 @@ class PodWorker:
                     proc.returncode if proc.returncode is not None else -9,
                     container_reason if container_reason != "Error" else None,
                 )
-        if reason:
-            self.write(lambda st: st.update(phase="Failed", reason=reason, message=message))
 
     def _finish(self, specs: list[dict[str, Any]]) -> None:
         pod = self.pod()
