@@ -402,3 +402,17 @@ def test_a_pod_is_failed_with_its_reason_before_its_containers_end(v1, cluster):
         if ended and status.phase == "Failed":
             break
     assert [reason for ended, reason in seen if ended] and all(r == "DeadlineExceeded" for e, r in seen if e), seen
+
+
+def test_stopping_the_cluster_ends_and_reaps_every_container(kube_cluster_factory):
+    """Containers still running when the double stops are killed and waited for: none is left
+    for the garbage collector to find running (a ResourceWarning in whichever test came next)."""
+    import gc
+
+    with kube_cluster_factory(images=IMAGES) as cluster, api_client(cluster.api) as api:
+        v1 = client.CoreV1Api(api)
+        for name in ("a", "b"):
+            v1.create_namespaced_pod("default", pod(name, "trap '' TERM; sleep 30"))
+        for name in ("a", "b"):
+            phase(v1, name, "Running")
+    gc.collect()

@@ -540,8 +540,13 @@ class Kubelet:
                     entry[0].terminate("", "", 0)  # force-deleted: the containers are killed at once
         finally:
             self.store.unwatch(watcher)
+            procs = [proc for worker, _ in self.workers.values() for proc in worker.procs.values()]
             for worker, task in list(self.workers.values()):
                 for proc in worker.procs.values():
                     _signal(proc, signal.SIGKILL)
                 task.cancel()
             await asyncio.gather(*(t for _, t in self.workers.values()), return_exceptions=True)
+            # Reap what was killed, so no process outlives the double unwaited for.
+            waits = [asyncio.ensure_future(p.wait()) for p in procs if p.returncode is None]
+            if waits:
+                await asyncio.wait(waits, timeout=5)
