@@ -58,3 +58,17 @@ def test_py_spiffe_accepts_the_svids():
     parsed = X509Svid.parse_raw(svid.chain_der, svid.key_der)
     assert parsed.spiffe_id == SpiffeId("spiffe://td/ci/o/r/job")
     assert svid.rotate_at() == svid.not_before + (svid.not_after - svid.not_before) / 2
+
+
+def test_an_agent_serves_entries_parented_on_its_join_token_alias():
+    """CreateJoinToken's agent_id makes an entry parented on the agent whose SPIFFE ID is the
+    alias; entries parented on the alias are the agent's too (SPIRE's authorized entries are
+    the agent's children and their descendants)."""
+    store = EntryStore("example.org")
+    agent = Agent("spiffe://example.org/spire/agent/join_token/t1")
+    alias = "spiffe://example.org/spire/agent/dynrunner/vm/a1"
+    store.put(Entry(alias, agent.spiffe_id, frozenset({("spiffe_id", agent.spiffe_id)})))
+    job = store.put(Entry("spiffe://example.org/ci/o/r/build", alias, frozenset({("unix", "uid:1001")})))
+    other = Agent("spiffe://example.org/spire/agent/join_token/t2")
+    assert store.match(agent, [("unix", "uid:1001")]) == [job]
+    assert store.match(other, [("unix", "uid:1001")]) == []

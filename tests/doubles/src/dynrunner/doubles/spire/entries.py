@@ -1,7 +1,9 @@
 """Registration entries and agents, as the SPIRE server keeps them and an agent's cache
-applies them (pkg/agent/manager/cache): a workload gets every entry whose parent is its
-agent (or one of the agent's node aliases: entries parented on the server whose node
-selectors the agent has) and whose selectors are all among the workload's."""
+applies them (pkg/agent/manager/cache): a workload gets every entry authorized for its agent
+— parented on the agent, on one of its node aliases (entries parented on the server whose
+node selectors the agent has), or on the SPIFFE ID of an entry already authorized (a
+descendant: e.g. parented on a join token's `agent_id` alias, whose entry is parented on the
+agent) — and whose selectors are all among the workload's."""
 
 from __future__ import annotations
 
@@ -99,10 +101,17 @@ class EntryStore:
             self._waiters.discard(waiter)
 
     def parents_of(self, agent: Agent) -> set[str]:
+        """The IDs whose child entries are the agent's: its own, its node aliases', and those
+        of the entries found so (descendants), as the server's authorized entries."""
         parents = {agent.spiffe_id}
         for entry in self._entries.values():
             if entry.parent_id == self.server_id and entry.selectors and entry.selectors <= agent.node_selectors:
                 parents.add(entry.spiffe_id)
+        grew = True
+        while grew:
+            children = {e.spiffe_id for e in self._entries.values() if e.parent_id in parents}
+            grew = not children <= parents
+            parents |= children
         return parents
 
     def match(self, agent: Agent, selectors: Iterable[Selector]) -> list[Entry]:

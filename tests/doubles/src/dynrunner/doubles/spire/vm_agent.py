@@ -12,8 +12,9 @@ pkg/agent/manager, doc/spire_agent.md):
 2. with that SVID (mTLS) polls `Entry/GetAuthorizedEntries` and has each entry's X509-SVID
    signed by `SVID/BatchNewX509SVID` for a key it keeps;
 3. serves the Workload API on `socket_path` (the k8s-doubles' `WorkloadApi`: unix workload
-   attestation by peer credentials, so an entry parented on this agent with `unix:uid:<uid>`
-   reaches exactly the processes of that uid). An agent the server deleted or banned gets
+   attestation by peer credentials, so an entry authorized for this agent — parented on it
+   or on its join token's alias — with `unix:uid:<uid>` reaches exactly the processes of that
+   uid). An agent the server deleted or banned gets
    PERMISSION_DENIED on sync and stops issuing identities.
 
 `--server-mtls-port` names the server double's mTLS listener (see server.py for why it has two).
