@@ -13,9 +13,16 @@
 # 3. Run the executor on the assignment, as $DYNRUNNER_EXECUTOR_USER when running as root;
 #    exit with its status (the sandbox then ends Terminated or Failed).
 #
+# Its own failures have exit statuses the executor never uses (0, 1, 3, 128+N), so the
+# controller's diagnosis tells them apart: 66 nothing (or no assignment) was delivered, 69 the
+# SPIRE agent did not come up (sysexits' EX_NOINPUT and EX_UNAVAILABLE).
+#
 # Plain POSIX sh: the OpenSandbox double runs this same script in tests, with the agent
 # command pointed at the SPIRE agent double.
 set -eu
+
+EXIT_NOT_DELIVERED=66
+EXIT_NO_AGENT=69
 
 delivery=${DYNRUNNER_DELIVERY_DIR:-/run/dynrunner/delivery}
 delivery_timeout=${DYNRUNNER_DELIVERY_TIMEOUT_SECONDS:-600}
@@ -41,10 +48,10 @@ wait_for() {
 
 if ! wait_for -d "$delivery" "$delivery_timeout"; then
     say "no assignment was delivered to $delivery within ${delivery_timeout}s"
-    exit 3
+    exit "$EXIT_NOT_DELIVERED"
 fi
 assignment=$delivery/assignment.pb
-[ -f "$assignment" ] || { say "the delivery has no assignment.pb"; exit 3; }
+[ -f "$assignment" ] || { say "the delivery has no assignment.pb"; exit "$EXIT_NOT_DELIVERED"; }
 
 agent_pid=
 stop_agent() {
@@ -73,7 +80,7 @@ if [ -f "$delivery/join-token" ]; then
     trap 'stop_agent' EXIT
     if ! wait_for -S "$agent_socket" "$agent_timeout"; then
         say "the SPIRE agent did not open $agent_socket within ${agent_timeout}s"
-        exit 4
+        exit "$EXIT_NO_AGENT"
     fi
     rm -f "$delivery/join-token"
 fi

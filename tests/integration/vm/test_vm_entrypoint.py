@@ -59,7 +59,7 @@ async def test_without_a_delivery_the_entrypoint_fails_the_sandbox(opensandbox_f
             VM_IMAGE, entrypoint=[ENTRYPOINT], skip_health_check=True, connection_config=sdk_config(osb)
         )
         box = await osb.wait_for_state(sandbox.id, "Terminated", "Failed")
-        assert (box.status.state, box.status.message) == ("Failed", "Sandbox container exited with code 3.")
+        assert (box.status.state, box.status.message) == ("Failed", "Sandbox container exited with code 66.")
         assert "no assignment was delivered to /run/dynrunner/delivery within 1s" in box.console.read_text()
         await sandbox.kill()
         await sandbox.close()
