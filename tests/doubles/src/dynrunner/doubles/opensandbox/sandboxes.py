@@ -223,6 +223,8 @@ class Sandboxes:
 
     async def _watch(self, box: Sandbox, process: asyncio.subprocess.Process) -> None:
         code = await process.wait()
+        if code < 0:
+            code = 128 - code  # killed by a signal: Docker's ExitCode (State.ExitCode) is 128+N
         if box.state == "Stopping" or box.id not in self._by_id:
             return
         if code == 0:
