@@ -7,7 +7,6 @@ child and writes its pid, so the test can check that the child is gone too.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -17,22 +16,12 @@ import pytest
 from dynrunner.doubles.gitea.views import TaskView
 from dynrunner.executor.steps import StepRun
 from dynrunner.proto.gitea import Result
-from tests.fixtures.executor import ExecutorHarness
+from tests.fixtures.executor import ExecutorHarness, process_gone
 
 
 def rows_of(task: TaskView, index: int) -> list[str]:
     step = task.steps[index]
     return task.log_rows[step.log_index : step.log_index + step.log_length]
-
-
-def gone(pid_file: Path) -> bool:
-    pid = int(pid_file.read_text())
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    with open(f"/proc/{pid}/stat") as fp:
-        return fp.read().split()[2] == "Z"
 
 
 def long_step(pid_file: Path) -> str:
@@ -69,7 +58,7 @@ jobs:
     executor_harness.gitea.cancel_run(claimed.run.id)
     assert await asyncio.wait_for(running, 30) == 0
     assert time.monotonic() - started < 10
-    assert gone(pid_file)
+    assert process_gone(pid_file)
     task = executor_harness.gitea.task(claimed.task_id)
     assert task.result == Result.CANCELLED
     assert [s.status for s in task.steps] == ["cancelled", "skipped", "success", "success", "skipped"]
@@ -127,7 +116,7 @@ jobs:
     started = time.monotonic()
     assert await executor_harness.run(claimed) == 0
     assert time.monotonic() - started < 15
-    assert gone(pid_file)
+    assert process_gone(pid_file)
     task = executor_harness.gitea.task(claimed.task_id)
     assert task.result == Result.FAILURE
     assert [s.status for s in task.steps] == ["failure", "success", "skipped"]
@@ -154,7 +143,7 @@ jobs:
 """
     claimed = await executor_harness.claim(workflow)
     assert await asyncio.wait_for(executor_harness.run(claimed), 30) == 0
-    assert gone(pid_file)
+    assert process_gone(pid_file)
     task = executor_harness.gitea.task(claimed.task_id)
     assert task.result == Result.FAILURE
     assert [s.status for s in task.steps] == ["failure", "skipped", "success"]
@@ -177,7 +166,7 @@ jobs:
 """
     claimed = await executor_harness.claim(workflow, deadline=datetime.now(UTC) + timedelta(seconds=2))
     assert await asyncio.wait_for(executor_harness.run(claimed), 30) == 0
-    assert gone(pid_file)
+    assert process_gone(pid_file)
     task = executor_harness.gitea.task(claimed.task_id)
     assert task.result == Result.FAILURE
     assert [s.status for s in task.steps] == ["failure", "cancelled"]

@@ -169,8 +169,8 @@ async def test_cancellation_with_the_cancelling_capability(gitea: GiteaDouble, c
 
 async def test_cancellation_without_the_capability_removes_the_runner(gitea: GiteaDouble, claim: ClaimTask) -> None:
     """Gitea's StopTask finalizes the task and deletes the ephemeral runner at once, so the
-    executor mostly learns of it as "unregistered runner"; it stops all the same, and
-    nothing it logs afterwards can reach the log."""
+    executor mostly learns of it as "unregistered runner"; it stops all the same, nothing it
+    logs afterwards can reach the log (it goes to stderr), and closing counts as done."""
     c = await claim(steps=1)
     rep = Reporter(c.client, c.task.id, Masker(), replace(CONFIG, heartbeat_s=0.05))
     await rep.start(1)
@@ -182,7 +182,10 @@ async def test_cancellation_without_the_capability_removes_the_runner(gitea: Git
     # Usually "unregistered runner"; a heartbeat already past authentication when the
     # cancel landed answers with the final result instead.
     assert isinstance(rep.error, Unauthenticated) or rep.server_result == Result.CANCELLED
-    assert await rep.close(Result.CANCELLED) is False
+    assert rep.ended_by_gitea
+    rep.log("cleanup output")
+    assert await rep.close(Result.CANCELLED) is True
+    assert rep.unreported
     task = gitea.task(c.task.id)
     assert task.status == "cancelled"
     assert task.log_rows == ["long work"]

@@ -53,6 +53,7 @@ class FakeGitea:
         self.runner_deleted = False
         self.calls: list[Call] = []
         self.failures: list[GiteaError] = []  # raised by the next calls, in order
+        self.refusal: GiteaError | None = None  # raised by every call from now on
         self.lose_rows_after: int | None = None  # drop stored rows beyond this once
         self.delay_s = 0.0  # how long each UpdateLog takes
         self.cancel_as_error = False  # answer a cancelled call as connectrpc does: a "Canceled" error
@@ -118,6 +119,8 @@ class FakeGitea:
     def _gate(self) -> None:
         if self.runner_deleted:
             raise Unauthenticated("unregistered runner")
+        if self.refusal is not None:
+            raise self.refusal
         if self.failures:
             raise self.failures.pop(0)
 

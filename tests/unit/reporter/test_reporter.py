@@ -399,10 +399,11 @@ async def test_permanent_failure_stops_reporting_and_is_surfaced(fake, make) -> 
     rep = make()
     fake.failures = [Unavailable("x")]
     await rep.start(0)  # the handshake survives a transient error
-    fake.runner_deleted = True  # the first state report after start is refused
+    fake.refusal = Internal("update task: invalid runner for task")  # the first state report after start
     await asyncio.wait_for(rep.cancelled.wait(), 5)
-    assert isinstance(rep.error, Unauthenticated)
+    assert isinstance(rep.error, Internal)
     assert rep.server_result == Result.UNSPECIFIED
+    assert not rep.ended_by_gitea  # a refusal that says nothing about the task's end (see test_task_ended)
     assert await rep.close(Result.FAILURE) is False
 
 

@@ -3,7 +3,9 @@
 Exit status (the launcher and the controller's reaper read it):
 
   0  the task is finalized in Gitea, whatever the job's result (success, failure,
-     cancelled, skipped); nothing is left to do
+     cancelled, skipped); nothing is left to do. Also when Gitea ended the task under the
+     running job (1.24-1.26 delete the runner on a cancel): the job's cleanup steps ran,
+     their output went to stderr, and the task needs nobody to end it
   1  the task could NOT be finalized (Gitea unreachable, credentials refused, ...):
      the controller must finalize it
   2  command-line usage error (nothing was read or reported)
@@ -160,7 +162,11 @@ async def run_assignment(data: bytes, options: RunOptions | None = None) -> int:
     with _signals(shutdown):
         result = await _run(assignment, workflow, problem, reporter, masker, options, shutdown, summary)
     finalized = await reporter.close(result.result, skipped=result.skipped)
-    log.info("task %d: %s, %s", assignment.task.id, result.result.name, "finalized" if finalized else "NOT finalized")
+    if reporter.unreported:
+        how = "ended by Gitea under the job (not reported)"
+    else:
+        how = "finalized" if finalized else "NOT finalized"
+    log.info("task %d: %s, %s", assignment.task.id, result.result.name, how)
     if finalized:
         _write_summary(summary)
     return EXIT_FINALIZED if finalized else EXIT_NOT_FINALIZED

@@ -1,6 +1,6 @@
 """What stops steps from outside, and the watch over a running step.
 
-Gitea's cancellation (or the task ended elsewhere, or reporting failed for good), the
+Gitea's cancellation (or the task ended under the job, or reporting failed for good), the
 environment shutting down (SIGTERM), the job's `timeout-minutes`, a step's
 `timeout-minutes` and the assignment's deadline. `JobSignals` keeps the job-level state
 (status `cancelled`, aborted, timed out) and `supervise` watches one running step: when a
@@ -24,7 +24,6 @@ from dynrunner.executor.contexts import JobContexts
 from dynrunner.executor.reporter import Reporter
 from dynrunner.executor.steps.base import Stop, StopSignal
 from dynrunner.executor.steps.process import StopTimings
-from dynrunner.proto.gitea import Result
 
 
 @dataclass(slots=True)
@@ -69,11 +68,14 @@ class JobSignals:
     # -- job-level state ------------------------------------------------------------------
 
     def note_cancel(self) -> None:
-        """React once to the reporter's `cancelled`: a user cancel, or a task ended elsewhere."""
+        """React once to the reporter's `cancelled`. Gitea ended the task (a user's cancel,
+        answered as such, or on Gitea 1.24-1.26 seen as the runner deleted under the job; a
+        reaper): the job is cancelled, so its always()/cancelled() steps still run. Reporting
+        failed for another reason: the job is aborted."""
         if self.cancel_seen or not self.reporter.cancelled.is_set():
             return
         self.cancel_seen = True
-        if self.reporter.server_result == Result.CANCELLED and self.reporter.error is None:
+        if self.reporter.ended_by_gitea:
             self.contexts.status = "cancelled"
             self.reporter.log("##[error]The operation was canceled.")
         else:

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from dynrunner.executor.reporter.unreported import to_stderr
 from dynrunner.proto.gitea.client import MAX_REQUEST_BYTES
 
 
@@ -45,6 +46,9 @@ class ReporterConfig:
     `max_backlog_bytes` bounds what `Reporter.throttle` lets pile up unacknowledged before
     it makes the engine wait (rows take about three times their size in memory: 4 MiB of
     backlog is about 12 MB).
+
+    `unreported_output` takes the job's rows once Gitea has ended the task under the job
+    (see `unreported`): the executor's stderr.
     """
 
     log_interval_s: float = 1.0
@@ -64,3 +68,4 @@ class ReporterConfig:
     max_request_bytes: int = MAX_REQUEST_BYTES
     closing_line: bool = True
     clock: Callable[[], datetime] = field(default=utc_now)
+    unreported_output: Callable[[str], None] = field(default=to_stderr)

@@ -70,6 +70,15 @@ class LogBuffer:
                 break
         return self.acked, self._rows[start:stop]
 
+    def give_up(self) -> list[LogRow]:
+        """The rows not acknowledged yet, which will never be: they count as acknowledged."""
+        start = self._head + self.acked - self.base
+        rows = self._rows[start:]
+        self.pending_bytes = 0
+        self.acked = self.end
+        self._trim()
+        return rows
+
     def ack(self, ack: int, placeholder_time: Callable[[], datetime]) -> None:
         """Apply the server's ack. `ack` must be ≤ `end` (see `rebase` for the other case).
 

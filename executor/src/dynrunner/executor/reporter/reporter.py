@@ -6,10 +6,12 @@ state never points at rows Gitea has not got). Every row is repaired to valid UT
 per line, masked and capped here, so no path to the job log can skip masking.
 
 Failures: transient errors (Gitea down, 5xx, timeouts) keep everything buffered and are
-retried with backoff; a permanent one (the runner was deleted, the task belongs to someone
-else) stops reporting, is kept in `error` and sets `cancelled` so the engine stops.
-Cancellation from Gitea arrives only in UpdateTask answers: any final result there is kept
-in `server_result` and sets `cancelled`.
+retried with backoff; a permanent one stops reporting, is kept in `error` and sets
+`cancelled` so the engine stops. Cancellation from Gitea arrives in UpdateTask answers (any
+final result there is kept in `server_result`), or, on Gitea 1.24-1.26, as a refusal that
+shows Gitea ended the task (the runner deleted with it, see `unreported`): from then on the
+job's rows go to the executor's stderr, and `close` has nothing left to send. Either way
+`ended_by_gitea` is true and `cancelled` set.
 
 Closing follows the order ephemeral runners need: UpdateLog with ``no_more`` first, then
 the final UpdateTask, which makes Gitea delete the runner; nothing is sent after it.
@@ -31,6 +33,7 @@ from dynrunner.executor.reporter.logbuffer import ROW_OVERHEAD, LogBuffer
 from dynrunner.executor.reporter.outputs import Outputs
 from dynrunner.executor.reporter.rows import MAX_ROW_BYTES, cap, split_rows, utf8_size, valid_utf8
 from dynrunner.executor.reporter.steps import StepTracker
+from dynrunner.executor.reporter.unreported import UnreportedOutput, ends_task, why_ended
 from dynrunner.proto.gitea import (
     GiteaClient,
     GiteaError,
@@ -99,6 +102,19 @@ class Reporter:
         self._closing = False
         self._deadline: float | None = None  # while closing: when to give up
         self._finalized: bool | None = None
+        self._unreported: UnreportedOutput | None = None
+
+    @property
+    def ended_by_gitea(self) -> bool:
+        """Gitea ended the task under the job: it answered a result of its own (a cancel, a
+        reaper), or refused a report in a way that shows the task is over (`unreported`)."""
+        return self.server_result != Result.UNSPECIFIED or self._unreported is not None
+
+    @property
+    def unreported(self) -> bool:
+        """Gitea ended the task and takes no more reports: the job's rows go to the executor's
+        stderr (`ReporterConfig.unreported_output`), and closing sends nothing."""
+        return self._unreported is not None
 
     # -- what the engine calls ------------------------------------------------------
 
@@ -126,6 +142,9 @@ class Reporter:
         """Append `text` to the job log, one row per line, masked."""
         if self._closing:
             self._closed("log")
+        if self._unreported is not None:
+            self._unreported.log(text)
+            return
         now = self._clock()
         buffer = self._buffer
         if type(text) is str and "\n" not in text and text.isascii():  # the usual case: one plain line
@@ -197,6 +216,9 @@ class Reporter:
         limits (they are not sent); the valid ones are queued regardless."""
         if self._closing:
             self._closed("set_outputs")
+        if self._unreported is not None:
+            self._unreported.say(f"task {self.task_id}: job outputs not reported: {', '.join(sorted(outputs))}")
+            return
         try:
             if self._outputs.set(outputs):
                 self._state_due = True
@@ -218,14 +240,23 @@ class Reporter:
         self._closing = True
         started = time.monotonic()
         await self._stop_pump()
-        now = self._clock()
-        self._steps.close(now, skipped=skipped)
-        state = TaskState(id=self.task_id, result=result, started_at=self._started_at or now, stopped_at=now)
-        self._deadline = started + self._cfg.close_timeout_s / 2
-        await self._final_logs(_CLOSING_WORDS[result] if self._cfg.closing_line else "")
-        self._deadline = started + self._cfg.close_timeout_s
-        self._finalized = await self._final_state(state)
-        return self._finalized
+        closing = _CLOSING_WORDS[result] if self._cfg.closing_line else ""
+        if self._unreported is None:
+            now = self._clock()
+            self._steps.close(now, skipped=skipped)
+            state = TaskState(id=self.task_id, result=result, started_at=self._started_at or now, stopped_at=now)
+            self._deadline = started + self._cfg.close_timeout_s / 2
+            await self._final_logs(closing)
+            if self._unreported is None:
+                self._deadline = started + self._cfg.close_timeout_s
+                self._finalized = await self._final_state(state)
+                return self._finalized
+        # Gitea ended the task: nothing can be sent, and nothing is left for anyone to end.
+        out = self._unreported
+        assert out is not None
+        out.rows([row.content for row in self._buffer.give_up()] + ([closing] if closing else []))
+        self._finalized = True
+        return True
 
     def _closed(self, what: str) -> NoReturn:
         raise ReporterClosedError(f"task {self.task_id}: {what} after close (the final report ends the task)")
@@ -410,6 +441,9 @@ class Reporter:
 
     def _note(self, text: str) -> None:
         """A row of the reporter's own, masked; also while closing, before the closing line."""
+        if self._unreported is not None:
+            self._unreported.log(text)
+            return
         content = cap(self._masker.mask(text))
         self._buffer.append(LogRow(time=self._clock(), content=content), utf8_size(content) + ROW_OVERHEAD)
         if self._unsent_since is None:
@@ -428,10 +462,30 @@ class Reporter:
 
     def _fail(self, err: BaseException) -> None:
         self._drained.set()
-        log.error("task %d: reporting stopped: %s", self.task_id, err)
         if self.error is None:
             self.error = err
+        if not self._end_locally(err):
+            log.error("task %d: reporting stopped: %s", self.task_id, err)
         self.cancelled.set()
+
+    def _end_locally(self, err: BaseException) -> bool:
+        """When `err` shows Gitea ended the task after the job started reporting, send the
+        job's rows to stderr from now on, those Gitea never acknowledged first; returns
+        whether it did. (Refused before any report, the credentials may as well be wrong:
+        that stays a failure to report.)"""
+        if self._unreported is not None:
+            return True
+        if not self._handshaken or not ends_task(err):
+            return False
+        out = UnreportedOutput(self.task_id, self._masker, self._cfg.unreported_output)
+        self._unreported = out
+        out.say(
+            f"task {self.task_id}: Gitea ended the task under the job: {why_ended(err)}. Nothing more reaches "
+            "the job's log: the job goes on as cancelled (the running step is stopped; if: always() and "
+            "cancelled() steps and post stages run), and its output follows here, marked 'not reported'."
+        )
+        out.rows([row.content for row in self._buffer.give_up()])
+        return True
 
     async def _stop_pump(self) -> None:
         self._drained.set()
@@ -497,9 +551,10 @@ class Reporter:
                 done = await self._retrying("completing the log", lambda: self._send_logs(no_more=True), deadline)
             return True
         except Exception as err:
-            log.error("task %d: could not complete the log: %s", self.task_id, err)
             if self.error is None:
                 self.error = err
+            if not self._end_locally(err):
+                log.error("task %d: could not complete the log: %s", self.task_id, err)
             return False
 
     async def _send_outputs(self, deadline: float) -> None:
@@ -532,6 +587,8 @@ class Reporter:
                 # An earlier attempt reached Gitea, which then deleted the ephemeral runner.
                 log.info("task %d: finalized by an earlier attempt (runner now removed)", self.task_id)
                 return True
+            if self._end_locally(err):
+                return True  # Gitea ended the task as its log was completed
             self._note_error(err)
             return False
         except Exception as err:
