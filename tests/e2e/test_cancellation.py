@@ -5,22 +5,23 @@ main: the runner declared `cancelling`, so Gitea marks the task cancelling and a
 `RESULT_CANCELLED` to the executor's next UpdateTask; the executor stops the step, runs the
 job's `if: always()` steps, reports its last lines and ends the task cancelled.
 1.26 (and 1.24, 1.25): `StopTask(task, cancelled)` ends the task at once and deletes the
-ephemeral runner, so the executor's next call fails "unregistered runner"; it can report
-nothing more. Either way the run ends cancelled and nothing is left behind: the environment
-is deleted, its processes stopped, only the armed runners remain in Gitea.
-
-That the `if: always()` step also runs on 1.26 (locally, as the job's cleanup, though Gitea
-cannot be told) is issue 10's item 1, not done yet: that case is expected to fail with
-`CleanupDidNotRun`, and only with it (strict: once it passes, drop the mark).
+ephemeral runner, so the executor's next call fails "unregistered runner" (issue 10 item 1):
+it takes that as the cancel, stops the step, runs the `if: always()` step here (its output
+goes to the executor's own log, Gitea takes no more) and exits as finalized, so the
+controller leaves the task alone. Either way the run ends cancelled once and nothing is left
+behind: the environment is deleted, its processes stopped, only the armed runners remain in
+Gitea, and the controller finalized nothing.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
 
 from dynrunner.doubles.gitea import GiteaDouble
+from dynrunner.proto.gitea import Result
 from tests.e2e.harness import assert_only_armed_runners, in_process, real_executor_config, wait_for, wait_run_done
 
 WORKFLOW = """
@@ -37,25 +38,15 @@ jobs:
 """
 
 
-class CleanupDidNotRun(AssertionError):
-    pass
-
-
-ITEM_1 = pytest.mark.xfail(
-    strict=True,
-    raises=CleanupDidNotRun,
-    reason="issue 10 item 1: on Gitea <= 1.26 the executor does not yet run always() steps when its runner is gone",
-)
-
-
-@pytest.mark.parametrize("gitea_profile", [pytest.param("1.26", marks=ITEM_1), "main"])
+@pytest.mark.parametrize("gitea_profile", ["1.26", "main"])
 async def test_a_cancelled_job_ends_cancelled_runs_its_cleanup_and_leaves_nothing_behind(
-    gitea: GiteaDouble, nats_url: str, tmp_path: Path
+    gitea: GiteaDouble, nats_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     marker = tmp_path / "cleanup"
     cfg = real_executor_config(gitea, nats_url, tmp_path / "state")
     root = cfg.pools[0].backend.root_dir
     assert root is not None
+    caplog.set_level(logging.INFO, logger="dynrunner.controller.finalize")
     async with in_process(cfg) as running:
         run = gitea.submit("acme/app", WORKFLOW.format(marker=marker))
         job = await wait_for(lambda: (j := gitea.jobs(run.id)[0]).task_id and j, what="claim")
@@ -66,7 +57,12 @@ async def test_a_cancelled_job_ends_cancelled_runs_its_cleanup_and_leaves_nothin
         await wait_for(lambda: not any(root.iterdir()), within=30, what="environment deleted")
         await wait_for(lambda: running.controller.pools["local"].capacity.in_use == 0, what="permit released")
         rows = gitea.task(job.task_id).log_rows
+        metrics = running.controller.metrics.registry
     assert_only_armed_runners(gitea)
-    if not marker.exists():
-        raise CleanupDidNotRun(f"the if: always() step did not run; the job's log ends {rows[-3:]}")
+    assert marker.exists(), f"the if: always() step did not run; the job's log ends {rows[-3:]}"
     assert marker.read_text() == "cleaned up\n"
+    # The executor's exit said the task needs nobody: the controller did not try to end it again.
+    assert metrics.get_sample_value("dynrunner_job_results_total", {"pool": "local", "result": "reported"}) == 1
+    assert [r.getMessage() for r in caplog.records if r.name == "dynrunner.controller.finalize"] == []
+    assert not any(row.startswith("[dynrunner]") for row in rows[rows.index("working") :])
+    assert gitea.task(job.task_id).result == Result.CANCELLED

@@ -37,8 +37,9 @@ MIN_GITEA_FOR_EPHEMERAL = "1.24"
 EXECUTOR_CAPABILITIES: tuple[str, ...] = ("cancelling",)
 """Runner capabilities declared on the executor's behalf. "cancelling": on a user's cancel
 Gitea marks the task cancelling and tells the executor in its next UpdateTask answer; the
-executor stops the job, reports its last lines and ends the task cancelled. (Without it
-Gitea ends the task at once and deletes the runner, so the executor can report nothing.)"""
+executor stops the job, reports its last lines and ends the task cancelled. Gitea 1.24-1.26
+drop it unread (their protocol has no field for it): there a cancel ends the task at once
+and deletes the runner, and the executor runs the job's cleanup without reporting it."""
 
 CredentialMode = Literal["ephemeral", "shared"]
 CONFIRM_RETRY = RetryPolicy(attempts=3, max_delay_s=5.0)
