@@ -93,6 +93,29 @@ async def test_a_cancel_that_deletes_the_runner_mid_step_runs_the_cleanup_here(
     assert [r.name for r in gitea.runners()] == []  # Gitea deleted the ephemeral runner with its task
 
 
+async def test_with_a_shared_runner_the_task_no_longer_running_is_the_cancel_and_the_cleanup_is_reported(
+    executor_harness: ExecutorHarness, tmp_path: Path
+) -> None:
+    """`credentialMode: shared` on 1.26: the ordinary runner outlives the cancel, so the next
+    UpdateTask answers with the task already ended (RESULT_CANCELLED) and the log still takes
+    rows until the executor completes it."""
+    gitea = executor_harness.gitea
+    pid_file, marker = tmp_path / "child.pid", tmp_path / "cleanup"
+    run = gitea.submit("owner/repo", MID_STEP.format(pid_file=pid_file, marker=marker), secrets={"TOKEN": "s3cr3t"})
+    claimed = await executor_harness.claim_waiting(run, ephemeral=False)
+    stderr = UnreportedCapture()
+    running = asyncio.create_task(executor_harness.run(claimed, options(stderr)))
+    await executor_harness.wait_for_log(claimed.task_id, "started")
+    gitea.cancel_run(claimed.run.id)
+    assert await asyncio.wait_for(running, 30) == 0
+    assert process_gone(pid_file) and marker.read_text() == "cleaned\n"
+    task = gitea.task(claimed.task_id)
+    assert task.result == Result.CANCELLED
+    assert "always ran, long was cancelled, token ***" in task.log_rows
+    assert task.log_rows[-1] == "Job cancelled"
+    assert stderr.text == ""
+
+
 CHATTY = """
 on: push
 jobs:
