@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import aiohttp
+
 from tests.fixtures.cache import CacheFixture
 from tests.fixtures.executor import ExecutorHarness
 
@@ -30,3 +32,41 @@ async def test_a_refused_grant_leaves_the_job_without_a_cache(
     assert "runs without a cache" in warning and "not signed with this cache server's key" in warning
     assert f"cache=none results={executor_harness.gitea.url}" in task.log_rows
     assert cache_server.service.index.job("anything") is None
+
+
+LOOKUP = """
+on: push
+jobs:
+  use:
+    runs-on: self-hosted
+    steps:
+      - run: |
+          python3 - <<'PY'
+          import os, urllib.request
+          url = os.environ["ACTIONS_CACHE_URL"] + "_apis/artifactcache/cache?keys=k&version=v"
+          token = os.environ["ACTIONS_RUNTIME_TOKEN"]
+          request = urllib.request.Request(url, headers={"Authorization": "Bearer " + token})
+          print("while the job runs:", urllib.request.urlopen(request).status)
+          PY
+"""
+
+
+async def test_a_jobs_token_opens_the_cache_only_while_the_job_runs(
+    executor_harness: ExecutorHarness, cache_server: CacheFixture
+) -> None:
+    """A runtime token kept by a step (printed, sent away) is worth nothing to the cache once
+    its job has ended: the executor revokes it as the job ends."""
+    claimed = cache_server.attach(await executor_harness.claim(LOOKUP))
+    token = str(claimed.task.context_get("gitea_runtime_token"))
+    assert await executor_harness.run(claimed) == 0
+    task = executor_harness.gitea.task(claimed.task_id)
+    assert task.status == "success" and "while the job runs: 204" in task.log_rows
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(
+            f"{cache_server.url}/_apis/artifactcache/cache",
+            params={"keys": "k", "version": "v"},
+            headers={"Authorization": f"Bearer {token}"},
+        ) as response,
+    ):
+        assert response.status == 401

@@ -3,15 +3,18 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 import pytest
+import yarl
+from aiohttp import web
 
 from dynrunner.controller.cache.grants import grant_for_task, sign
-from tests.fixtures.cache import CacheFixture
+from tests.fixtures.cache import CacheFactory, CacheFixture
 
 V2 = "/twirp/github.actions.results.api.v1.CacheService"
 
@@ -154,3 +157,125 @@ async def test_the_artifact_forward_serves_only_registered_jobs_with_a_gitea(
     assert (await _post(http, url, {}))[0] == 401
     await _register(http, cache_server, "no-gitea")
     assert (await _post(http, url, {}, "no-gitea"))[0] == 404
+
+
+def _staged(cache: CacheFixture) -> int:
+    return sum(p.stat().st_size for p in cache.service.storage.staging.rglob("*") if p.is_file())
+
+
+async def test_uploads_never_stage_more_than_the_limits(
+    cache_server_factory: CacheFactory, http: aiohttp.ClientSession
+) -> None:
+    """A job that keeps sending pieces — v1 ranges at new offsets, v2 blocks with new ids, one
+    reservation after another — cannot fill the server's disk before any commit: an entry's
+    staging stays within the entry limit, a repository's within its size limit."""
+    async with cache_server_factory(max_entry_bytes=1000, repo_size_limit_bytes=3000) as cache:
+        await _register(http, cache, "tok")
+        base = f"{cache.url}/_apis/artifactcache"
+        _, body = await _post(http, f"{base}/caches", {"key": "ranges", "version": "v"}, "tok")
+        statuses = []
+        for start in range(0, 1000, 100):
+            headers = {"Authorization": "Bearer tok", "Content-Range": f"bytes {start}-{start + 899}/*"}
+            async with http.patch(f"{base}/caches/{body['cacheId']}", data=b"r" * 900, headers=headers) as response:
+                statuses.append(response.status)
+        assert statuses[0] == 204 and set(statuses[1:]) == {413}
+        assert _staged(cache) <= 1000
+
+        _, created = await _post(http, f"{cache.url}{V2}/CreateCacheEntry", {"key": "blocks", "version": "v"}, "tok")
+        upload = created["signed_upload_url"]
+        statuses = []
+        for block in range(10):
+            async with http.put(f"{upload}&comp=block&blockid=b{block}", data=b"b" * 400) as response:
+                statuses.append(response.status)
+        assert statuses[:2] == [201, 201] and set(statuses[2:]) == {413}
+        async with http.put(f"{upload}&comp=block&blockid=b0", data=b"c" * 400) as response:
+            assert response.status == 201  # a block sent again replaces itself
+        assert _staged(cache) <= 1000 + 1000
+
+        statuses = []
+        for n in range(6):
+            _, reserved = await _post(http, f"{base}/caches", {"key": f"more-{n}", "version": "v"}, "tok")
+            headers = {"Authorization": "Bearer tok", "Content-Range": "bytes 0-899/*"}
+            async with http.patch(f"{base}/caches/{reserved['cacheId']}", data=b"m" * 900, headers=headers) as response:
+                statuses.append(response.status)
+        assert statuses[:1] == [204] and set(statuses[1:]) == {413}
+        assert _staged(cache) <= 3000
+
+
+async def test_a_repository_sees_nothing_of_another_ones_cache_whatever_the_key(
+    cache_server: CacheFixture, http: aiohttp.ClientSession
+) -> None:
+    """Keys are opaque strings: one with `..` or `/` is stored and found as written, in its own
+    repository only, and no request of another repository lists, restores or overwrites it."""
+    await _register(http, cache_server, "owner", repo="acme/app")
+    await _register(http, cache_server, "stranger", repo="evil/repo")
+    key = "../../evil/repo/cache/../x"
+    _, created = await _post(http, f"{cache_server.url}{V2}/CreateCacheEntry", {"key": key, "version": "v"}, "owner")
+    async with http.put(created["signed_upload_url"], data=b"secret") as response:
+        assert response.status == 201
+    _, body = await _post(
+        http, f"{cache_server.url}{V2}/FinalizeCacheEntryUpload", {"key": key, "version": "v", "size_bytes": 6}, "owner"
+    )
+    assert body["ok"] is True
+    [entry] = cache_server.service.index.entries()
+    assert re.fullmatch(r"acme/app/cache/sha256/[0-9a-f]{64}", entry.location)
+    for keys in ([key], ["../"], ["."], [".."]):
+        _, found = await _post(
+            http,
+            f"{cache_server.url}{V2}/GetCacheEntryDownloadURL",
+            {"key": keys[0], "restore_keys": [], "version": "v"},
+            "stranger",
+        )
+        assert found == {"ok": False}
+    async with http.get(
+        f"{cache_server.url}/_apis/artifactcache/caches",
+        params={"key": key},
+        headers={"Authorization": "Bearer stranger"},
+    ) as response:
+        assert (await response.json())["totalCount"] == 0
+    _status, body = await _post(
+        http, f"{cache_server.url}{V2}/CreateCacheEntry", {"key": key, "version": "v"}, "stranger"
+    )
+    assert body["ok"] is True  # its own, separate entry
+    assert cache_server.service.index.lookup(cache_server.service.job("owner"), [key], "v") == entry
+
+
+async def test_the_artifact_forward_reaches_only_the_artifact_service(
+    cache_server_factory: CacheFactory, http: aiohttp.ClientSession
+) -> None:
+    """The forward to Gitea passes on the job's token: a method name that climbs out of the
+    artifact service (`..`, encoded slashes) is not forwarded anywhere else on Gitea."""
+    seen: list[str] = []
+
+    async def record(request: web.Request) -> web.Response:
+        seen.append(request.path)
+        return web.json_response({})
+
+    upstream = web.Application()
+    upstream.router.add_route("*", "/{tail:.*}", record)
+    runner = web.AppRunner(upstream)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    gitea = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        async with cache_server_factory() as cache:
+            await _register(http, cache, "tok", results=gitea)
+            service = f"{cache.url}/twirp/github.actions.results.api.v1.ArtifactService"
+            assert (await _post(http, f"{service}/ListArtifacts", {}, "tok"))[0] == 200
+            for method in (
+                "..%2F..%2Fapi%2Fv1%2Fuser",
+                "%2E%2E%2F%2E%2E%2Fapi",
+                "..%5C..%5Capi",
+                "x%2F..%2F..%2F..%2Fapi",
+            ):
+                async with http.post(
+                    yarl.URL(f"{service}/{method}", encoded=True), json={}, headers={"Authorization": "Bearer tok"}
+                ) as response:
+                    await response.read()
+            assert seen and all(
+                path.startswith("/twirp/github.actions.results.api.v1.ArtifactService/") and ".." not in path
+                for path in seen
+            ), seen
+    finally:
+        await runner.cleanup()

@@ -235,6 +235,11 @@ class Index:
             conn.execute("DELETE FROM job WHERE expires <= ?", (self.clock(),))
         return [_entry(row) for row in rows]
 
+    def pending_ids(self, repo: str) -> list[int]:
+        """The repository's reservations whose uploads are not committed yet."""
+        with self._tx() as conn:
+            return [row["id"] for row in conn.execute("SELECT id FROM entry WHERE repo = ? AND complete = 0", (repo,))]
+
     def repo_size(self, repo: str) -> int:
         with self._tx() as conn:
             row = conn.execute("SELECT COALESCE(SUM(size), 0) FROM entry WHERE repo = ? AND complete = 1", (repo,))

@@ -85,7 +85,7 @@ class CacheServer:
         add("GET", f"{API}/artifacts/{{id:\\d+}}", self._download)
         add("PUT", f"{API}/blobs/{{id:\\d+}}", self._v2_blob)
         add("POST", f"{CACHE_SERVICE}/{{method}}", self._v2_rpc)
-        add("*", f"{ARTIFACT_SERVICE}/{{method}}", self._forward)
+        add("*", f"{ARTIFACT_SERVICE}/{{method:[A-Za-z]+}}", self._forward)
         add("POST", "/_dynrunner/register", self._register)
         add("POST", "/_dynrunner/revoke", self._revoke)
         add("GET", "/healthz", self._health)
@@ -163,7 +163,7 @@ class CacheServer:
             raise Refused(400, "a chunk needs Content-Range: bytes <start>-<end>/*")
         start, end = int(match.group(1)), int(match.group(2))
         target = await self._call(self.service.storage.range_file, entry.id, start)
-        await self._receive(request, target, limit=end - start + 1)
+        await self._receive(request, entry, target, limit=end - start + 1)
         return web.Response(status=204)
 
     async def _v1_commit(self, request: web.Request) -> web.StreamResponse:
@@ -193,20 +193,32 @@ class CacheServer:
         finally:
             await self._call(opened.__exit__, None, None, None)
 
-    async def _receive(self, request: web.Request, target: Path, limit: int | None = None) -> int:
+    async def _receive(self, request: web.Request, entry: Entry, target: Path, limit: int | None = None) -> int:
         """Stream the request body into `target`; no more than `limit` bytes, and never more
-        than the entry limit."""
-        cap = self.service.limits.max_entry_bytes if limit is None else min(limit, self.service.limits.max_entry_bytes)
+        than the entry's and its repository's staging room (`CacheService.staging_room`)."""
+        room = await self._call(self.service.staging_room, entry, target)
+        limits = self.service.limits
+        too_large = Refused(
+            413,
+            f"cache {entry.id} ({entry.key}): the upload would stage more than this cache allows "
+            f"({limits.max_entry_bytes} B per entry, {limits.repo_bytes} B of uploads pending per repository)",
+        )
+        if limit is not None and limit > room:
+            raise too_large
+        cap = room if limit is None else limit
         written = 0
         handle = await self._call(open, target, "wb")
         try:
             async for chunk in request.content.iter_chunked(WRITE_CHUNK):
                 written += len(chunk)
                 if written > cap:
-                    raise Refused(413, f"the upload is larger than {cap} bytes")
+                    raise too_large
                 await self._call(handle.write, chunk)
-        finally:
+        except BaseException:
             await self._call(handle.close)
+            await self._call(target.unlink, True)
+            raise
+        await self._call(handle.close)
         if limit is not None and written != limit:
             raise Refused(400, f"the chunk has {written} bytes, but its Content-Range says {limit}")
         return written
@@ -268,12 +280,12 @@ class CacheServer:
         try:
             if comp == "block":
                 target = await self._call(storage.block_file, entry_id, request.query.get("blockid", ""))
-                await self._receive(request, target)
+                await self._receive(request, entry, target)
             elif comp == "blocklist":
                 ids = _block_list(await request.read())
                 await self._call(storage.order_blocks, entry_id, ids)
             else:
-                await self._receive(request, await self._call(storage.whole_file, entry_id))
+                await self._receive(request, entry, await self._call(storage.whole_file, entry_id))
         except UploadError as err:
             raise Refused(400, str(err)) from None
         return web.Response(status=201, headers={"x-ms-request-id": secrets.token_hex(8), "x-ms-version": "2024-08-04"})
@@ -290,7 +302,7 @@ class CacheServer:
         if self._http is None:
             self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300))
         headers = {k: v for k, v in request.headers.items() if k.lower() in ("authorization", "content-type", "accept")}
-        url = f"{job.results_url.rstrip('/')}{request.path}"
+        url = f"{job.results_url.rstrip('/')}{ARTIFACT_SERVICE}/{request.match_info['method']}"
         try:
             async with self._http.request(
                 request.method, url, params=request.query, data=await request.read(), headers=headers

@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from dynrunner.controller.cache import grants
 from dynrunner.controller.cache.grants import Grant
@@ -141,6 +142,15 @@ class CacheService:
 
     def pending(self, job: Grant, key: str, version: str) -> Entry | None:
         return self.index.pending(job, key, version)
+
+    def staging_room(self, entry: Entry, piece: Path) -> int:
+        """Bytes one more piece of `entry`'s upload may stage (replacing `piece` if it is there):
+        the entry's pieces stay within the entry limit and the uploads pending in its
+        repository within the repository's limit, so no job fills the disk before it commits."""
+        replaced = piece.stat().st_size if piece.is_file() else 0
+        own = self.storage.staged_bytes(entry.id) - replaced
+        repo = sum(self.storage.staged_bytes(other) for other in self.index.pending_ids(entry.repo)) - replaced
+        return max(0, min(self.limits.max_entry_bytes - own, self.limits.repo_bytes - repo))
 
     def commit(self, entry: Entry, size: int | None) -> Entry:
         """Publish the staged upload; then evict what no longer fits."""

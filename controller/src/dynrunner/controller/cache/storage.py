@@ -98,6 +98,11 @@ class CacheStorage:
             at += path.stat().st_size
         return ranges
 
+    def staged_bytes(self, entry_id: int) -> int:
+        """Bytes on disk for `entry_id`'s upload so far, every piece counted (used or not)."""
+        directory = self._dir(entry_id)
+        return sum(path.stat().st_size for path in directory.rglob("*") if path.is_file()) if directory.is_dir() else 0
+
     def staged_size(self, entry_id: int) -> int:
         return sum(path.stat().st_size for path in self._pieces(entry_id))
 
