@@ -4,6 +4,7 @@ finds (`DYNRUNNER_NODE`)."""
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,29 @@ jobs:
     seen = git_host.request_headers
     assert len(seen) >= 4  # two fetches: refs and pack each (and more for the SHA)
     assert not any("authorization" in headers for headers in seen), seen
+
+
+@pytest.mark.parametrize("trick", ["{gitea}@{host}", "{gitea}#@{host}", "{gitea}?@{host}", "{other}#@{gitea_host}"])
+async def test_a_uses_url_that_hides_another_host_gives_it_no_token(
+    executor_harness: ExecutorHarness, git_host: GitHost, trick: str
+) -> None:
+    """URLs written to look like Gitea's while naming another host (user info, a fragment or a
+    query before an `@`), or the other way round: the host that receives the fetch is never
+    sent the task token in any form."""
+    git_host.commit("acme/echo", {"action.yml": ECHO}, tags=["v1"])
+    gitea = executor_harness.gitea.url
+    where = trick.format(
+        gitea=gitea, host=git_host.url.split("://", 1)[1], other=git_host.url, gitea_host=gitea.split("://", 1)[1]
+    )
+    workflow = f"on: push\njobs:\n  b:\n    runs-on: self-hosted\n    steps:\n      - uses: {where}/acme/echo@v1\n"
+    claimed = await executor_harness.claim(workflow)
+    await executor_harness.run(claimed)
+    token = str(claimed.task.context_get("token"))
+    forms = (token, base64.b64encode(f"x-access-token:{token}".encode()).decode())
+    sent = [value for headers in git_host.request_headers for value in headers.values()]
+    assert not any(form in value for form in forms for value in sent), sent
+    if trick == "{gitea}@{host}":
+        assert sent  # the fetch did go to the other host (as user "127.0.0.1")
 
 
 async def test_the_seeded_actions_cache_is_used_in_place(

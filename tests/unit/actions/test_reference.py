@@ -37,7 +37,18 @@ def test_forms() -> None:
 
 
 @pytest.mark.parametrize(
-    "uses", ["actions/checkout", "checkout@v4", "o/r@", "o//r@v1", "o/r/../x@v1", "ftp://h/o/r@v1", "docker://"]
+    "uses",
+    [
+        "actions/checkout",
+        "checkout@v4",
+        "o/r@",
+        "o//r@v1",
+        "o/r/../x@v1",
+        "ftp://h/o/r@v1",
+        "docker://",
+        "o/r@--upload-pack=touch /tmp/x",
+        "https://h/o/r@-q",
+    ],
 )
 def test_names_that_are_no_action(uses: str) -> None:
     with pytest.raises(ReferenceError):

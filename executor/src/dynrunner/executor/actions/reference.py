@@ -86,6 +86,8 @@ def _remote(text: str, base_url: str, uses: str) -> RemoteAction:
     owner, repo, path, ref = match.group(1), match.group(2), (match.group(3) or "").strip("/"), match.group(4)
     if any(part in ("", ".", "..") for part in (owner, repo, *(path.split("/") if path else []))):
         raise ReferenceError(f"`uses: {uses}` has an empty, `.` or `..` path segment")
+    if ref.startswith("-"):
+        raise ReferenceError(f"`uses: {uses}`: `{ref}` is no tag, branch or commit SHA (none starts with `-`)")
     return RemoteAction(base_url.rstrip("/"), owner, repo, path, ref)
 
 
