@@ -265,3 +265,44 @@ jobs:
     assert task.result == Result.CANCELLED
     assert [s.status for s in task.steps] == ["cancelled", "skipped"]
     assert printed(task, 0) == ["nested started", "always() inside after the cancel, job cancelled"]
+
+
+BOMBS = """
+on: push
+jobs:
+  build:
+    runs-on: self-hosted
+    steps:
+      - uses: ./laughs
+        continue-on-error: true
+      - uses: ./deep
+        continue-on-error: true
+      - uses: ./huge
+        continue-on-error: true
+      - run: echo "the job goes on"
+"""
+
+
+def _alias_bomb(levels: int = 12) -> str:
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for n in range(1, levels):
+        lines.append(f"a{n}: &a{n} [" + ", ".join([f"*a{n - 1}"] * 10) + "]")
+    return "\n".join(lines) + f"\nruns:\n  using: composite\n  steps: *a{levels - 1}\n"
+
+
+async def test_an_action_yml_bomb_fails_its_step_clearly_and_the_job_goes_on(executor_harness: ExecutorHarness) -> None:
+    """An action's metadata that expands without bound through aliases, nests 100,000 deep or
+    is larger than 4 MiB: each fails its own step with the reason, in bounded time and memory."""
+    files = {
+        "laughs/action.yml": _alias_bomb(),
+        "deep/action.yml": "runs: " + "[" * 100_000 + "]" * 100_000 + "\n",
+        "huge/action.yml": "name: x\n" + "# " + "x" * (5 * 1024 * 1024) + "\nruns:\n  using: composite\n  steps: []\n",
+    }
+    task = await asyncio.wait_for(executor_harness.run_job(BOMBS, files=files), 120)
+    assert task.result == Result.SUCCESS
+    assert [s.status for s in task.steps] == ["failure", "failure", "failure", "success"]
+    errors = [[row for row in rows_of(task, i) if row.startswith("##[error]")] for i in range(3)]
+    assert "expands to more than" in errors[0][0], errors
+    assert "is not valid YAML" in errors[1][0], errors  # the parser's own bound on nesting
+    assert "larger than 4194304 bytes" in errors[2][0], errors
+    assert printed(task, 3) == ["the job goes on"]

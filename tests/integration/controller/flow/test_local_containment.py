@@ -4,17 +4,30 @@ with it. Each escape technique against each containment this machine offers."""
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
 
 from dynrunner.controller.backends.base import Phase
+from dynrunner.controller.backends.local.backend import LocalBackend
 from dynrunner.controller.backends.local.containment import PREFERENCE, Kind, choose
+from dynrunner.controller.backends.local.isolation import resolve_user, sandbox
 from dynrunner.controller.backends.local.layout import Layout
 from tests.e2e.harness import wait_for
-from tests.fixtures.local_backend import assignment, backend, held, nothing, observe_until, script, sleepers
+from tests.fixtures.local_backend import (
+    NOBODY,
+    assignment,
+    backend,
+    held,
+    nothing,
+    observe_until,
+    script,
+    sleepers,
+)
 
 ESCAPES = {
     # a new session with an empty environment: no tracking id, no process group
@@ -80,3 +93,59 @@ async def test_a_job_cgroup_without_its_environment_is_collected(tmp_path: Path)
     assert any("the cgroup of a job that is gone" in line for line in removed), removed
     await wait_for(lambda: not sleepers(n), within=5, what="the orphaned cgroup's process stopped")
     await b.aclose()
+
+
+LEAVE_THE_CGROUP = r"""
+env -u RUNNER_TRACKING_ID /usr/bin/setsid /bin/sleep {n} > /dev/null 2>&1 &
+daemon=$!
+for procs in $(find /sys/fs/cgroup -maxdepth 3 -name cgroup.procs 2> /dev/null); do
+  if echo "$daemon" > "$procs" 2> /dev/null; then echo "$procs" >> "$HOME/moved"; fi
+done
+touch "$HOME/tried"
+while [ ! -e "$HOME/go" ]; do sleep 0.02; done
+"""
+
+
+@pytest.mark.parametrize("kind", ["cgroup-v2", "cgroup-v1"])
+@pytest.mark.parametrize("run_as_user", [True, False], ids=["runAsUser", "as-root"])
+async def test_a_job_moving_a_daemon_to_another_cgroup_escapes_only_as_root(
+    host_dir: Path, kind: str, run_as_user: bool
+) -> None:
+    """A job writes its daemon's pid (a new session, without the tracking id: only the cgroup
+    holds it) into every `cgroup.procs` it finds. Under runAsUser none
+    takes it, and the daemon dies with the job; a job that runs as root (no runAsUser, root
+    controller) moves it out and it survives — as docs/backends.md says: containment holds
+    against a hostile job only under runAsUser."""
+    n = random.randrange(10**8, 10**9)
+    root = host_dir / "state" / "local" / "local"
+    root.mkdir(parents=True)
+    command = ["/bin/sh", "-c", LEAVE_THE_CGROUP.format(n=n), "job"]
+    box = None
+    if run_as_user:
+        box = sandbox(
+            resolve_user(str(NOBODY), None),
+            controller_paths={host_dir / "state"},
+            config_file=None,
+            root_dir=root,
+            executor="/bin/sh",
+            store="",
+        )
+    cage = held(kind, host_dir)
+    b = LocalBackend("local", root, command, base_env={"PATH": os.defpath}, containment=cage, sandbox=box)
+    env = await b.create(assignment(), nothing)
+    layout = Layout(root / env.assignment_id)
+    await wait_for((layout.home / "tried").exists, what="the job tried to leave its cgroup")
+    moved = (layout.home / "moved").read_text().split() if (layout.home / "moved").exists() else []
+    (layout.home / "go").touch()
+    await observe_until(b, env, Phase.SUCCEEDED)
+    await b.delete(env)
+    try:
+        if run_as_user:
+            assert moved == []
+            await wait_for(lambda: not sleepers(n), within=5, what="the daemon stopped with its job")
+        else:
+            assert moved, "a root job could not move its daemon: the limitation docs/backends.md states is gone"
+            assert sleepers(n), "the daemon a root job moved out was stopped after all"
+    finally:
+        for pid in sleepers(n):
+            os.kill(pid, signal.SIGKILL)

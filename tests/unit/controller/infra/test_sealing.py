@@ -116,6 +116,31 @@ def test_any_changed_byte_is_refused(data: st.DataObject) -> None:
         sealer.unseal_assignment(changed)
 
 
+def test_every_truncation_and_extension_is_refused() -> None:
+    """A message cut short at any byte, or with bytes appended, never opens: it is no envelope
+    any more, or it does not authenticate (GCM's tag covers the whole ciphertext)."""
+    sealer = Sealer(KEY)
+    wire = encode_sealed(sealer.seal_assignment(assignment()))
+    for changed in [wire[:cut] for cut in range(len(wire))] + [wire + b"\0", wire + wire[-16:]]:
+        try:
+            sealed = decode_sealed(changed)
+        except AssignmentError:
+            continue
+        with pytest.raises(SealingError):
+            sealer.unseal_assignment(sealed)
+
+
+def test_a_ciphertext_moved_under_another_assignments_header_is_refused() -> None:
+    """The sealed body of one assignment put under the header of another (its id, pool and
+    task), with or without that one's nonce: nothing opens, so no id can be swapped."""
+    sealer = Sealer(KEY)
+    first, second = sealer.seal_assignment(assignment("a-1")), sealer.seal_assignment(assignment("a-2"))
+    for nonce in (first.nonce, second.nonce):
+        moved = dataclasses.replace(first, nonce=nonce, ciphertext=second.ciphertext)
+        with pytest.raises(ForgedAssignment):
+            sealer.unseal_assignment(decode_sealed(encode_sealed(moved)))
+
+
 def test_a_header_changed_or_moved_onto_another_message_is_refused() -> None:
     sealer = Sealer(KEY)
     first, second = sealer.seal_assignment(assignment("a-1")), sealer.seal_assignment(assignment("a-2"))
