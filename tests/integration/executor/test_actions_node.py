@@ -4,6 +4,7 @@ outputs, failure and cancellation; where their rows go in Gitea's log."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.doubles.gitea.views import TaskView
 from dynrunner.proto.gitea import Result
+from tests.fixtures.clients import ActionClients
 from tests.fixtures.executor import ExecutorHarness, rows_of
 
 JS_ACTION = {
@@ -292,3 +294,84 @@ jobs:
     assert rows_of(task, 0)[-1].startswith("checked out owner/app@")
     assert rows_of(task, 1)[-1] == "private content"
     assert rows_of(task, 2)[-1] == "local action from the checkout"
+
+
+CORE_ACTION = """
+inputs:
+  Who Is:
+    required: true
+  fail:
+    default: 'false'
+outputs:
+  greeting:
+    description: said through core.setOutput
+runs:
+  using: node20
+  main: main.js
+  post: post.js
+"""
+
+CORE_MAIN = """
+const core = require(require.resolve('@actions/core', {paths: [CLIENTS]}));
+const who = core.getInput('who is', {required: true});
+core.setSecret(`hidden-${who}`);
+console.log(`the secret is hidden-${who}`);
+core.setOutput('greeting', `hello\\n${who}`);
+core.saveState('seen', `${who}\\nsecond line`);
+core.exportVariable('FROM_CORE', 'exported by core');
+core.addPath('/opt/from-core/bin');
+core.warning('a warning from core');
+core.startGroup('a group from core');
+core.info('inside the group');
+core.endGroup();
+if (core.getBooleanInput('fail')) core.setFailed('failing through core.setFailed');
+"""
+
+CORE_POST = """
+const core = require(require.resolve('@actions/core', {paths: [CLIENTS]}));
+console.log(`post sees state: ${JSON.stringify(core.getState('seen'))}`);
+"""
+
+CORE_WORKFLOW = """
+on: push
+jobs:
+  build:
+    runs-on: self-hosted
+    steps:
+      - id: core
+        uses: ./core
+        with:
+          who is: world
+      - run: |
+          echo "output: ${{ steps.core.outputs.greeting }}"
+          echo "env: $FROM_CORE"
+          case ":$PATH:" in *:/opt/from-core/bin:*) echo "path: added";; esac
+      - uses: ./core
+        with:
+          who is: again
+          fail: true
+"""
+
+
+async def test_the_real_actions_core_talks_to_the_executor(
+    executor_harness: ExecutorHarness, action_clients: ActionClients
+) -> None:
+    """A Node action built on the real `@actions/core`: its file commands (multi-line values in
+    GITHUB_OUTPUT, GITHUB_STATE and GITHUB_ENV with core's generated delimiters, GITHUB_PATH),
+    getInput's name mangling and `required`, setSecret, warning, groups and setFailed reach
+    the executor as GitHub's runner reads them."""
+    head = f"const CLIENTS = {json.dumps(str(action_clients.root))};\n"
+    files = {"core/action.yml": CORE_ACTION, "core/main.js": head + CORE_MAIN, "core/post.js": head + CORE_POST}
+    task = await executor_harness.run_job(CORE_WORKFLOW, files=files)
+    assert task.result == Result.FAILURE
+    assert [s.status for s in task.steps] == ["success", "success", "failure"]
+    first = rows_of(task, 0)
+    assert "the secret is ***" in first and not any("hidden-world" in row for row in task.log_rows)
+    assert "##[warning]a warning from core" in first
+    assert first[-3:] == ["::group::a group from core", "inside the group", "::endgroup::"]  # Gitea folds these
+    second = rows_of(task, 1)
+    assert "output: hello" in second and "world" in second and "env: exported by core" in second
+    assert "path: added" in second
+    assert "##[error]failing through core.setFailed" in rows_of(task, 2)
+    assert 'post sees state: "world\\nsecond line"' in task.log_rows
+    assert 'post sees state: "again\\nsecond line"' in task.log_rows

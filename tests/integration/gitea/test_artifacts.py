@@ -171,3 +171,34 @@ def test_go_time_round_trips() -> None:
     text = go_time(now)
     assert text.endswith(" +0000 UTC") and abs(parse_go_time(text) - now) < 1e-5
     assert go_time(0) == "1970-01-01 00:00:00 +0000 UTC"
+
+
+async def test_artifact_item_paths_cannot_climb_out(gitea: GiteaDouble) -> None:
+    """As Gitea's v3 upload: the item path is cleaned as if rooted (PathJoinRelX: `..` and
+    backslashes cannot leave the artifact), its first segment is the name, which must match
+    the upload URL's hash and hold no forbidden character."""
+    _, task = await _claim(gitea)
+    run_id = task.context["run_id"]
+    data = b"climb"
+    headers = {
+        **_bearer(task),
+        "content-range": f"bytes 0-{len(data) - 1}/{len(data)}",
+        "x-actions-results-md5": base64.b64encode(hashlib.md5(data).digest()).decode(),
+    }
+
+    async def upload(name: str, item_path: str) -> pyqwest.FullResponse:
+        body = json.dumps({"type": "actions_storage", "name": name}).encode()
+        created = await _call("POST", _v3(gitea, run_id), _bearer(task), body)
+        url = json.loads(created.content)["fileContainerResourceUrl"]
+        return await _call("PUT", f"{url}?itemPath={quote_plus(item_path)}", headers, data)
+
+    refused = await upload("../logs", "../logs/x.txt")  # cleaned to logs/x.txt: not the URL's artifact
+    assert (refused.status, refused.content) == (400, b"Invalid artifact hash\n")
+    forbidden = await upload("a:b", "a:b/x.txt")
+    assert forbidden.status == 400 and b"invalid character" in forbidden.content
+    climbing = await upload("logs", "logs/../../../../etc/x.txt")  # cleaned to etc/x.txt: another name
+    assert (climbing.status, climbing.content) == (400, b"Invalid artifact hash\n")
+    assert (await upload("logs", "logs/dir/..\\..\\logs\\x.txt")).status == 200
+    assert (await _call("PATCH", f"{_v3(gitea, run_id)}?artifactName=logs", _bearer(task), b'{"Size":5}')).status == 200
+    [artifact] = gitea.artifacts(int(run_id))
+    assert (artifact.name, artifact.path) == ("logs", "x.txt")
