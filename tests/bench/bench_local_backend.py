@@ -7,7 +7,7 @@ with the ratio to `process-scan` (no containment). Needs root for pid-namespace 
 runAsUser; what is not available here is skipped and said. Figures are printed, never
 asserted.
 
-    .venv/bin/python tests/bench/bench_local_backend.py
+    .venv/bin/python -m tests.bench.bench_local_backend
     .venv/bin/python -m pytest -q -s tests/bench/bench_local_backend.py
 Environment: DYNRUNNER_BENCH_JOBS (default 40 per mode).
 """
