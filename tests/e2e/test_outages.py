@@ -285,11 +285,13 @@ async def test_a_nats_restart_while_jobs_are_queued_claimed_and_running_loses_an
         await wait_for(lambda: len(recorded(ran)) == 2, what="the first jobs running")
         # The two claiming runners, and the next one armed by the loop that holds the free permit.
         await wait_for(lambda: len(live_runners(gitea)) == 3, what="a claim loop armed again")
+        assert metrics.sample("dynrunner_nats_connected") == 1.0
         nats_server.stop()
         started = time.monotonic()
         second = gitea.submit("owner/repo", recording_workflow(ran, 3, sleep=0.1, name="second"))
         _, body = await wait_for_async(lambda: readyz(http, running.controller.health_url), lambda r: r[0] == 503)
         assert "not connected to NATS" in body, body
+        assert metrics.sample("dynrunner_nats_connected") == 0.0  # what the chart's NATS alert reads
         await wait_for(lambda: any(j.task_id for j in gitea.jobs(second.id)), what="a claim during the outage")
         await asyncio.sleep(max(0.0, OUTAGE_S - (time.monotonic() - started)))
         claimed_during = sum(1 for j in gitea.jobs(second.id) if j.task_id)
@@ -307,4 +309,5 @@ async def test_a_nats_restart_while_jobs_are_queued_claimed_and_running_loses_an
         assert root is not None
         await wait_for(lambda: not any(root.iterdir()), what="every environment reaped")
         assert (await readyz(http, running.controller.health_url))[0] == 200
+        assert metrics.sample("dynrunner_nats_connected") == 1.0
     assert_only_armed_runners(gitea)

@@ -157,6 +157,7 @@ class Controller:
                 nats_url, cfg.nats, [p.name for p in cfg.pools], metrics=self.metrics, options=options
             )
             stack.push_async_callback(self._log.close)
+            self.metrics.nats_connected.set_function(lambda: float(self._log is not None and self._log.nc.is_connected))
             store = await RegistrationStore.open(self._log, sealer)
             record = await LaunchedRecord.open(self._log.js, cfg.nats.launched_bucket, replicas=cfg.nats.replicas)
             gitea = GiteaClient(cfg.gitea.url, timeout_s=cfg.gitea.request_timeout_s)

@@ -19,8 +19,9 @@ GITEA_CALL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 3
 
 
 class Metrics:
-    """Names follow DESIGN §6 (`dynrunner_` prefix). Every metric has a `pool` label; `result`,
-    `kind`, `reason` and `outcome` take values from small closed sets chosen by the callers."""
+    """Names follow DESIGN §6 (`dynrunner_` prefix). Every metric but `nats_connected` has a
+    `pool` label; `result`, `kind`, `reason` and `outcome` take values from small closed sets
+    chosen by the callers."""
 
     def __init__(self, namespace: str = "dynrunner") -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -73,6 +74,10 @@ class Metrics:
             "assignments_refused",
             "Deliveries refused without running anything: unauthenticated, forged, replayed, expired.",
             "reason",
+        )
+        # Not per pool: the one NATS connection every pool uses (an alert's input; /readyz says why).
+        self.nats_connected = Gauge(
+            "nats_connected", "1 while connected to NATS, else 0.", namespace=namespace, registry=reg
         )
 
     def exposition(self) -> bytes:
