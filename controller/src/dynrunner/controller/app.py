@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dynrunner.controller.assignments import AssignmentLog
-from dynrunner.controller.backends.base import Backend, BackendError, Environment, ReportsIsolation
+from dynrunner.controller.backends.base import BackendError, Environment, LegacyBackend, ReportsIsolation
 from dynrunner.controller.backends.registry import create_backend
 from dynrunner.controller.cache.grants import CacheGrants
 from dynrunner.controller.capacity import Capacity
@@ -66,7 +66,7 @@ class StartupError(RuntimeError):
 @dataclass
 class Pool:
     config: PoolConfig
-    backend: Backend
+    backend: LegacyBackend
     capacity: Capacity
     claimers: list[Claimer]
     launcher: Launcher
@@ -111,7 +111,7 @@ def open_sealer(cfg: ControllerConfig, *, create: bool = True) -> Sealer | None:
         raise StartupError(str(err)) from None
 
 
-def open_backend(pool: PoolConfig, cfg: ControllerConfig) -> Backend:
+def open_backend(pool: PoolConfig, cfg: ControllerConfig) -> LegacyBackend:
     """The pool's backend; one it cannot make (its executor program is missing, say) is a
     StartupError naming the pool, as `check` reports it."""
     try:
@@ -126,7 +126,7 @@ class Controller:
         cfg: ControllerConfig,
         *,
         metrics: Metrics | None = None,
-        backends: Mapping[str, Backend] | None = None,
+        backends: Mapping[str, LegacyBackend] | None = None,
     ) -> None:
         """`backends` replaces the configured backend of the named pools (tests wrap one)."""
         self.cfg = cfg

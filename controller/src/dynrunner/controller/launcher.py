@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from dynrunner.controller import contract
-from dynrunner.controller.backends.base import Backend
+from dynrunner.controller.backends.base import LegacyBackend
 from dynrunner.controller.capacity import Capacity
 from dynrunner.controller.finalize import finalize_failed, finalize_task
 from dynrunner.controller.launched import LaunchRecord
@@ -92,7 +92,7 @@ class Launcher:
         self,
         pool: str,
         *,
-        backend: Backend,
+        backend: LegacyBackend,
         source: DeliverySource,
         sealer: Sealer,
         record: LaunchRecord,

@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from dynrunner.controller.backends.base import Backend, Environment, Observation, Phase
+from dynrunner.controller.backends.base import Environment, LegacyBackend, Observation, Phase
 from dynrunner.controller.capacity import Capacity
 from dynrunner.controller.finalize import FinalizeOutcome, finalize_failed
 from dynrunner.controller.logs import log_context
@@ -47,7 +47,7 @@ class PoolWatch:
     """What the reaper needs of one pool."""
 
     name: str
-    backend: Backend
+    backend: LegacyBackend
     capacity: Capacity
     launching: Callable[[], Collection[str]]
     pending: Callable[[], Awaitable[int]] | None = None
