@@ -196,6 +196,7 @@ class NatsConfig(_Model):
     subject_prefix: str = Field(default="dynrunner.assignments", pattern=r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
     registrations_bucket: str = Field(default="DYNRUNNER_REGISTRATIONS", pattern=STREAM_NAME_RE.pattern)
     launched_bucket: str = Field(default="DYNRUNNER_LAUNCHED", pattern=STREAM_NAME_RE.pattern)
+    finalize_bucket: str = Field(default="DYNRUNNER_FINALIZE", pattern=STREAM_NAME_RE.pattern)
     replicas: int = Field(default=1, ge=1, le=5)
     ack_wait_s: float = Field(default=60.0, ge=1, le=3600)
     max_deliver: int = Field(default=5, ge=1, le=100)

@@ -1,0 +1,110 @@
+"""The finalize records' suite: the sealed KV bucket on a real nats-server, and the in-memory
+store the launcher and reaper tests use, keep and refuse alike."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import nats
+import pytest
+from nats.js import JetStreamContext
+
+from dynrunner.controller.config import NatsConfig
+from dynrunner.controller.finalize_records import RECORD_TTL, FinalizeRecord, FinalizeRecords, FinalizeRecordStore
+from dynrunner.controller.sealing import Sealer, SealingError
+from tests.fixtures.nats import MemoryFinalizeRecords, NatsServer
+from tests.integration.controller.infra.samples import RUNNER_TOKEN, TASK_SECRET, make_assignment
+
+SEALER = Sealer(b"f" * 32)
+
+
+@dataclass
+class Store:
+    records: FinalizeRecords
+    raw: dict[str, bytes] | None  # what is stored, by key (memory) …
+    js: JetStreamContext | None  # … or the bucket to read it from
+    bucket: str = ""
+
+    async def stored(self, key: str) -> bytes:
+        if self.raw is not None:
+            return self.raw[key]
+        assert self.js is not None
+        entry = await (await self.js.key_value(self.bucket)).get(key)
+        assert entry.value is not None
+        return entry.value
+
+    async def store(self, key: str, value: bytes) -> None:
+        if self.raw is not None:
+            self.raw[key] = value
+            return
+        assert self.js is not None
+        await (await self.js.key_value(self.bucket)).put(key, value)
+
+
+@pytest.fixture(params=["kv", "memory"])
+async def store(request: pytest.FixtureRequest, nats_config: NatsConfig) -> AsyncIterator[Store]:
+    if request.param == "memory":
+        memory = MemoryFinalizeRecords(SEALER)
+        yield Store(memory, memory.stored, None)
+        return
+    server: NatsServer = request.getfixturevalue("nats_server_module")
+    nc = await nats.connect(server.url)
+    try:
+        js = nc.jetstream()
+        records = await FinalizeRecordStore.open(js, SEALER, nats_config.finalize_bucket)
+        yield Store(records, None, js, nats_config.finalize_bucket)
+    finally:
+        await nc.close()
+
+
+async def test_a_record_is_kept_until_deleted(store: Store) -> None:
+    a = make_assignment("pod", task_id=12)
+    record = FinalizeRecord.of(a)
+    assert await store.records.get(a.assignment_id) is None
+    await store.records.put(record)
+    await store.records.put(record)  # again (a redelivered launch): harmless
+    assert await store.records.get(a.assignment_id) == record
+    assert (record.task_id, record.runner, record.pool) == (12, a.runner, "pod")
+    assert TASK_SECRET in record.masks and RUNNER_TOKEN in record.masks
+    await store.records.delete(a.assignment_id)
+    assert await store.records.get(a.assignment_id) is None
+    await store.records.delete(a.assignment_id)  # what is not there: success
+
+
+async def test_what_is_stored_is_sealed(store: Store) -> None:
+    a = make_assignment()
+    await store.records.put(FinalizeRecord.of(a))
+    stored = await store.stored(a.assignment_id)
+    for secret in (RUNNER_TOKEN, TASK_SECRET, a.runner.uuid, "task-token-Vv1"):
+        assert secret.encode() not in stored
+
+
+async def test_a_record_moved_under_another_assignment_or_altered_does_not_open(store: Store) -> None:
+    a, b = make_assignment(), make_assignment()
+    await store.records.put(FinalizeRecord.of(a))
+    await store.records.put(FinalizeRecord.of(b))
+    await store.store(b.assignment_id, await store.stored(a.assignment_id))
+    with pytest.raises(SealingError):
+        await store.records.get(b.assignment_id)
+    altered = bytearray(await store.stored(a.assignment_id))
+    altered[-20] ^= 1
+    await store.store(a.assignment_id, bytes(altered))
+    with pytest.raises(SealingError):
+        await store.records.get(a.assignment_id)
+    await store.store(a.assignment_id, b"not a record")
+    with pytest.raises(SealingError):
+        await store.records.get(a.assignment_id)
+
+
+async def test_the_bucket_collects_what_a_crash_left_behind(
+    nats_server_module: NatsServer, nats_config: NatsConfig
+) -> None:
+    nc = await nats.connect(nats_server_module.url)
+    try:
+        await FinalizeRecordStore.open(nc.jetstream(), SEALER, nats_config.finalize_bucket)
+        status = await (await nc.jetstream().key_value(nats_config.finalize_bucket)).status()
+        assert status.history == 1
+        assert status.ttl == pytest.approx(RECORD_TTL.total_seconds())
+    finally:
+        await nc.close()
