@@ -28,7 +28,7 @@ from dynrunner.controller.backends.base import Phase
 from dynrunner.controller.backends.local.backend import LocalBackend
 from dynrunner.controller.backends.local.containment import Kind, choose
 from dynrunner.controller.backends.local.isolation import IsolationError, resolve_user, sandbox
-from tests.fixtures.local_backend import assignment, nothing
+from tests.fixtures.local_backend import assignment, launch
 
 NOBODY = "65534"
 
@@ -55,7 +55,7 @@ async def one_mode(base: Path, mode: str, jobs: int) -> list[tuple[float, float]
     times = []
     for i in range(jobs):
         start = time.perf_counter()
-        env = await b.create(assignment(f"00000000-0000-4000-8000-{i:012d}"), nothing)
+        env = await launch(b, assignment(f"00000000-0000-4000-8000-{i:012d}"))
         for _ in itertools.count():
             if (await b.observe(env)).phase is Phase.SUCCEEDED:
                 break

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from dynrunner.controller.backends.base import BeforeStart, Environment
+from dynrunner.controller.backends.base import Environment
 from dynrunner.controller.backends.local.backend import LocalBackend
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.proto.assignment import Assignment
@@ -84,17 +84,16 @@ async def test_a_publish_failure_after_the_claim_finalizes_the_task(
 
 class CrashAfterCreate(DelegatingBackend):
     """A LocalBackend whose first `create` makes the environment and then hangs, as if the
-    launcher died before acknowledging; the test then kills that launcher."""
+    launcher died before acknowledging (and before following its start); the test then kills
+    that launcher."""
 
     def __init__(self, inner: LocalBackend) -> None:
         super().__init__(inner)
         self.created = asyncio.Event()
         self.crashed = False
 
-    async def create(
-        self, assignment: Assignment, before_start: BeforeStart, *, stream_seq: int | None = None
-    ) -> Environment:
-        env = await self.inner.create(assignment, before_start, stream_seq=stream_seq)
+    async def create(self, assignment: Assignment, *, stream_seq: int | None = None) -> Environment:
+        env = await self.inner.create(assignment, stream_seq=stream_seq)
         if not self.crashed:
             self.crashed = True
             self.created.set()
@@ -119,8 +118,9 @@ async def test_redelivery_after_a_launcher_crash_runs_the_job_once(
     for launch in list(launcher._launches):
         launch.cancel()
     await first.__aexit__(None, None, None)
-    # A new controller gets the assignment again after ack-wait; the environment exists, so
-    # it only acknowledges it, and the reaper reaps the one execution.
+    # A new controller finds the environment still starting and starts it (its reaper hands it
+    # to a start follower); the assignment comes again after ack-wait, finds the environment,
+    # starts nothing twice and is acknowledged; the reaper reaps the one execution.
     async with in_process(cfg):
         done = await wait_run_done(gitea, run.id)
         assert done.status == "success"

@@ -1,23 +1,25 @@
 """End to end (real executor): a controller killed between creating a job's environment and
-starting its executor resumes the job instead of failing it (issue 14, item 4).
+starting its executor resumes the job instead of failing it (issue 14, item 4; issue 9's
+handshake).
 
-The controller (a child process) kills itself with SIGKILL where the launcher would start
-the executor (`tests/fixtures/crash_points.py`, `before-start`): the environment exists,
-its executor never ran, the assignment's delivery is unacknowledged. The ordinary
-`dynrunner-controller run` then restarts on the same state.
+The controller (a child process) kills itself with SIGKILL (`tests/fixtures/crash_points.py`)
+either right after creating the environment, before acknowledging its delivery
+(`before-ack`), or once the delivery is acknowledged and the start follower is about to let
+the executor start (`before-start`): the environment exists, its executor never ran. The
+ordinary `dynrunner-controller run` then restarts on the same state: its reaper finds the
+environment still starting and follows its start again, which starts the executor; a
+redelivery of an unacknowledged assignment finds the environment and starts nothing twice.
 
-In production the restarted reaper met that environment 30 s after its creation (the local
-backend's start grace: no executor yet, so "start-failed") while the redelivery comes only
-after `ackWaitSeconds` (60 s) — it finalized the task failed before the job could resume.
-Here ack-wait is 4 s, so the environment's creation time is moved 60 s back before the
-restart: the same order of events, in seconds. The reaper must leave the environment alone
-while JetStream holds its assignment unacknowledged; the redelivery starts the executor.
+The environment's creation time is moved 60 s back before the restart: a start nobody took
+is waited for (until the job's deadline), not declared failed after the start grace.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+
+import pytest
 
 from dynrunner.controller.backends.local.layout import Layout
 from dynrunner.doubles.gitea import GiteaDouble
@@ -33,8 +35,9 @@ from tests.e2e.harness import (
 )
 
 
+@pytest.mark.parametrize("crash", ["before-ack", "before-start"])
 async def test_a_launch_killed_before_the_executor_started_resumes_and_succeeds_once(
-    gitea: GiteaDouble, nats_url: str, tmp_path: Path
+    gitea: GiteaDouble, nats_url: str, tmp_path: Path, crash: str
 ) -> None:
     ran = tmp_path / "ran.log"
     state = tmp_path / "state"
@@ -49,7 +52,7 @@ async def test_a_launch_killed_before_the_executor_started_resumes_and_succeeds_
     controller = Subprocess(data, tmp_path)
     run = gitea.submit("owner/repo", recording_workflow(ran))
     try:
-        controller.start(crash="before-start")
+        controller.start(crash=crash)
         await controller.crashed()
         [env_dir] = (state / "local" / "local").iterdir()
         layout = Layout(env_dir)
@@ -70,6 +73,6 @@ async def test_a_launch_killed_before_the_executor_started_resumes_and_succeeds_
     log = controller.log()
     assert done.status == "success", log[-3000:]
     assert recorded(ran) == ["job0"]
-    assert "its launch was interrupted; leaving it to the assignment's redelivery" in log
     assert "[start-failed]" not in log
+    assert log.count("started executor pid") == 1, log[-3000:]
     assert_only_armed_runners(gitea, kills=1)

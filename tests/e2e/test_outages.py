@@ -19,7 +19,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from dynrunner.controller.backends.base import BeforeStart, Environment
+from dynrunner.controller.backends.base import Environment
 from dynrunner.controller.backends.local.backend import LocalBackend
 from dynrunner.controller.claimer import ERROR_BACKOFF_MAX_S
 from dynrunner.controller.config import ControllerConfig
@@ -183,12 +183,10 @@ class GatedCreate:
         self.waiting = asyncio.Event()
         self.gate = asyncio.Event()
 
-    async def create(
-        self, assignment: Assignment, before_start: BeforeStart, *, stream_seq: int | None = None
-    ) -> Environment:
+    async def create(self, assignment: Assignment, *, stream_seq: int | None = None) -> Environment:
         self.waiting.set()
         await self.gate.wait()
-        return await self.inner.create(assignment, before_start, stream_seq=stream_seq)
+        return await self.inner.create(assignment, stream_seq=stream_seq)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dynrunner.controller.assignments import AssignmentLog
-from dynrunner.controller.backends.base import BackendError, Environment, LegacyBackend, ReportsIsolation
+from dynrunner.controller.backends.base import Backend, BackendError, Environment, ReportsIsolation, Watches
 from dynrunner.controller.backends.registry import create_backend
 from dynrunner.controller.cache.grants import CacheGrants
 from dynrunner.controller.capacity import Capacity
@@ -26,6 +27,7 @@ from dynrunner.controller.claim_assignment import ClaimSettings
 from dynrunner.controller.claimer import Claimer, pool_pacer
 from dynrunner.controller.config import GITEA_ENDLESS_TASK_MINUTES, ControllerConfig, PoolConfig
 from dynrunner.controller.embedded_nats import EmbeddedNats
+from dynrunner.controller.finalize_records import FinalizeRecordStore
 from dynrunner.controller.health import HealthServer
 from dynrunner.controller.launched import LaunchedRecord
 from dynrunner.controller.launcher import Launcher
@@ -66,7 +68,7 @@ class StartupError(RuntimeError):
 @dataclass
 class Pool:
     config: PoolConfig
-    backend: LegacyBackend
+    backend: Backend
     capacity: Capacity
     claimers: list[Claimer]
     launcher: Launcher
@@ -111,7 +113,7 @@ def open_sealer(cfg: ControllerConfig, *, create: bool = True) -> Sealer | None:
         raise StartupError(str(err)) from None
 
 
-def open_backend(pool: PoolConfig, cfg: ControllerConfig) -> LegacyBackend:
+def open_backend(pool: PoolConfig, cfg: ControllerConfig) -> Backend:
     """The pool's backend; one it cannot make (its executor program is missing, say) is a
     StartupError naming the pool, as `check` reports it."""
     try:
@@ -126,7 +128,7 @@ class Controller:
         cfg: ControllerConfig,
         *,
         metrics: Metrics | None = None,
-        backends: Mapping[str, LegacyBackend] | None = None,
+        backends: Mapping[str, Backend] | None = None,
     ) -> None:
         """`backends` replaces the configured backend of the named pools (tests wrap one)."""
         self.cfg = cfg
@@ -137,6 +139,7 @@ class Controller:
         self.pools: dict[str, Pool] = {}
         self.health_url = ""
         self._log: AssignmentLog | None = None
+        self._reaper: Reaper | None = None
         self._embedded: EmbeddedNats | None = None
         self._claimed_lines = ClaimedLines()
         self._token = RegistrationToken.from_config(cfg.gitea)
@@ -160,23 +163,29 @@ class Controller:
             self.metrics.nats_connected.set_function(lambda: float(self._log is not None and self._log.nc.is_connected))
             store = await RegistrationStore.open(self._log, sealer)
             record = await LaunchedRecord.open(self._log.js, cfg.nats.launched_bucket, replicas=cfg.nats.replicas)
+            records = await FinalizeRecordStore.open(
+                self._log.js, sealer, cfg.nats.finalize_bucket, replicas=cfg.nats.replicas
+            )
             gitea = GiteaClient(cfg.gitea.url, timeout_s=cfg.gitea.request_timeout_s)
             await self._probe_gitea()
             if cfg.cache.enabled:
                 await self._start_cache(stack)
             for pool_cfg in cfg.pools:
-                pool = await self._build_pool(pool_cfg, gitea, store, sealer, record)
+                pool = await self._build_pool(pool_cfg, gitea, store, sealer, record, records)
                 stack.push_async_callback(pool.backend.aclose)
                 self.pools[pool_cfg.name] = pool
-            reaper = Reaper(
+            self._reaper = reaper = Reaper(
                 [
                     PoolWatch(
                         name=p.config.name,
                         backend=p.backend,
                         capacity=p.capacity,
-                        launching=lambda p=p: p.launcher.launching,  # type: ignore[misc]
+                        launching=p.launcher.busy,
+                        records=records,
+                        follow=p.launcher.starts.follow,
                         pending=lambda name=p.config.name: self._pending(name),  # type: ignore[misc]
                         unacknowledged=self._unacknowledged,
+                        watched=isinstance(p.backend, Watches),
                     )
                     for p in self.pools.values()
                 ],
@@ -223,6 +232,7 @@ class Controller:
         store: RegistrationStore,
         sealer: Sealer,
         record: LaunchedRecord,
+        records: FinalizeRecordStore,
     ) -> Pool:
         assert self._log is not None
         name = pool_cfg.name
@@ -233,11 +243,6 @@ class Controller:
             for warning in isolation.warnings:
                 log.warning("pool %s: %s", name, warning)
         capacity = Capacity(name, pool_cfg.max_concurrency)
-        envs = await backend.list_owned()
-        pending = await self._log.pending(name)
-        capacity.restore((e.assignment_id for e in envs), pending)
-        if envs or pending:
-            log.info("pool %s: recovered %d environments and %d queued assignments", name, len(envs), pending)
         if pool_cfg.job_timeout_minutes > GITEA_ENDLESS_TASK_MINUTES:
             log.warning(
                 "pool %s: jobTimeoutMinutes is %d, but Gitea stops every task that runs longer than its [actions] "
@@ -294,10 +299,12 @@ class Controller:
             source=self._log,
             sealer=sealer,
             record=record,
+            records=records,
             gitea=gitea,
             capacity=capacity,
             metrics=self.metrics,
             claimed_lines=self._claimed_lines,
+            on_released=lambda assignment_id: self._wake(name, assignment_id),
         )
         return Pool(pool_cfg, backend, capacity, claimers, launcher)
 
@@ -306,6 +313,20 @@ class Controller:
             return lambda err: self.metrics.errors.labels(pool=pool, kind=kind).inc()
 
         async with asyncio.TaskGroup() as tg:
+            watching = [
+                tg.create_task(
+                    supervise(
+                        f"watch {name}",
+                        functools.partial(p.backend.watch, functools.partial(self._wake, name)),
+                        on_error=counted(name, "watch"),
+                    ),
+                    name=f"watch-{name}",
+                )
+                for name, p in self.pools.items()
+                if isinstance(p.backend, Watches)
+            ]
+            for p in self.pools.values():
+                await self._recover(p)
             reaping = tg.create_task(supervise("reaper", reaper.run, stop=stop), name="reaper")
             launching = [
                 tg.create_task(
@@ -342,6 +363,25 @@ class Controller:
             await self._claimed_lines.flush()  # claims published but not launched: their first line
             reaper.stop()
             await reaping
+            for task in watching:
+                task.cancel()
+            await asyncio.gather(*watching, return_exceptions=True)
+
+    async def _recover(self, pool: Pool) -> None:
+        """Capacity for the environments that exist and the assignments still queued (a
+        watching backend answers once its watch has synced)."""
+        assert self._log is not None
+        name = pool.config.name
+        envs = await pool.backend.list_owned()
+        pending = await self._log.pending(name)
+        pool.capacity.restore((e.assignment_id for e in envs), pending)
+        if envs or pending:
+            log.info("pool %s: recovered %d environments and %d queued assignments", name, len(envs), pending)
+
+    def _wake(self, pool: str, assignment_id: str | None) -> None:
+        """A backend's watch or a start follower says an environment may have changed."""
+        if self._reaper is not None:
+            self._reaper.wake(pool, assignment_id)
 
     async def _pending(self, pool: str) -> int:
         assert self._log is not None

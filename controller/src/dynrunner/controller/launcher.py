@@ -2,18 +2,19 @@
 
 For each delivery: open the sealed assignment — refusing (dropping, logging and counting,
 never running or reporting anything) one that does not authenticate with the controller's
-key or belongs to another pool — take its capacity permit, and create its
-environment idempotently. While the environment is being made the launcher keeps the
-delivery alive (`in_progress`), heartbeats the task in Gitea and writes stage lines; right
-before the executor may start, it writes the last stage line and stops heartbeating (the
-executor owns the log and the task state from then on). The delivery is acknowledged once
-the environment exists. A failure naks it for another attempt after a backoff; the last
-attempt finalizes the task failed with the reason and terminates the message.
+key or belongs to another pool — take its capacity permit, write the task's finalize
+record (`finalize_records`: what finalizing it needs, kept outside the environment), and
+create the environment idempotently, keeping the delivery alive (`in_progress`) and
+heartbeating the task meanwhile. The delivery is acknowledged as soon as the environment's
+objects exist, and its start is handed to `Starts` (stage lines and heartbeats until the
+executor runs): a launch slot is held for the create only, never for an image pull. A
+failure naks the delivery for another attempt after a backoff; the last attempt finalizes
+the task failed with the reason and terminates the message.
 
 A redelivered assignment whose environment exists already (the previous launcher died
-between creating and acknowledging) is acknowledged once the environment's executor runs:
-one the earlier attempt never started is started now. The environment records the
-delivery's stream sequence, so until then the reaper leaves it alone.
+between creating and acknowledging) is completed (`create` is idempotent), acknowledged and
+its start followed: one the earlier attempt never started is started now. The environment
+records the delivery's stream sequence, so until then the reaper leaves it alone.
 Replays are refused: the launch record (`launched`) names the stream message each assignment
 was launched from, and any other message of that assignment is dropped; so is one whose
 deadline has passed.
@@ -31,25 +32,19 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from datetime import UTC, datetime
 from typing import Protocol
 
-from dynrunner.controller import contract
-from dynrunner.controller.backends.base import LegacyBackend
+from dynrunner.controller.backends.base import Backend
 from dynrunner.controller.capacity import Capacity
-from dynrunner.controller.finalize import finalize_failed, finalize_task
+from dynrunner.controller.finalize import finalize_failed
+from dynrunner.controller.finalize_records import FinalizeRecord, FinalizeRecords
 from dynrunner.controller.launched import LaunchRecord
 from dynrunner.controller.logs import log_context
 from dynrunner.controller.loops import Backoff
 from dynrunner.controller.metrics import Metrics
 from dynrunner.controller.sealing import ForgedAssignment, Sealer, SealingError
-from dynrunner.controller.stagelog import (
-    HEARTBEAT_INTERVAL_S,
-    LAST_STAGE_RETRY,
-    ClaimedLines,
-    Heartbeat,
-    StageLog,
-    TaskEnded,
-)
+from dynrunner.controller.stagelog import HEARTBEAT_INTERVAL_S, ClaimedLines, Heartbeat, TaskEnded
+from dynrunner.controller.starts import Starts, end_cancelled
 from dynrunner.proto.assignment import Assignment, SealedAssignment
-from dynrunner.proto.gitea import GiteaClient, GiteaError, LogRow, Result, RunnerCredentials
+from dynrunner.proto.gitea import GiteaClient, RunnerCredentials
 
 log = logging.getLogger(__name__)
 
@@ -92,31 +87,52 @@ class Launcher:
         self,
         pool: str,
         *,
-        backend: LegacyBackend,
+        backend: Backend,
         source: DeliverySource,
         sealer: Sealer,
         record: LaunchRecord,
+        records: FinalizeRecords,
         gitea: GiteaClient,
         capacity: Capacity,
         metrics: Metrics,
         concurrency: int = LAUNCH_CONCURRENCY,
         heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S,
         claimed_lines: ClaimedLines | None = None,
+        on_released: Callable[[str], None] = lambda _: None,
     ) -> None:
+        """`on_released(assignment_id)`: a launch or a start follower let go of an environment
+        (the reaper, which leaves those alone meanwhile, looks at it again)."""
         self.pool = pool
         self._backend = backend
         self._source = source
         self._sealer = sealer
         self._record = record
+        self._records = records
         self._gitea = gitea
         self._capacity = capacity
         self._metrics = metrics
         self._concurrency = concurrency
         self._heartbeat_interval_s = heartbeat_interval_s
         self._claimed_lines = claimed_lines
+        self._on_released = on_released
         self._launches: set[asyncio.Task[None]] = set()
         self.launching: set[str] = set()
-        """Assignment ids being launched right now (the reaper leaves them alone)."""
+        """Assignment ids being launched right now."""
+        self.starts = Starts(
+            pool,
+            backend=backend,
+            gitea=gitea,
+            records=records,
+            capacity=capacity,
+            metrics=metrics,
+            claimed_lines=claimed_lines,
+            heartbeat_interval_s=heartbeat_interval_s,
+            on_end=on_released,
+        )
+
+    def busy(self) -> set[str]:
+        """Assignment ids being launched or whose start is followed (the reaper leaves them alone)."""
+        return self.launching | self.starts.ids()
 
     async def run(self) -> None:
         """Pull and launch until cancelled; launches in hand are finished first (`drain`).
@@ -147,6 +163,7 @@ class Launcher:
             if isinstance(deliveries, AsyncGenerator):
                 await deliveries.aclose()
             await self.drain()
+            await self.starts.aclose()
 
     async def drain(self) -> None:
         """Wait for launches in hand (shielded from the caller's cancellation)."""
@@ -186,6 +203,7 @@ class Launcher:
                 log.exception("launch of %s failed unexpectedly", assignment.assignment_id)
             finally:
                 self.launching.discard(assignment.assignment_id)
+                self._on_released(assignment.assignment_id)
 
     async def _admit(self, delivery: Delivery, assignment: Assignment) -> bool:
         """Launch (or resume) only the message this assignment is recorded for, before its
@@ -234,37 +252,26 @@ class Launcher:
             await self._give_up(delivery, assignment, client, reason)
             return
         heartbeat = Heartbeat(client, task_id, interval_s=self._heartbeat_interval_s)
+        record = FinalizeRecord.of(assignment)
         try:
             async with delivery.keep_alive():
                 existing = await self._backend.find(assignment.assignment_id)
                 if existing is not None:
-                    log.info("environment %s exists already (redelivery); acknowledging", existing.name)
-                    await self._write_claimed_line(assignment.assignment_id)  # before an executor may start
-                    await self._backend.create(assignment, _nothing_to_say, stream_seq=delivery.stream_seq)
+                    log.info("environment %s exists already (redelivery); completing and acknowledging", existing.name)
                 else:
                     claim_age = (datetime.now(UTC) - assignment.claimed_at).total_seconds()
                     if delivery.num_delivered > 1 or claim_age > STALE_CLAIM_S:
                         # An earlier attempt may have run the job already and its environment
                         # been reaped since: only a task still running in Gitea is launched.
                         await heartbeat.beat()
-                    # Otherwise the claim just refreshed the task in Gitea: the first beat is
-                    # due after one interval (a launch that fast costs Gitea nothing extra).
-                    heartbeat.start()
-
-                    async def before_start() -> None:
-                        await heartbeat.stop()
-                        if heartbeat.ended is not None:
-                            raise heartbeat.ended
-                        name = contract.environment_name(assignment.assignment_id)
-                        claimed = await self._take_claimed_line(assignment.assignment_id)
-                        await StageLog(client, task_id, next_index=0 if claimed else 1).write(
-                            f"environment {name} created ({self._backend.name}); starting the executor",
-                            before=claimed,
-                            retry=LAST_STAGE_RETRY,
-                        )
-
-                    await self._backend.create(assignment, before_start, stream_seq=delivery.stream_seq)
-                    await heartbeat.stop()  # in case the backend found it started and never called before_start
+                # Otherwise the claim just refreshed the task in Gitea: the first beat is due
+                # after one interval (a launch that fast costs Gitea nothing extra).
+                heartbeat.start()
+                await self._records.put(record)
+                env = await self._backend.create(assignment, stream_seq=delivery.stream_seq)
+                if heartbeat.ended is not None:
+                    raise heartbeat.ended
+                if existing is None:
                     self._metrics.claimed_to_launched.labels(pool=self.pool).observe(
                         (datetime.now(UTC) - assignment.claimed_at).total_seconds()
                     )
@@ -294,6 +301,8 @@ class Launcher:
                 )
                 await delivery.nak(delay)
         else:
+            # Followed from here on, with the same heartbeat (no gap, no extra beat).
+            self.starts.follow(env, record=record, heartbeat=heartbeat, fresh=existing is None)
             await self._done(delivery, assignment.assignment_id)
             await self._acknowledge(delivery)
 
@@ -329,13 +338,7 @@ class Launcher:
         """The run was cancelled (or Gitea gave up on the task) before the executor started."""
         log.info("%s; not starting it", ended)
         await self._write_claimed_line(assignment.assignment_id)
-        if ended.result is not None:
-            # The runner still exists (cancelling handshake): close the log and end the task so
-            # Gitea deletes the runner; otherwise Gitea did both already.
-            with contextlib.suppress(GiteaError):
-                await finalize_task(
-                    client, assignment.task.id, Result.CANCELLED, ["the job was cancelled before it started"]
-                )
+        await end_cancelled(client, assignment.task.id, ended)
         self._metrics.results.labels(pool=self.pool, result="cancelled").inc()
         await self._remove(assignment.assignment_id)
         await self._done(delivery, assignment.assignment_id)
@@ -369,25 +372,24 @@ class Launcher:
             log.error("assignment cannot be unsealed (attempt %d): %s", delivery.num_delivered, err)
             await delivery.nak(nak_delay(delivery.num_delivered))
 
-    async def _take_claimed_line(self, assignment_id: str) -> list[LogRow]:
-        return await self._claimed_lines.take(assignment_id) if self._claimed_lines is not None else []
-
     async def _write_claimed_line(self, assignment_id: str) -> None:
         """Before a task is finalized here: its claim line first, if still held back."""
         if self._claimed_lines is not None:
             await self._claimed_lines.write(assignment_id)
 
     async def _remove(self, assignment_id: str) -> None:
+        """Delete what was made for the assignment (its task is finalized)."""
         try:
             env = await self._backend.find(assignment_id)
             if env is not None:
                 await self._backend.delete(env)
         except Exception as err:
             log.warning("could not remove the environment of %s: %s (the reaper will)", assignment_id, err)
-
-
-async def _nothing_to_say() -> None:
-    return None
+            return
+        try:
+            await self._records.delete(assignment_id)
+        except Exception as err:
+            log.warning("the finalize record of %s stays until it expires: %s", assignment_id, err)
 
 
 def _describe(err: BaseException) -> str:

@@ -42,19 +42,20 @@ class StageLog:
     """Appends controller lines to one task's log, at the server's ack index.
 
     `next_index` is where the caller believes the log ends (0 for a task just claimed, 1
-    for the launcher: the claimer wrote one line). A guess past the end costs one more call:
-    Gitea writes nothing, answers its ack index, and we append there. A guess short of the
-    end makes Gitea take our first rows for ones it has; the launcher's guess can only be
-    short after an earlier attempt wrote the very same line.
+    for the launcher: the claimer wrote one line; None when it cannot know, e.g. following a
+    start again after a restart: Gitea is asked first, with an empty UpdateLog). A guess
+    past the end costs one more call: Gitea writes nothing, answers its ack index, and we
+    append there. A guess short of the end makes Gitea take our first rows for ones it has;
+    the launcher's guess can only be short after an earlier attempt wrote the very same line.
     """
 
-    def __init__(self, client: GiteaClient, task_id: int, *, next_index: int = 0) -> None:
+    def __init__(self, client: GiteaClient, task_id: int, *, next_index: int | None = 0) -> None:
         self._client = client
         self._task_id = task_id
         self._next = next_index
 
     @property
-    def next_index(self) -> int:
+    def next_index(self) -> int | None:
         return self._next
 
     async def write(self, *lines: str, before: Sequence[LogRow] = (), retry: RetryPolicy = STAGE_RETRY) -> bool:
@@ -62,6 +63,8 @@ class StageLog:
         could not take them within `retry` (the launch goes on regardless)."""
         new_rows = [*before, *rows(lines)]
         try:
+            if self._next is None:
+                self._next = await self._client.update_log(self._task_id, 0, [], retry=retry)
             for _ in range(3):
                 ack = await self._client.update_log(self._task_id, self._next, new_rows, retry=retry)
                 if ack == self._next + len(new_rows):
@@ -124,6 +127,11 @@ class Heartbeat:
 
     def start(self) -> None:
         self._task = asyncio.create_task(self.run(), name=f"heartbeat-{self._task_id}")
+
+    @property
+    def task(self) -> asyncio.Task[None] | None:
+        """The beating loop while it runs (done once it learned the task ended)."""
+        return self._task
 
     def cancel(self) -> None:
         """Stop at once (the launch itself was cancelled)."""

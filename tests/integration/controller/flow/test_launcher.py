@@ -7,14 +7,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from dynrunner.controller.backends.base import BeforeStart, Environment
+from dynrunner.controller.backends.base import Environment, StartEvent, StartStage
 from dynrunner.controller.backends.local.backend import LocalBackend
 from dynrunner.controller.capacity import Capacity
 from dynrunner.controller.claim_assignment import ClaimSettings, build_assignment
@@ -25,11 +27,11 @@ from dynrunner.controller.registrations_store import ArmedRegistration
 from dynrunner.controller.sealing import Sealer
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.proto.assignment import Assignment, SealedAssignment
-from dynrunner.proto.gitea import GiteaClient, RunnerCredentials
+from dynrunner.proto.gitea import GiteaClient, RunnerCredentials, TaskState
 from tests.e2e.harness import fake_executor_command, wait_for
 from tests.fixtures.backends import DelegatingBackend
 from tests.fixtures.faults import FaultProxy
-from tests.fixtures.nats import MemoryLaunchRecord
+from tests.fixtures.nats import MemoryFinalizeRecords, MemoryLaunchRecord
 
 WORKFLOW = "on: push\njobs:\n  build:\n    runs-on: [self-hosted]\n    steps:\n      - run: echo\n"
 SEALER = Sealer(b"s" * 32)
@@ -76,14 +78,12 @@ class Gate(DelegatingBackend):
         self.open = asyncio.Event()
         self.fail = fail
 
-    async def create(
-        self, assignment: Assignment, before_start: BeforeStart, *, stream_seq: int | None = None
-    ) -> Environment:
+    async def create(self, assignment: Assignment, *, stream_seq: int | None = None) -> Environment:
         self.entered.set()
         await self.open.wait()
         if self.fail:
             raise OSError("no space left on device")
-        return await self.inner.create(assignment, before_start, stream_seq=stream_seq)
+        return await self.inner.create(assignment, stream_seq=stream_seq)
 
 
 async def claimed_assignment(
@@ -120,6 +120,7 @@ def launcher(
     pool: str = "local",
     url: str | None = None,
     record: MemoryLaunchRecord | None = None,
+    records: MemoryFinalizeRecords | None = None,
 ) -> Launcher:
     return Launcher(
         pool,
@@ -127,6 +128,7 @@ def launcher(
         source=None,  # type: ignore[arg-type]
         sealer=sealer,
         record=record or MemoryLaunchRecord(),
+        records=records if records is not None else MemoryFinalizeRecords(),
         gitea=GiteaClient(url or gitea.url),
         capacity=capacity,
         metrics=metrics,
@@ -226,11 +228,9 @@ class Recording(DelegatingBackend):
         super().__init__(inner)
         self.created: list[Assignment] = []
 
-    async def create(
-        self, assignment: Assignment, before_start: BeforeStart, *, stream_seq: int | None = None
-    ) -> Environment:
+    async def create(self, assignment: Assignment, *, stream_seq: int | None = None) -> Environment:
         self.created.append(assignment)
-        return await self.inner.create(assignment, before_start, stream_seq=stream_seq)
+        return await self.inner.create(assignment, stream_seq=stream_seq)
 
 
 def tampered(sealed: SealedAssignment) -> SealedAssignment:
@@ -375,20 +375,19 @@ async def test_an_unconfirmed_answer_to_an_unopenable_assignment_is_logged_not_r
     assert caplog.text.count("nats: timeout") >= 2
 
 
-class StartedElsewhere(Gate):
-    """`create` finds the environment made by a concurrent attempt and does not start it again,
-    so the launcher's `before_start` is never called."""
+class StartedElsewhere(DelegatingBackend):
+    """The executor starts without a STARTING event (as a kubelet starts it): the follower
+    never gets to stop the heartbeat before a start of its own."""
 
-    async def create(
-        self, assignment: Assignment, before_start: BeforeStart, *, stream_seq: int | None = None
-    ) -> Environment:
-        async def nothing() -> None:
-            return None
-
-        return await self.inner.create(assignment, nothing, stream_seq=stream_seq)
+    async def follow_start(self, env: Environment) -> AsyncIterator[StartEvent]:
+        async for _ in self.inner.follow_start(env):
+            pass
+        yield StartEvent(StartStage.STARTED)
 
 
-async def test_the_heartbeat_stops_even_when_the_backend_started_nothing(gitea: GiteaDouble, tmp_path: Path) -> None:
+async def test_the_heartbeat_stops_when_the_executor_started_without_a_starting_event(
+    gitea: GiteaDouble, tmp_path: Path
+) -> None:
     """Left beating, the controller's UpdateTask (without the executor's steps) would make the
     executor's finished steps look running again in Gitea."""
     sealed = await claimed_assignment(gitea)
@@ -396,8 +395,9 @@ async def test_the_heartbeat_stops_even_when_the_backend_started_nothing(gitea: 
     delivery = FakeDelivery(sealed)
     await launcher(gitea, backend, Capacity("local", 1), Metrics())._launch(delivery)  # type: ignore[arg-type]
     assert delivery.calls == ["ack"]
+    await wait_for(lambda: gitea.task(sealed.task_id).status == "success", what="the job ran")
     await asyncio.sleep(0.2)
-    assert [t.get_name() for t in asyncio.all_tasks() if t.get_name().startswith("heartbeat-")] == []
+    assert [t.get_name() for t in asyncio.all_tasks() if t.get_name().startswith(("heartbeat-", "start-"))] == []
 
 
 class AckLost(FakeDelivery):
@@ -427,3 +427,119 @@ async def test_an_unconfirmed_ack_leaves_the_started_job_alone(
     await wait_for(lambda: gitea.task(sealed.task_id).status == "success", what="the job ran")
     assert not metrics.sample("dynrunner_finalized_failed_total", pool="local", reason="launch")
     assert not metrics.sample("dynrunner_errors_total", pool="local", kind="launch")
+
+
+class SlowPull(DelegatingBackend):
+    """A start the backend observes instead of making (a kubelet's): progress lines while an
+    image is "pulled" (until `pulled` is set), then the executor starts, with no STARTING."""
+
+    def __init__(self, inner: LocalBackend) -> None:
+        super().__init__(inner)
+        self.pulled = asyncio.Event()
+
+    async def follow_start(self, env: Environment) -> AsyncIterator[StartEvent]:
+        yield StartEvent(StartStage.PROGRESS, "pod scheduled on node n1")
+        yield StartEvent(StartStage.PROGRESS, "pulling image registry.example/executor:1")
+        began = time.monotonic()
+        await self.pulled.wait()
+        yield StartEvent(StartStage.PROGRESS, f"image pulled in {time.monotonic() - began:.1f}s")
+        async for event in self.inner.follow_start(env):
+            if event.stage.final:
+                yield event
+
+
+def count_update_tasks(monkeypatch: pytest.MonkeyPatch) -> dict[int, int]:
+    """UpdateTask calls this process makes, by task id (the controller's heartbeats)."""
+    calls: dict[int, int] = {}
+    update_task = GiteaClient.update_task
+
+    async def counted(self: GiteaClient, state: TaskState, *args: Any, **kwargs: Any) -> Any:
+        calls[state.id] = calls.get(state.id, 0) + 1
+        return await update_task(self, state, *args, **kwargs)
+
+    monkeypatch.setattr(GiteaClient, "update_task", counted)
+    return calls
+
+
+async def test_a_slow_start_is_followed_with_stage_lines_and_heartbeats_but_holds_no_launch_slot(
+    gitea: GiteaDouble, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    beats = count_update_tasks(monkeypatch)
+    sealed = await claimed_assignment(gitea)
+    backend = SlowPull(LocalBackend("local", tmp_path / "root", fake_executor_command()))
+    capacity = Capacity("local", 2)
+    launch = launcher(gitea, backend, capacity, Metrics())
+    delivery = FakeDelivery(sealed)
+    await asyncio.wait_for(launch._launch(delivery), 5)  # type: ignore[arg-type]
+    # The delivery is answered and the launch is over while the image is still being pulled.
+    assert delivery.calls == ["ack"]
+    assert launch.launching == set() and launch.busy() == {sealed.assignment_id}
+    assert capacity.holds(sealed.assignment_id)
+    await wait_for(lambda: len(gitea.task(sealed.task_id).log_rows) == 2, what="the progress lines")
+    await asyncio.sleep(0.5)
+    assert beats.get(sealed.task_id, 0) >= 5, beats  # every 0.05 s while it waits
+    assert gitea.task(sealed.task_id).status == "running"
+    backend.pulled.set()
+    await wait_for(lambda: gitea.task(sealed.task_id).status == "success", what="the job ran")
+    rows = gitea.task(sealed.task_id).log_rows
+    assert rows[:3] == [
+        "[dynrunner] pod scheduled on node n1",
+        "[dynrunner] pulling image registry.example/executor:1",
+        rows[2],
+    ]
+    assert rows[2].startswith("[dynrunner] image pulled in ") and len(rows) > 3
+    assert not any(row.startswith("[dynrunner]") for row in rows[3:]), rows  # the executor's own from here
+    assert launch.busy() == set()
+    stopped = beats[sealed.task_id]
+    await asyncio.sleep(0.2)
+    assert beats[sealed.task_id] == stopped  # no heartbeat once the executor runs
+
+
+async def test_a_run_cancelled_during_a_slow_start_is_not_started(gitea: GiteaDouble, tmp_path: Path) -> None:
+    sealed = await claimed_assignment(gitea)
+    backend = SlowPull(LocalBackend("local", tmp_path / "root", fake_executor_command()))
+    capacity, metrics, records = Capacity("local", 2), Metrics(), MemoryFinalizeRecords()
+    launch = launcher(gitea, backend, capacity, metrics, records=records)
+    await launch._launch(FakeDelivery(sealed))  # type: ignore[arg-type]
+    assert list(records.stored) == [sealed.assignment_id]  # written before the environment was made
+    [run] = gitea.runs()
+    gitea.cancel_run(run.id)
+    await wait_for(lambda: launch.busy() == set(), what="the follower gives up")
+    assert not (tmp_path / "root" / sealed.assignment_id).exists()
+    assert not capacity.holds(sealed.assignment_id)
+    assert not (tmp_path / "starts.log").exists()
+    assert metrics.sample("dynrunner_job_results_total", pool="local", result="cancelled") == 1.0
+    assert gitea.task(sealed.task_id).status == "cancelled"
+    assert records.stored == {}
+
+
+async def test_a_start_followed_again_after_a_restart_continues_the_log_where_gitea_has_it(
+    gitea: GiteaDouble, tmp_path: Path
+) -> None:
+    """The controller stopped while an image was pulled; the next one (the reaper hands it the
+    environment) follows the start again with the credentials of the finalize record, appending
+    after what Gitea holds — nothing overwritten, the executor's rows after all of it."""
+    sealed = await claimed_assignment(gitea)
+    backend = SlowPull(LocalBackend("local", tmp_path / "root", fake_executor_command()))
+    records = MemoryFinalizeRecords()
+    first = launcher(gitea, backend, Capacity("local", 2), Metrics(), records=records)
+    await first._launch(FakeDelivery(sealed))  # type: ignore[arg-type]
+    await wait_for(lambda: len(gitea.task(sealed.task_id).log_rows) == 2, what="the progress lines")
+    await first.starts.aclose()  # a shutdown: the start goes on unfollowed
+
+    restarted = launcher(gitea, backend, Capacity("local", 2), Metrics(), records=records)
+    env = await backend.find(sealed.assignment_id)
+    assert env is not None
+    assert restarted.starts.follow(env)
+    await wait_for(lambda: len(gitea.task(sealed.task_id).log_rows) == 4, what="the lines again")
+    backend.pulled.set()
+    await wait_for(lambda: gitea.task(sealed.task_id).status == "success", what="the job ran")
+    rows = gitea.task(sealed.task_id).log_rows
+    assert rows[:4] == [
+        "[dynrunner] pod scheduled on node n1",
+        "[dynrunner] pulling image registry.example/executor:1",
+        "[dynrunner] pod scheduled on node n1",
+        "[dynrunner] pulling image registry.example/executor:1",
+    ]
+    assert rows[4].startswith("[dynrunner] image pulled in ")
+    assert len((tmp_path / "starts.log").read_text().splitlines()) == 1

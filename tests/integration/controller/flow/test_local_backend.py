@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from dynrunner.controller import contract
-from dynrunner.controller.backends.base import FailureReason, Phase
+from dynrunner.controller.backends.base import FailureReason, Phase, StartEvent, StartStage
 from dynrunner.controller.backends.local.backend import LocalBackend
 from dynrunner.controller.backends.local.layout import Layout
 from dynrunner.controller.backends.local.settings import PASSED_ENV, S3_ENV
@@ -25,7 +25,7 @@ from tests.fixtures.local_backend import (
     assignment,
     backend,
     held,
-    nothing,
+    launch,
     observe_until,
     script,
     sleepers,
@@ -36,14 +36,16 @@ async def test_lifecycle_of_a_successful_executor(tmp_path: Path) -> None:
     cmd = script(tmp_path, 'echo "args: $*"; env > "$HOME/env.txt"; pwd > "$HOME/cwd.txt"; exit 0\n')
     b = backend(tmp_path, cmd)
     a = assignment()
-    calls: list[str] = []
-
-    async def before_start() -> None:
-        calls.append("before")
-        assert not Layout(b.root / a.assignment_id).pid_file.exists()
-
-    env = await b.create(a, before_start)
-    assert calls == ["before"]
+    env = await b.create(a)
+    layout = Layout(b.root / a.assignment_id)
+    assert layout.assignment_file.exists() and not layout.pid_file.exists()  # created, not started
+    events = b.follow_start(env)
+    starting = await anext(events)
+    assert starting == StartEvent(StartStage.STARTING, f"environment {env.name} created (local); starting the executor")
+    assert not layout.pid_file.exists() and not layout.start_file.exists()  # not before the next event is asked
+    started = await anext(events)
+    assert started.stage is StartStage.STARTED
+    assert [e async for e in events] == []
     assert env.name == contract.environment_name(a.assignment_id)
     assert env.labels == contract.environment_labels(a)
     assert (await b.find(a.assignment_id)) == env
@@ -51,7 +53,6 @@ async def test_lifecycle_of_a_successful_executor(tmp_path: Path) -> None:
     obs = await observe_until(b, env, Phase.SUCCEEDED)
     assert obs.exit_code == 0
 
-    layout = Layout(b.root / a.assignment_id)
     handed = decode(layout.assignment_file.read_bytes())
     assert stat.S_IMODE(layout.assignment_file.stat().st_mode) == 0o600
     assert handed.task.secrets == {"K": "secret"} and handed.runner.token == "rt"
@@ -61,7 +62,6 @@ async def test_lifecycle_of_a_successful_executor(tmp_path: Path) -> None:
     assert "SECRET_OF_CONTROLLER" not in child_env
     assert f"HOME={layout.home}" in child_env and f"TMPDIR={layout.tmp}" in child_env
     assert f"run --assignment {layout.assignment_file}" in layout.output.read_text()
-    assert (await b.load_assignment(env)).runner.token == "rt"
 
     await b.delete(env)
     assert not layout.dir.exists()
@@ -74,9 +74,11 @@ async def test_create_is_idempotent(tmp_path: Path) -> None:
     cmd = script(tmp_path, 'echo start >> "$HOME/../../starts"; sleep 0.3\n')
     b = backend(tmp_path, cmd)
     a = assignment()
-    first = await b.create(a, nothing)
-    second = await b.create(a, nothing)
+    first = await b.create(a)
+    second = await b.create(a)
     assert first == second
+    for followed in (first, second, first):  # every follower: one start
+        assert [e.stage async for e in b.follow_start(followed)][-1] is StartStage.STARTED
     await observe_until(b, first, Phase.SUCCEEDED)
     assert (b.root / "starts").read_text().count("start") == 1
     await b.delete(first)
@@ -84,7 +86,7 @@ async def test_create_is_idempotent(tmp_path: Path) -> None:
 
 async def test_failed_executor_is_diagnosed_with_its_output(tmp_path: Path) -> None:
     b = backend(tmp_path, script(tmp_path, "echo 'cannot parse payload' >&2; exit 3\n"))
-    env = await b.create(assignment(), nothing)
+    env = await launch(b, assignment())
     obs = await observe_until(b, env, Phase.FAILED)
     diagnosis = obs.diagnosis
     assert diagnosis is not None
@@ -96,7 +98,7 @@ async def test_failed_executor_is_diagnosed_with_its_output(tmp_path: Path) -> N
 
 async def test_missing_program_is_a_start_failure(tmp_path: Path) -> None:
     b = backend(tmp_path, [str(tmp_path / "no-such-executor")])
-    env = await b.create(assignment(), nothing)
+    env = await launch(b, assignment())
     obs = await observe_until(b, env, Phase.FAILED)
     assert obs.diagnosis is not None and obs.diagnosis.reason is FailureReason.START_FAILED
     await b.delete(env)
@@ -105,7 +107,7 @@ async def test_missing_program_is_a_start_failure(tmp_path: Path) -> None:
 async def test_state_survives_a_controller_restart(tmp_path: Path) -> None:
     cmd = script(tmp_path, "sleep 0.5; exit 0\n")
     first = backend(tmp_path, cmd)
-    env = await first.create(assignment(), nothing)
+    env = await launch(first, assignment())
     # A new backend object (a restarted controller) is not the parent of the process.
     second = backend(tmp_path, cmd)
     [found] = await second.list_owned()
@@ -121,7 +123,7 @@ async def test_state_survives_a_controller_restart(tmp_path: Path) -> None:
 async def test_delete_stops_the_whole_process_group(tmp_path: Path, kind: str) -> None:
     n = random.randrange(10**8, 10**9)
     b = backend(tmp_path, script(tmp_path, f"sleep {n} & wait\n"), containment=held(kind, tmp_path))
-    env = await b.create(assignment(), nothing)
+    env = await launch(b, assignment())
     await observe_until(b, env, Phase.RUNNING)
     layout = Layout(b.root / env.assignment_id)
     [grandchild] = await wait_for(lambda: sleepers(n), what="the executor's child")
@@ -132,7 +134,7 @@ async def test_delete_stops_the_whole_process_group(tmp_path: Path, kind: str) -
 
 async def test_a_killed_wrapper_is_vanished(tmp_path: Path) -> None:
     b = backend(tmp_path, script(tmp_path, "sleep 300\n"))
-    env = await b.create(assignment(), nothing)
+    env = await launch(b, assignment())
     await observe_until(b, env, Phase.RUNNING)
     layout = Layout(b.root / env.assignment_id)
     pid = layout.read_int(layout.pid_file)
@@ -145,7 +147,7 @@ async def test_a_killed_wrapper_is_vanished(tmp_path: Path) -> None:
 
 async def test_deadline_exceeded(tmp_path: Path) -> None:
     b = backend(tmp_path, script(tmp_path, "sleep 300\n"), deadline_grace=timedelta(seconds=0))
-    env = await b.create(assignment(deadline=datetime.now(UTC) - timedelta(seconds=1)), nothing)
+    env = await launch(b, assignment(deadline=datetime.now(UTC) - timedelta(seconds=1)))
     obs = await observe_until(b, env, Phase.FAILED)
     assert obs.diagnosis is not None and obs.diagnosis.reason is FailureReason.DEADLINE_EXCEEDED
     await b.delete(env)
@@ -155,17 +157,13 @@ async def test_a_create_interrupted_before_the_start_is_resumed(tmp_path: Path) 
     cmd = script(tmp_path, 'echo start >> "$HOME/../../starts"\n')
     b = backend(tmp_path, cmd)
     a = assignment()
-    layout = Layout(b.root / a.assignment_id)
-    b._prepare(layout, a)  # the crash came after the metadata, before the process started
+    created = await b.create(a)  # the crash came after the environment was made, before its start
     restarted = backend(tmp_path, cmd)
-    said: list[str] = []
-
-    async def before_start() -> None:
-        said.append("resumed")
-
-    env = await restarted.create(a, before_start)
+    env = await restarted.create(a)
+    assert env == created
+    stages = [e.stage async for e in restarted.follow_start(env)]
+    assert stages == [StartStage.STARTING, StartStage.STARTED]
     await observe_until(restarted, env, Phase.SUCCEEDED)
-    assert said == ["resumed"]
     assert (restarted.root / "starts").read_text().count("start") == 1
     await restarted.delete(env)
 
@@ -186,12 +184,12 @@ async def test_the_assignments_stream_sequence_is_recorded_with_the_environment(
     """The launcher passes the delivery's stream sequence; a restarted controller reads it back
     (the reaper asks JetStream whether that message is still unacknowledged)."""
     b = backend(tmp_path, script(tmp_path, "exit 0\n"))
-    env = await b.create(assignment(), nothing, stream_seq=42)
+    env = await launch(b, assignment(), stream_seq=42)
     assert env.stream_seq == 42 and env.labels["dynrunner.io/stream-seq"] == "42"
     [found] = await backend(tmp_path, ["/bin/true"]).list_owned()
     assert found.stream_seq == 42
     await b.delete(env)
-    unrecorded = await b.create(assignment("a1b2c3d4-0000-4000-8000-000000000002"), nothing)
+    unrecorded = await launch(b, assignment("a1b2c3d4-0000-4000-8000-000000000002"))
     assert unrecorded.stream_seq is None and "dynrunner.io/stream-seq" not in unrecorded.labels
     await b.delete(unrecorded)
 
@@ -210,7 +208,7 @@ async def test_delete_stops_what_a_job_left_running_in_other_sessions(tmp_path: 
     n = random.randrange(10**8, 10**9)
     cmd = script(tmp_path, f"setsid sleep {n} > /dev/null 2>&1 &\nsleep 0.3\n")
     b = backend(tmp_path, cmd, containment=held(kind, tmp_path))
-    env = await b.create(assignment(), nothing)
+    env = await launch(b, assignment())
     [orphan] = await wait_for(lambda: sleepers(n), what="the orphan started")
     await observe_until(b, env, Phase.SUCCEEDED)
     await b.delete(env)
@@ -225,7 +223,7 @@ async def test_executor_environment_is_small_and_keeps_path(tmp_path: Path) -> N
 
     async def child_env(passed: tuple[str, ...], aid: str) -> str:
         b = LocalBackend("local", tmp_path / "root", cmd, base_env=base, passed_env=passed)
-        env = await b.create(assignment(aid), nothing)
+        env = await launch(b, assignment(aid))
         await observe_until(b, env, Phase.SUCCEEDED)
         text = (Layout(b.root / aid).home / "env.txt").read_text()
         await b.delete(env)

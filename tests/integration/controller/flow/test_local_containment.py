@@ -23,7 +23,7 @@ from tests.fixtures.local_backend import (
     assignment,
     backend,
     held,
-    nothing,
+    launch,
     observe_until,
     script,
     sleepers,
@@ -49,7 +49,7 @@ async def test_no_daemon_outlives_its_job(tmp_path: Path, kind: str, technique: 
     body = ESCAPES[technique].format(n=n) + '\nwhile [ ! -e "$HOME/go" ]; do sleep 0.02; done\nexit 0\n'
     b = backend(tmp_path, script(tmp_path, body), containment=held(kind, tmp_path))
     assert b.containment.kind is Kind(kind)
-    env = await b.create(assignment(), nothing)
+    env = await launch(b, assignment())
     daemons = await wait_for(lambda: sleepers(n), what="the daemon started")
     tracked = f"RUNNER_TRACKING_ID=dynrunner_{env.assignment_id}".encode()
     assert not any(carries(pid, tracked) for pid in daemons)
@@ -83,7 +83,7 @@ async def test_a_job_cgroup_without_its_environment_is_collected(tmp_path: Path)
     cgroup = held("cgroup-v2", tmp_path)
     n = random.randrange(10**8, 10**9)
     b = backend(tmp_path, script(tmp_path, f"/bin/sleep {n}\n"), containment=cgroup)
-    env = await b.create(assignment(), nothing)
+    env = await launch(b, assignment())
     await wait_for(lambda: sleepers(n), what="the job's process started")
     # Its directory went without its processes being stopped; the controller restarts:
     # orphan collection stops them through the cgroup.
@@ -132,7 +132,7 @@ async def test_a_job_moving_a_daemon_to_another_cgroup_escapes_only_as_root(
         )
     cage = held(kind, host_dir)
     b = LocalBackend("local", root, command, base_env={"PATH": os.defpath}, containment=cage, sandbox=box)
-    env = await b.create(assignment(), nothing)
+    env = await launch(b, assignment())
     layout = Layout(root / env.assignment_id)
     await wait_for((layout.home / "tried").exists, what="the job tried to leave its cgroup")
     moved = (layout.home / "moved").read_text().split() if (layout.home / "moved").exists() else []

@@ -18,14 +18,14 @@ from dynrunner.controller.capacity import Capacity
 from dynrunner.controller.metrics import Metrics
 from dynrunner.controller.reaper import PoolWatch, Reaper
 from tests.e2e.harness import wait_for
-from tests.fixtures.local_backend import KINDS, alive, assignment, backend, held, nothing, observe_until, script
+from tests.fixtures.local_backend import KINDS, alive, assignment, backend, held, launch, observe_until, script
 
 
 @pytest.mark.parametrize("kind", KINDS)
 async def test_the_executor_outlives_its_wrapper_killed_alone(tmp_path: Path, kind: str) -> None:
     cmd = script(tmp_path, 'while [ ! -e "$HOME/go" ]; do sleep 0.02; done; echo finished > "$HOME/done"\n')
     b = backend(tmp_path, cmd, containment=held(kind, tmp_path))
-    env = await b.create(assignment(), nothing)
+    env = await launch(b, assignment())
     await observe_until(b, env, Phase.RUNNING)
     layout = Layout(b.root / env.assignment_id)
     wrapper = layout.read_int(layout.pid_file)
@@ -76,7 +76,7 @@ async def test_a_deletion_interrupted_half_way_is_finished_not_misjudged(
 ) -> None:
     cmd = script(tmp_path, "exit 0\n")
     b = backend(tmp_path, cmd)
-    env = await b.create(assignment(), nothing)
+    env = await launch(b, assignment())
     await observe_until(b, env, Phase.SUCCEEDED)
     real_rmtree = shutil.rmtree
 

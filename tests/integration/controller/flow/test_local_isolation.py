@@ -24,7 +24,7 @@ from dynrunner.controller.backends.local.layout import Layout
 from dynrunner.controller.backends.local.settings import SetupError, settings
 from dynrunner.controller.config import ControllerConfig
 from tests.e2e.harness import wait_for
-from tests.fixtures.local_backend import NOBODY, assignment, nothing, observe_until
+from tests.fixtures.local_backend import NOBODY, assignment, launch, observe_until
 
 A = "a1b2c3d4-0000-4000-8000-00000000000a"
 B = "a1b2c3d4-0000-4000-8000-00000000000b"
@@ -89,9 +89,9 @@ async def test_an_isolated_job_reads_its_own_and_nothing_of_the_controller_or_ot
     other = Layout(root / B)
     targets = [*files.values(), other.assignment_file, other.workspace / "made-by-job", root / A / "assignment.pb"]
     b = isolated(state, files, targets)
-    env_b = await b.create(assignment(B), nothing)
+    env_b = await launch(b, assignment(B))
     await wait_for((other.home / "uid").exists, what="job B running")
-    env_a = await b.create(assignment(A), nothing)
+    env_a = await launch(b, assignment(A))
     mine = Layout(root / A)
     await wait_for((mine.home / "uid").exists, what="job A running")
 
@@ -123,7 +123,7 @@ async def test_without_run_as_user_the_same_job_reads_everything_and_the_backend
     b = LocalBackend("local", root, command, base_env={"PATH": os.defpath}, config_file=files["config"])
     [warning] = b.isolation().warnings
     assert "are not isolated from it" in warning and str(files["config"]) in warning
-    env = await b.create(assignment(A), nothing)
+    env = await launch(b, assignment(A))
     mine = Layout(root / A)
     await wait_for((mine.home / "uid").exists, what="the job running")
     assert lines(mine) == {str(p): "read" for p in [*files.values(), mine.assignment_file]}
@@ -199,7 +199,7 @@ async def test_an_artifact_store_under_a_hidden_path_is_shown_to_the_job(host_di
     )
     write = f'echo stored > {store}/from-job; cat {files["sealing key"]} > "$HOME/key" 2>&1; echo done > "$HOME/uid"'
     b = LocalBackend("local", root, ["/bin/sh", "-c", write], base_env={"PATH": os.defpath}, sandbox=box)
-    env = await b.create(assignment(A), nothing)
+    env = await launch(b, assignment(A))
     await observe_until(b, env, Phase.SUCCEEDED)
     assert (store / "from-job").read_text() == "stored\n"
     assert (store / "from-job").stat().st_uid == NOBODY

@@ -9,6 +9,7 @@ import pytest
 from dynrunner.controller.backends.base import Diagnosis, FailureReason, Observation, Phase
 from dynrunner.controller.claim_assignment import ClaimSettings, build_assignment, job_timeout_minutes
 from dynrunner.controller.contract import ContractError
+from dynrunner.controller.finalize_records import FinalizeRecord
 from dynrunner.controller.reaper import failure_report, mask_secrets
 from dynrunner.controller.registrations_store import ArmedRegistration
 from dynrunner.proto.assignment import ArtifactStoreOptions, ExecutorOptions
@@ -94,13 +95,13 @@ def test_masking_covers_every_secret_and_each_line() -> None:
         settings=SETTINGS,
     )
     text = "TASKTOKEN RUNTIME tok-7 line-one line-two x"
-    assert mask_secrets(text, a) == "*** *** *** *** *** x"
+    assert mask_secrets(text, FinalizeRecord.of(a).masks) == "*** *** *** *** *** x"
 
 
 def test_failure_report_masks_the_output_tail() -> None:
     a = build_assignment(task(), assignment_id="a", claimed_at=NOW, runner=REG, settings=SETTINGS)
     obs = Observation(Phase.FAILED, Diagnosis(FailureReason.KILLED, "killed by SIGKILL", "using tok-7 and task-token"))
-    report = failure_report(obs, a)
+    report = failure_report(obs, FinalizeRecord.of(a).masks)
     assert report.splitlines()[0] == "killed by SIGKILL [killed]"
     assert "tok-7" not in report and "task-token" not in report and "using *** and ***" in report
 

@@ -46,11 +46,30 @@ def test_unfinalized_exits(code: int, reason: FailureReason, text: str) -> None:
     assert text in obs.diagnosis.message
 
 
-def test_starting_then_never_started() -> None:
-    assert classify(facts()).phase is Phase.STARTING
-    late = classify(facts(created_at=NOW - timedelta(minutes=5)))
+def test_spawned_then_never_started() -> None:
+    assert classify(facts(started_at=NOW - timedelta(seconds=5))).phase is Phase.STARTING
+    late = classify(facts(started_at=NOW - timedelta(minutes=5)))
     assert late.phase is Phase.FAILED and late.diagnosis is not None
     assert late.diagnosis.reason is FailureReason.START_FAILED
+    assert "never started" in late.diagnosis.message
+
+
+def test_a_start_nobody_took_waits_for_its_follower_until_the_deadline() -> None:
+    """The controller died after creating the environment: the start is followed again after
+    the restart, however long that takes — but not past the job's deadline."""
+    waiting = facts(created_at=NOW - timedelta(hours=1), deadline=NOW + timedelta(hours=1))
+    assert classify(waiting).phase is Phase.STARTING
+    assert classify(facts(created_at=NOW - timedelta(hours=1))).phase is Phase.STARTING
+    late = classify(facts(created_at=NOW - timedelta(hours=3), deadline=NOW - timedelta(hours=1)))
+    assert late.phase is Phase.FAILED and late.diagnosis is not None
+    assert late.diagnosis.reason is FailureReason.START_FAILED
+    assert "deadline" in late.diagnosis.message
+
+
+def test_a_wrapper_that_could_not_be_spawned_is_start_failed_at_once() -> None:
+    obs = classify(facts(started_at=NOW, start_error="could not start the executor: [Errno 2] /bin/sh"))
+    assert obs.phase is Phase.FAILED and obs.diagnosis is not None
+    assert obs.diagnosis.reason is FailureReason.START_FAILED and "/bin/sh" in obs.diagnosis.message
 
 
 def test_running_and_vanished() -> None:

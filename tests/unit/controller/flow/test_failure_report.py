@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from urllib.parse import quote_plus
 
 from dynrunner.controller.backends.base import Diagnosis, FailureReason, Observation, Phase
+from dynrunner.controller.finalize_records import FinalizeRecord
 from dynrunner.controller.reaper import failure_report, mask_secrets
 from dynrunner.proto.assignment import Assignment, ClaimingRunner
 from dynrunner.proto.gitea import Task
@@ -36,7 +37,7 @@ def assignment(**context: object) -> Assignment:
 
 
 def masked(text: str, **context: object) -> str:
-    return mask_secrets(text, assignment(**context))
+    return mask_secrets(text, FinalizeRecord.of(assignment(**context)).masks)
 
 
 def test_secrets_are_masked_in_the_forms_they_take_on_the_way_into_a_log() -> None:
@@ -83,7 +84,7 @@ def test_add_mask_values_in_the_tail_are_masked_everywhere_in_it() -> None:
 def test_the_report_quotes_the_masked_tail_after_the_diagnosis() -> None:
     detail = f"Traceback ...\nValueError: {base64.b64encode(SECRET.encode()).decode()}"
     obs = Observation(Phase.FAILED, Diagnosis(FailureReason.KILLED, "killed by SIGKILL", detail))
-    report = failure_report(obs, assignment())
+    report = failure_report(obs, FinalizeRecord.of(assignment()).masks)
     assert report.splitlines()[:3] == [
         "killed by SIGKILL [killed]",
         "last lines of the executor's output:",

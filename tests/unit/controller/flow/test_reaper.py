@@ -3,17 +3,21 @@ reaped, and a Gitea outage costs one finalize attempt per round, not one per env
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Collection
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 from dynrunner.controller import contract
 from dynrunner.controller.backends.base import Diagnosis, Environment, FailureReason, Observation, Phase
 from dynrunner.controller.capacity import Capacity
+from dynrunner.controller.finalize_records import FinalizeRecord, seal_record
 from dynrunner.controller.metrics import Metrics
 from dynrunner.controller.reaper import PoolWatch, Reaper
-from dynrunner.proto.assignment import Assignment
 from dynrunner.proto.gitea import Unavailable
+from tests.fixtures.nats import MemoryFinalizeRecords
 from tests.integration.controller.infra.samples import make_assignment
 
 
@@ -56,8 +60,18 @@ class Backend:
         diagnosis = Diagnosis(FailureReason.START_FAILED, "it never started") if phase is Phase.FAILED else None
         return Observation(phase, diagnosis)
 
-    async def load_assignment(self, env: Environment) -> Assignment:
-        return self.assignments[env.name]
+    async def find(self, assignment_id: str) -> Environment | None:
+        for name, a in self.assignments.items():
+            if a.assignment_id == assignment_id and name not in self.deleted and name in self.phases:
+                return self.env(name)
+        return None
+
+    def records(self) -> MemoryFinalizeRecords:
+        """The finalize records the launcher wrote for these assignments."""
+        records = MemoryFinalizeRecords()
+        for a in self.assignments.values():
+            records.stored[a.assignment_id] = seal_record(records.sealer, FinalizeRecord.of(a))
+        return records
 
     async def delete(self, env: Environment) -> None:
         if env.name in self.broken_delete:
@@ -72,7 +86,9 @@ async def test_a_gitea_outage_costs_one_finalize_per_round_and_spares_the_rest()
         capacity.adopt(a.assignment_id)
     gitea = DownGitea()
     metrics = Metrics()
-    reaper = Reaper([PoolWatch("p", backend, capacity, lambda: ())], gitea=gitea, metrics=metrics)  # type: ignore[arg-type]
+    reaper = Reaper(
+        [PoolWatch("p", backend, capacity, lambda: (), records=backend.records())], gitea=gitea, metrics=metrics
+    )  # type: ignore[arg-type]
 
     await reaper.sweep(reaper._pools[0])
 
@@ -86,7 +102,9 @@ async def test_one_environment_that_cannot_be_deleted_does_not_stop_the_round() 
     backend = Backend({"stuck": Phase.SUCCEEDED, "done": Phase.SUCCEEDED}, broken_delete={"stuck"})
     capacity = Capacity("p", 5)
     metrics = Metrics()
-    reaper = Reaper([PoolWatch("p", backend, capacity, lambda: ())], gitea=DownGitea(), metrics=metrics)  # type: ignore[arg-type]
+    reaper = Reaper(
+        [PoolWatch("p", backend, capacity, lambda: (), records=backend.records())], gitea=DownGitea(), metrics=metrics
+    )  # type: ignore[arg-type]
 
     await reaper.sweep(reaper._pools[0])
 
@@ -115,7 +133,7 @@ async def test_a_failed_environment_whose_assignment_awaits_redelivery_is_left_a
     capacity = Capacity("p", 5)
     gitea = DownGitea()
     metrics = Metrics()
-    watch = PoolWatch("p", backend, capacity, lambda: (), unacknowledged=unacknowledged)  # type: ignore[arg-type]
+    watch = PoolWatch("p", backend, capacity, lambda: (), records=backend.records(), unacknowledged=unacknowledged)  # type: ignore[arg-type]
     reaper = Reaper([watch], gitea=gitea, metrics=metrics)  # type: ignore[arg-type]
 
     await reaper.sweep(watch)
@@ -146,3 +164,145 @@ class RecordingGitea:
         from dynrunner.proto.gitea.types import UpdateTaskResult
 
         return UpdateTaskResult(result=state.result, sent_outputs=frozenset())
+
+
+class TakingGitea(RecordingGitea):
+    """Takes every report and keeps what was written, per runner."""
+
+    def __init__(self) -> None:
+        self.rows: list[str] = []
+        self.runners: list[str] = []
+
+    def with_credentials(self, credentials: Any) -> TakingGitea:
+        self.runners.append(credentials.uuid)
+        return self
+
+    async def update_log(self, _task_id: int, index: int, rows: Any, **_kwargs: Any) -> int:
+        self.rows += [row.content for row in rows]
+        return index + len(rows)
+
+
+async def test_a_vanished_environment_gets_its_task_finalized_from_its_record() -> None:
+    """Gone behind our back — reported gone, or simply missing from the next listing — the task
+    is finalized failed with the reason, with the credential from the finalize record (the
+    environment's own copy is gone with it); the record is deleted and the permit released."""
+    backend = Backend({"reported-gone": Phase.GONE, "missing": Phase.RUNNING, "runs": Phase.RUNNING})
+    records = backend.records()
+    capacity = Capacity("p", 5)
+    for a in backend.assignments.values():
+        capacity.adopt(a.assignment_id)
+    gitea, metrics = TakingGitea(), Metrics()
+    watch = PoolWatch("p", backend, capacity, lambda: (), records=records)  # type: ignore[arg-type]
+    reaper = Reaper([watch], gitea=gitea, metrics=metrics)  # type: ignore[arg-type]
+
+    await reaper.sweep(watch)
+    del backend.phases["missing"]  # rm -rf, kubectl delete pod, a lost node
+    await reaper.sweep(watch)
+
+    gone = [backend.assignments[name] for name in ("reported-gone", "missing")]
+    assert sorted(gitea.runners) == sorted(a.runner.uuid for a in gone)
+    assert len([r for r in gitea.rows if "the job's environment disappeared" in r]) == 2, gitea.rows
+    assert all("[vanished]" in r for r in gitea.rows if "disappeared" in r)
+    for a in gone:
+        assert not capacity.holds(a.assignment_id)
+        assert a.assignment_id not in records.stored
+    assert capacity.holds(backend.assignments["runs"].assignment_id)
+    assert metrics.sample("dynrunner_finalized_failed_total", pool="p", reason="vanished") == 2
+    assert metrics.sample("dynrunner_job_results_total", pool="p", result="vanished") == 2
+
+
+class UnreachableRecords(MemoryFinalizeRecords):
+    async def get(self, assignment_id: str) -> FinalizeRecord | None:
+        raise TimeoutError("nats: timeout")
+
+
+async def test_a_finalize_record_that_cannot_be_read_yet_keeps_the_environment() -> None:
+    backend = Backend({"failed": Phase.FAILED})
+    [a] = backend.assignments.values()
+    capacity = Capacity("p", 5)
+    capacity.adopt(a.assignment_id)
+    unreachable = UnreachableRecords()
+    unreachable.stored = backend.records().stored
+    metrics = Metrics()
+    watch = PoolWatch("p", backend, capacity, lambda: (), records=unreachable)  # type: ignore[arg-type]
+    await Reaper([watch], gitea=TakingGitea(), metrics=metrics).sweep(watch)  # type: ignore[arg-type]
+    assert backend.deleted == [] and capacity.holds(a.assignment_id)
+    assert metrics.sample("dynrunner_errors_total", pool="p", kind="nats") == 1
+
+    watch.records = backend.records()
+    gitea = TakingGitea()
+    await Reaper([watch], gitea=gitea, metrics=metrics).sweep(watch)  # type: ignore[arg-type]
+    assert backend.deleted == ["failed"] and not capacity.holds(a.assignment_id)
+    assert any("it never started [start-failed]" in row for row in gitea.rows)
+
+
+async def test_without_a_finalize_record_the_environment_is_reaped_and_gitea_times_the_task_out(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    backend = Backend({"failed": Phase.FAILED})
+    capacity = Capacity("p", 5)
+    gitea = TakingGitea()
+    watch = PoolWatch("p", backend, capacity, lambda: (), records=MemoryFinalizeRecords())  # type: ignore[arg-type]
+    await Reaper([watch], gitea=gitea, metrics=Metrics()).sweep(watch)  # type: ignore[arg-type]
+    assert backend.deleted == ["failed"] and gitea.rows == []
+    assert "no finalize record for its task; Gitea's zombie reaper ends it" in caplog.text
+
+
+class Counting(Backend):
+    def __init__(self, phases: dict[str, Phase]) -> None:
+        super().__init__(phases)
+        self.lists = 0
+        self.observed: list[str] = []
+
+    async def list_owned(self) -> list[Environment]:
+        self.lists += 1
+        return await super().list_owned()
+
+    async def observe(self, env: Environment) -> Observation:
+        self.observed.append(env.name)
+        return await super().observe(env)
+
+
+async def test_a_watched_pool_is_looked_at_when_woken_not_every_second() -> None:
+    """With a backend that wakes it, the reaper lists once (and again each resync), then looks
+    only at the environments it is told changed."""
+    backend = Counting({f"idle-{i}": Phase.RUNNING for i in range(50)} | {"done": Phase.RUNNING})
+    capacity = Capacity("p", 100)
+    watch = PoolWatch("p", backend, capacity, lambda: (), records=backend.records(), watched=True)  # type: ignore[arg-type]
+    reaper = Reaper([watch], gitea=TakingGitea(), metrics=Metrics(), interval_s=0.01, resync_s=3600)  # type: ignore[arg-type]
+    running = asyncio.create_task(reaper.run())
+    try:
+        await asyncio.sleep(0.3)
+        assert (backend.lists, len(backend.observed)) == (1, 51)  # the first sweep, then nothing
+        backend.phases["done"] = Phase.SUCCEEDED
+        reaper.wake("p", backend.assignments["done"].assignment_id)
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if "done" in backend.deleted:
+                break
+        assert backend.deleted == ["done"]
+        assert (backend.lists, backend.observed[51:]) == (1, ["done"])
+        reaper.wake("p")  # lost track: everything again
+        await asyncio.sleep(0.1)
+        assert backend.lists == 2
+    finally:
+        reaper.stop()
+        await running
+
+
+async def test_an_environment_still_starting_that_nobody_follows_is_handed_over() -> None:
+    """After a controller restart: its start is followed again (stage lines, heartbeats, and for
+    a backend that starts the executor itself, the start)."""
+    backend = Backend({"starting": Phase.STARTING, "followed": Phase.STARTING, "runs": Phase.RUNNING})
+    followed = backend.assignments["followed"].assignment_id
+    handed: list[str] = []
+    watch = PoolWatch(
+        "p",
+        backend,  # type: ignore[arg-type]
+        Capacity("p", 5),
+        lambda: {followed},
+        records=backend.records(),
+        follow=lambda env: handed.append(env.name),
+    )
+    await Reaper([watch], gitea=TakingGitea(), metrics=Metrics()).sweep(watch)  # type: ignore[arg-type]
+    assert handed == ["starting"]

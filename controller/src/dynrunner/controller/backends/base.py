@@ -25,7 +25,7 @@ record outside the environment: a backend never has to give an assignment back.
 from __future__ import annotations
 
 import enum
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol, runtime_checkable
@@ -246,36 +246,6 @@ class Watches(Protocol):
         after the last. Methods that answer from what the watch has seen wait for its first
         sync (bounded: BackendError when it does not come)."""
         ...
-
-
-BeforeStart = Callable[[], Awaitable[None]]
-"""Of `LegacyBackend` only (the launcher moves to `Backend`, then both go)."""
-
-
-class LegacyBackend(Protocol):
-    """The seam before the handshake (`create` starts the executor and calls `before_start`
-    right before; the reaper reads credentials back with `load_assignment`). The launcher and
-    the reaper still use it while they move to `Backend`; do not implement it anew."""
-
-    name: str
-
-    async def create(
-        self, assignment: Assignment, before_start: BeforeStart, *, stream_seq: int | None = None
-    ) -> Environment: ...
-
-    async def find(self, assignment_id: str) -> Environment | None: ...
-
-    async def list_owned(self) -> list[Environment]: ...
-
-    async def observe(self, env: Environment) -> Observation: ...
-
-    async def load_assignment(self, env: Environment) -> Assignment: ...
-
-    async def delete(self, env: Environment) -> None: ...
-
-    async def collect_orphans(self, launching: Collection[str]) -> list[str]: ...
-
-    async def aclose(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from dynrunner.controller.backends.base import LegacyBackend
+from dynrunner.controller.backends.base import Backend
 from dynrunner.controller.config import ControllerConfig, PoolConfig
 
-Factory = Callable[[PoolConfig, ControllerConfig], LegacyBackend]
+Factory = Callable[[PoolConfig, ControllerConfig], Backend]
 
 
-def _local(pool: PoolConfig, config: ControllerConfig) -> LegacyBackend:
+def _local(pool: PoolConfig, config: ControllerConfig) -> Backend:
     from dynrunner.controller.backends.local.backend import LocalBackend
 
     return LocalBackend.from_config(pool, config)
@@ -25,7 +25,7 @@ FACTORIES: dict[str, Factory] = {
 }
 
 
-def create_backend(pool: PoolConfig, config: ControllerConfig) -> LegacyBackend:
+def create_backend(pool: PoolConfig, config: ControllerConfig) -> Backend:
     try:
         factory = FACTORIES[pool.backend.kind]
     except KeyError:

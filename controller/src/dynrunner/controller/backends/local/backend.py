@@ -14,21 +14,35 @@ job's directory (its workspace can be large).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import os
 import shutil
 import time
-from collections.abc import Collection, Mapping
+import uuid
+from collections.abc import AsyncIterator, Collection, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from dynrunner.controller import contract
-from dynrunner.controller.backends.base import BackendError, BeforeStart, Environment, Isolation, Observation
+from dynrunner.controller.backends.base import (
+    BackendError,
+    Diagnosis,
+    Environment,
+    FailureReason,
+    Isolation,
+    Observation,
+    Phase,
+    StartEvent,
+    StartStage,
+    Wake,
+)
 from dynrunner.controller.backends.local.containment import Cage, Containment, choose
 from dynrunner.controller.backends.local.diagnosis import Facts, classify
 from dynrunner.controller.backends.local.isolation import Sandbox, unisolated_warning
 from dynrunner.controller.backends.local.layout import (
+    CREATING,
     DELETING,
     WRAPPER,
     Layout,
@@ -41,13 +55,14 @@ from dynrunner.controller.backends.local.layout import (
 from dynrunner.controller.backends.local.processes import TRACKING_VAR, tracking_id
 from dynrunner.controller.backends.local.settings import PASSED_ENV, settings
 from dynrunner.controller.backends.local.stopping import Stopper
+from dynrunner.controller.backends.local.watch import WATCH_INTERVAL_S, DirectoryWatch
 from dynrunner.controller.config import ControllerConfig, PoolConfig
-from dynrunner.proto.assignment import Assignment, decode, encode
+from dynrunner.proto.assignment import Assignment, encode
 
 log = logging.getLogger(__name__)
 
 NAME = "local"
-START_WAIT_S = 2.0
+START_POLL_S = 0.05
 ORPHAN_AGE_S = 60.0
 
 
@@ -80,6 +95,7 @@ class LocalBackend:
         self._children: dict[str, int] = {}
         self._removing: set[Path] = set()
         self._stopper = Stopper()
+        self._watch: DirectoryWatch | None = None
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.containment = containment or choose("auto", self.root, pool)
         self.sandbox = sandbox
@@ -106,18 +122,49 @@ class LocalBackend:
 
     # -- the Backend protocol --------------------------------------------------------------
 
-    async def create(
-        self, assignment: Assignment, before_start: BeforeStart, *, stream_seq: int | None = None
-    ) -> Environment:
+    async def create(self, assignment: Assignment, *, stream_seq: int | None = None) -> Environment:
+        """The directory with the assignment and the metadata, made aside and renamed into
+        place; the executor is started by `follow_start`."""
         layout = self._layout(assignment.assignment_id)
-        env = self._read_env(layout)
-        if env is not None:
-            await self._resume(layout, before_start)
-            return env
-        env = self._prepare(layout, assignment, stream_seq)
-        await before_start()
-        await asyncio.to_thread(self._spawn, layout, assignment.assignment_id)
-        return env
+        for _ in range(3):
+            env = self._read_env(layout)
+            if env is not None:
+                return env
+            made = self._prepare(layout, assignment, stream_seq)
+            if made is not None:
+                if self._watch is not None:
+                    self._watch.note(assignment.assignment_id)
+                return made
+        raise BackendError(f"the environment {layout.dir} cannot be made: it keeps appearing half-made")
+
+    async def follow_start(self, env: Environment) -> AsyncIterator[StartEvent]:
+        """STARTING (the launcher's last line), then — when asked for the next event — the
+        wrapper is spawned, once per environment whoever follows, and STARTED once it recorded
+        its pid. One started already: STARTED at once, or FAILED when it could never start."""
+        layout = self._layout(env.assignment_id)
+        if not layout.metadata_file.exists():
+            yield StartEvent(StartStage.FAILED, diagnosis=classify(self._facts(env, layout)).diagnosis)
+            return
+        if layout.started_at() is None:
+            yield StartEvent(StartStage.STARTING, f"environment {env.name} created ({NAME}); starting the executor")
+            if layout.claim_start():
+                try:
+                    await asyncio.to_thread(self._spawn, layout, env.assignment_id)
+                except BackendError as err:
+                    _write_text(layout.start_error_file, str(err))
+                    yield StartEvent(StartStage.FAILED, diagnosis=Diagnosis(FailureReason.START_FAILED, str(err)))
+                    return
+        # Spawned (here, or by another follower or a controller before this one): STARTED once
+        # the wrapper recorded itself (within milliseconds; at most the start grace).
+        while True:
+            observation = self._observe(env)
+            if observation.phase is not Phase.STARTING:
+                if observation.phase.finished and layout.read_int(layout.pid_file) is None:
+                    yield StartEvent(StartStage.FAILED, diagnosis=observation.diagnosis)
+                else:
+                    yield StartEvent(StartStage.STARTED)
+                return
+            await asyncio.sleep(START_POLL_S)
 
     async def find(self, assignment_id: str) -> Environment | None:
         return self._read_env(self._layout(assignment_id))
@@ -127,10 +174,6 @@ class LocalBackend:
 
     async def observe(self, env: Environment) -> Observation:
         return self._observe(env)
-
-    async def load_assignment(self, env: Environment) -> Assignment:
-        layout = self._layout(env.assignment_id)
-        return decode(layout.assignment_file.read_bytes())
 
     async def delete(self, env: Environment) -> None:
         layout = self._layout(env.assignment_id)
@@ -156,6 +199,26 @@ class LocalBackend:
             return name in busy or name in self._children or (self.root / name).exists()
 
         return removed + await asyncio.to_thread(self.containment.leftovers, in_use)
+
+    async def watch(self, wake: Wake) -> None:
+        """One pass over the root every second (`watch.DirectoryWatch`): the reaper is woken for
+        each environment that appeared, changed or vanished, and otherwise left alone."""
+        watch = self._watch = DirectoryWatch(self.root, self._deadline_grace, self._start_grace, self._alive)
+        while True:
+            for name in watch.changes(datetime.now(UTC)):
+                wake(name)
+            await asyncio.sleep(WATCH_INTERVAL_S)
+
+    def _alive(self, assignment_id: str, pid: int) -> bool:
+        """Whether `pid` lives (an exited child of ours is reaped first: a zombie is not alive)."""
+        self._reap(assignment_id, pid)
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
 
     async def aclose(self) -> None:
         """Running executors are left alone (a graceful shutdown never stops jobs); exited
@@ -185,29 +248,42 @@ class LocalBackend:
             extra={"path": str(layout.dir)},
         )
 
-    def _prepare(self, layout: Layout, assignment: Assignment, stream_seq: int | None = None) -> Environment:
-        if layout.dir.exists():
-            shutil.rmtree(layout.dir)  # a start interrupted before its metadata was written
-        layout.dir.mkdir(mode=0o700)
-        for sub in (layout.workspace, layout.home, layout.tmp, layout.status_dir):
-            sub.mkdir(mode=0o700)
-        cage = self.containment.cage(assignment.assignment_id)
-        handed = assignment.replace(executor=dataclasses.replace(assignment.executor, workspace=str(layout.workspace)))
-        layout.write_secret(encode(handed))
-        if self.sandbox is not None:
-            self.sandbox.hand_over(layout)
-        now = datetime.now(UTC)
-        labels = contract.environment_labels(assignment, stream_seq)
-        layout.write_metadata(
-            {
-                "name": contract.environment_name(assignment.assignment_id),
-                "labels": labels,
-                "created_at": now.isoformat(),
-                "deadline": assignment.deadline.isoformat() if assignment.deadline else None,
-                "command": self.command,
-                "cage": cage.record(),
-            }
-        )
+    def _prepare(self, layout: Layout, assignment: Assignment, stream_seq: int | None) -> Environment | None:
+        """Make the environment aside and rename it into place; None when another create got
+        there first (or a half-made directory was in the way, now removed: try again)."""
+        if layout.dir.exists() and layout.read_metadata() is None:
+            shutil.rmtree(layout.dir, ignore_errors=True)  # a create of an older version, interrupted
+        aside = Layout(self.root / f"{CREATING}{layout.dir.name}.{uuid.uuid4().hex[:8]}")
+        aside.dir.mkdir(mode=0o700)
+        try:
+            for sub in (aside.workspace, aside.home, aside.tmp, aside.status_dir):
+                sub.mkdir(mode=0o700)
+            cage = self.containment.cage(assignment.assignment_id)
+            handed = assignment.replace(
+                executor=dataclasses.replace(assignment.executor, workspace=str(layout.workspace))
+            )
+            aside.write_secret(encode(handed))
+            if self.sandbox is not None:
+                self.sandbox.hand_over(aside)
+            now = datetime.now(UTC)
+            labels = contract.environment_labels(assignment, stream_seq)
+            aside.write_metadata(
+                {
+                    "name": contract.environment_name(assignment.assignment_id),
+                    "labels": labels,
+                    "created_at": now.isoformat(),
+                    "deadline": assignment.deadline.isoformat() if assignment.deadline else None,
+                    "command": self.command,
+                    "cage": cage.record(),
+                }
+            )
+            try:
+                os.rename(aside.dir, layout.dir)
+            except OSError:  # ENOTEMPTY/EEXIST: another create won
+                return None
+        finally:
+            if aside.dir.exists():
+                shutil.rmtree(aside.dir, ignore_errors=True)
         return Environment(
             backend=NAME,
             name=contract.environment_name(assignment.assignment_id),
@@ -254,22 +330,6 @@ class LocalBackend:
         if done:
             self._children.pop(assignment_id, None)
 
-    async def _resume(self, layout: Layout, before_start: BeforeStart) -> None:
-        """The environment exists: start its executor if an earlier attempt never did."""
-        deadline = time.monotonic() + START_WAIT_S
-        while time.monotonic() < deadline:
-            if layout.pid_file.exists() or layout.exit_file.exists():
-                return
-            if layout.dir.name in self._children:
-                await asyncio.sleep(0.05)
-                continue
-            await asyncio.sleep(0.1)
-        if layout.pid_file.exists() or layout.exit_file.exists() or not layout.dir.exists():
-            return
-        log.warning("environment %s was created but its executor never started; starting it", layout.dir)
-        await before_start()
-        await asyncio.to_thread(self._spawn, layout, layout.dir.name)
-
     def _child_env(self, layout: Layout) -> dict[str, str]:
         # The executor starts by absolute path; its steps see the controller's PATH unchanged (the
         # executor's own installation, e.g. a virtualenv's python and pip, must not shadow theirs).
@@ -295,8 +355,7 @@ class LocalBackend:
                 found.append(env)
         return found
 
-    def _observe(self, env: Environment) -> Observation:
-        layout = self._layout(env.assignment_id)
+    def _facts(self, env: Environment, layout: Layout) -> Facts:
         exists = layout.metadata_file.exists()
         pid = layout.read_int(layout.pid_file)
         self._reap(env.assignment_id, pid)
@@ -304,13 +363,14 @@ class LocalBackend:
         alive = pid is not None and owned_by(pid, layout)
         executor = None if alive else layout.read_int(layout.executor_pid_file)
         executor_alive = executor is not None and owned_by(executor, layout)
-        exit_code = layout.read_int(layout.exit_file)
-        facts = Facts(
+        return Facts(
             exists=exists,
             created_at=env.created_at,
             now=datetime.now(UTC),
-            exit_code=exit_code,
+            exit_code=layout.read_int(layout.exit_file),
             pid=pid,
+            started_at=layout.started_at() if pid is None else None,
+            start_error=_read_text(layout.start_error_file) if pid is None else None,
             alive=alive,
             executor_alive=executor_alive,
             deadline=env.deadline,
@@ -318,8 +378,12 @@ class LocalBackend:
             start_grace=self._start_grace,
             command=Path(self.command[0]).name,
         )
+
+    def _observe(self, env: Environment) -> Observation:
+        layout = self._layout(env.assignment_id)
+        facts = self._facts(env, layout)
         observation = dataclasses.replace(classify(facts), ready_at=layout.ready_at())
-        if observation.diagnosis is not None and exists:
+        if observation.diagnosis is not None and facts.exists:
             tail = layout.output_tail()
             if tail:
                 diagnosis = dataclasses.replace(observation.diagnosis, detail=tail)
@@ -353,6 +417,11 @@ class LocalBackend:
                 continue
             if entry.name.startswith(DELETING):
                 continue
+            if entry.name.startswith(CREATING):
+                if now - entry.stat().st_mtime >= ORPHAN_AGE_S:  # a create that died half-way
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                    removed.append(entry.path)
+                continue
             layout = Layout(Path(entry.path))
             if layout.metadata_file.exists() or now - entry.stat().st_mtime < ORPHAN_AGE_S:
                 continue
@@ -382,3 +451,15 @@ class LocalBackend:
 def _cage(layout: Layout) -> Cage:
     meta = layout.read_metadata() or {}
     return Cage.from_record(meta.get("cage"))
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text().strip() or None
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def _write_text(path: Path, text: str) -> None:
+    with contextlib.suppress(OSError):
+        path.write_text(text + "\n")

@@ -33,6 +33,10 @@ class Facts:
     """What the wrapper recorded after the executor exited (shell convention: 128+N = signal N)."""
     pid: int | None = None
     """The wrapper's pid, once it recorded it."""
+    started_at: datetime | None = None
+    """When the wrapper was spawned (by whoever followed the start); None while it was not."""
+    start_error: str | None = None
+    """Why it could not be spawned."""
     alive: bool = False
     executor_alive: bool = False
     """The executor's own process lives (it may outlive a wrapper that was killed alone)."""
@@ -50,12 +54,7 @@ def classify(facts: Facts) -> Observation:
             return Observation(Phase.SUCCEEDED, exit_code=facts.exit_code)
         return Observation(Phase.FAILED, exit_status_diagnosis(facts.exit_code, facts.command), facts.exit_code)
     if facts.pid is None:
-        if facts.now - facts.created_at > facts.start_grace:
-            return Observation(
-                Phase.FAILED,
-                Diagnosis(FailureReason.START_FAILED, "the executor was never started in the job's environment"),
-            )
-        return Observation(Phase.STARTING)
+        return _not_started(facts)
     if not facts.alive and not facts.executor_alive:
         return Observation(
             Phase.FAILED,
@@ -75,6 +74,27 @@ def classify(facts: Facts) -> Observation:
             ),
         )
     return Observation(Phase.RUNNING)
+
+
+def _not_started(facts: Facts) -> Observation:
+    """No wrapper yet. Before its start was taken it waits for a follower (the launcher's, or
+    the reaper's after a restart), at most until the job's deadline; after, for the wrapper
+    to record itself, at most the start grace."""
+    if facts.start_error is not None:
+        return Observation(Phase.FAILED, Diagnosis(FailureReason.START_FAILED, facts.start_error))
+    if facts.started_at is None:
+        if facts.deadline is not None and facts.now > facts.deadline + facts.deadline_grace:
+            return Observation(
+                Phase.FAILED,
+                Diagnosis(FailureReason.START_FAILED, "the executor was never started before the job's deadline"),
+            )
+        return Observation(Phase.STARTING)
+    if facts.now - facts.started_at > facts.start_grace:
+        return Observation(
+            Phase.FAILED,
+            Diagnosis(FailureReason.START_FAILED, "the executor was never started in the job's environment"),
+        )
+    return Observation(Phase.STARTING)
 
 
 def exit_status_diagnosis(code: int, command: str = "the executor") -> Diagnosis:

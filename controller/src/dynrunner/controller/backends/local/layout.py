@@ -8,12 +8,17 @@
     pid             written by the wrapper as it starts (its pid = the process group)
     executor-pid    written by the executor's process as it starts (before it execs the executor)
     exit-status     written by the wrapper when the executor exits
+    started         made (exclusively) right before the wrapper is spawned: one start only
+    start-error     why the wrapper could not be spawned, if it could not
 
 The wrapper is a few lines of POSIX shell run as the session leader of the executor's
 process group, so the exit status survives a controller restart (the controller is not
 the one waiting on the process then). The executor is not bound to the wrapper: when the
 wrapper alone dies, the executor goes on (its pid file keeps it observable) and reports
 its job itself; only its exit status is lost.
+
+Creating builds the directory as `<root>/.creating-<id>.<random>` and renames it into place
+(atomic): an environment appears whole or not at all, and of concurrent creates one wins.
 
 Deleting renames the directory to `<root>/.deleting-<id>.<random>` first (atomic), then
 removes it: an environment is either whole or gone from `list_owned`, so a deletion
@@ -40,6 +45,7 @@ OUTPUT_TAIL_BYTES = 8192
 _HAS_PROC = Path("/proc/self/cmdline").exists()
 
 DELETING = ".deleting-"
+CREATING = ".creating-"
 
 # The wrapper enters the job's cgroup ($2, when there is one) before anything else, so all
 # the job starts is in it. HUP/INT/TERM only reach the wrapper as part of its group (the
@@ -114,15 +120,33 @@ class Layout:
         return self.dir / "status"
 
     @property
+    def start_file(self) -> Path:
+        return self.dir / "started"
+
+    @property
+    def start_error_file(self) -> Path:
+        return self.dir / "start-error"
+
+    def started_at(self) -> datetime | None:
+        """When the wrapper was (about to be) spawned; None before."""
+        return _mtime(self.start_file)
+
+    def claim_start(self) -> bool:
+        """Take the one start of this environment; False if it was taken before (by another
+        follower, or a controller before this one)."""
+        try:
+            os.close(os.open(self.start_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        except FileExistsError:
+            return False
+        return True
+
+    @property
     def ready_file(self) -> Path:
         """Created by the executor once it reached Gitea (`DYNRUNNER_READY_FILE`)."""
         return self.status_dir / "executor-ready"
 
     def ready_at(self) -> datetime | None:
-        try:
-            return datetime.fromtimestamp(self.ready_file.lstat().st_mtime, UTC)
-        except (FileNotFoundError, NotADirectoryError):
-            return None
+        return _mtime(self.ready_file)
 
     def read_int(self, path: Path) -> int | None:
         """An integer the wrapper wrote, None while absent (or half-written)."""
@@ -163,6 +187,14 @@ class Layout:
         if size > OUTPUT_TAIL_BYTES and lines:
             lines = lines[1:]
         return "\n".join(lines[-OUTPUT_TAIL_LINES:])
+
+
+def _mtime(path: Path) -> datetime | None:
+    """When `path` was made; lstat: a job's user may put a symlink in its status directory."""
+    try:
+        return datetime.fromtimestamp(path.lstat().st_mtime, UTC)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
 
 
 def owned_by(pid: int, layout: Layout) -> bool:
