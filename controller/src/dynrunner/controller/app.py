@@ -40,7 +40,7 @@ from dynrunner.controller.registrations import Registrations
 from dynrunner.controller.registrations_store import RegistrationStore
 from dynrunner.controller.sealing import Sealer, SealingError, ensure_key_file
 from dynrunner.controller.stagelog import ClaimedLines
-from dynrunner.proto.assignment import ExecutorOptions, IdentityWait
+from dynrunner.proto.assignment import ExecutorOptions
 from dynrunner.proto.gitea import GiteaClient, GiteaError
 from dynrunner.proto.gitea.client import NO_RETRY
 
@@ -74,12 +74,14 @@ class Pool:
     launcher: Launcher
 
 
-def executor_options(cfg: ControllerConfig) -> ExecutorOptions:
-    """What every executor is told about its runtime (identity is off for `local`)."""
+def executor_options(cfg: ControllerConfig, pool: PoolConfig) -> ExecutorOptions:
+    """What a pool's executors are told about their runtime: the pool's backend says where the
+    workspace is and whether they wait for a workload identity."""
+    needs = pool.backend.executor_needs(cfg.identity)
     return ExecutorOptions(
-        workspace=cfg.executor.workspace,
+        workspace=needs.workspace or cfg.executor.workspace,
         artifacts=cfg.artifacts.options(),
-        identity=IdentityWait(enabled=False),
+        identity=needs.identity,
         outputs_total_limit_bytes=cfg.executor.outputs_total_limit_bytes,
         log_level=cfg.executor.log_level,
     )
@@ -265,7 +267,7 @@ class Controller:
             request_timeout_s=self.cfg.gitea.request_timeout_s,
             default_timeout_minutes=pool_cfg.job_timeout_minutes,
             trust_domain=self.cfg.identity.trust_domain,
-            executor=executor_options(self.cfg),
+            executor=executor_options(self.cfg, pool_cfg),
             cache=self._cache_grants,
         )
         loops = CLAIM_LOOPS if self.cfg.gitea.credential_mode == "ephemeral" else 1

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -33,7 +34,7 @@ from pydantic.alias_generators import to_camel
 
 from dynrunner.controller.config_errors import ConfigError, format_validation_error
 from dynrunner.controller.config_sources import apply_env, default_state_dir, env_keys, read_yaml
-from dynrunner.proto.assignment import ArtifactStoreOptions
+from dynrunner.proto.assignment import ArtifactStoreOptions, IdentityWait
 
 __all__ = [
     "ArtifactsConfig",
@@ -42,6 +43,7 @@ __all__ = [
     "ConfigError",
     "ControllerConfig",
     "ExecutorDefaults",
+    "ExecutorNeeds",
     "GiteaConfig",
     "LocalBackendConfig",
     "LoggingConfig",
@@ -275,8 +277,22 @@ def _redact_userinfo(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"***@{host}"))
 
 
+@dataclass(frozen=True, slots=True)
+class ExecutorNeeds:
+    """What a pool's backend tells each executor about where it runs (into `ExecutorOptions`)."""
+
+    workspace: str = ""
+    """The workspace inside the environment ("": the backend sets it per environment, or the
+    top-level `executor.workspace` applies)."""
+    identity: IdentityWait = field(default_factory=IdentityWait)
+    """Whether, where and how long the executor waits for its workload identity."""
+
+
 class LocalBackendConfig(_Model):
-    """The executor as a child process in a fresh directory under `root_dir`."""
+    """The executor as a child process in a fresh directory under `root_dir`.
+
+    Every backend's model has `kind`, `resolved(state_dir, pool)` (its defaults that depend on
+    the controller's state directory or the pool) and `executor_needs(identity)`."""
 
     kind: Literal["local"] = "local"
     root_dir: ConfigPath | None = None
@@ -304,6 +320,17 @@ class LocalBackendConfig(_Model):
         if not value[0]:
             raise ValueError("the first element (the program) must not be empty")
         return value
+
+    def resolved(self, state_dir: Path, pool: str) -> LocalBackendConfig:
+        """`rootDir` defaults to `<stateDir>/local/<pool>`."""
+        if self.root_dir is not None:
+            return self
+        return self.model_copy(update={"root_dir": state_dir / "local" / pool})
+
+    def executor_needs(self, identity: IdentityConfig) -> ExecutorNeeds:
+        """Each job's workspace is its environment's own directory (set as it is made); no
+        workload identity is issued on one machine."""
+        return ExecutorNeeds()
 
 
 BackendConfig = Annotated[LocalBackendConfig, Field(discriminator="kind")]
@@ -465,6 +492,20 @@ class IdentityConfig(_Model):
     """The jobs' SPIFFE IDs: `spiffe://<trustDomain>/ci/<owner>/<repository>/<job-key>`."""
 
     trust_domain: str = Field(default="dynrunner.local", pattern=r"^[a-z0-9._-]{1,255}$")
+    cluster: str = Field(default="", pattern=r"^[A-Za-z0-9._-]{0,255}$")
+    parent_id_template: str = "spiffe://{trustDomain}/spire/agent/k8s_psat/{cluster}/{nodeUid}"
+    svid_timeout_s: int = Field(default=120, ge=1, le=3600)
+
+    @field_validator("parent_id_template")
+    @classmethod
+    def _check_parent_template(cls, value: str) -> str:
+        unknown = set(re.findall(r"{([^{}]*)}", value)) - {"trustDomain", "cluster", "nodeUid"}
+        if not value.startswith("spiffe://") or unknown:
+            raise ValueError(
+                "must be a spiffe:// ID using only the placeholders {trustDomain}, {cluster} and {nodeUid}"
+                + (f" (unknown: {', '.join(sorted(unknown))})" if unknown else "")
+            )
+        return value
 
 
 class LoggingConfig(_Model):
@@ -512,12 +553,7 @@ class ControllerConfig(_Model):
             updates["nats"] = self.nats.model_copy(update={"data_dir": self.state_dir / "nats"})
         updates["cache"] = self.cache.with_defaults(self.state_dir)
         updates["pools"] = [
-            pool.model_copy(
-                update={"backend": pool.backend.model_copy(update={"root_dir": self.state_dir / "local" / pool.name})}
-            )
-            if pool.backend.root_dir is None
-            else pool
-            for pool in self.pools
+            pool.model_copy(update={"backend": pool.backend.resolved(self.state_dir, pool.name)}) for pool in self.pools
         ]
         return self.model_copy(update=updates)
 

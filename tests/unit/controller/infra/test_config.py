@@ -391,3 +391,33 @@ def test_local_backend_run_as_user_and_containment(tmp_path: Path) -> None:
     found = problems(tmp_path, data)
     assert any("runAsUser: must not be root" in p for p in found), found
     assert any(p.startswith("pools[0].backend.containment: must be one of 'auto'") for p in found), found
+
+
+def test_each_pool_s_backend_derives_its_own_defaults_and_says_what_its_executors_need(tmp_path: Path) -> None:
+    """Backend-neutral composition: `config` asks each pool's backend model for its derived
+    defaults, and the executor options come from the pool's backend (local: the workspace is
+    each job's own directory, no workload identity)."""
+    from dynrunner.controller.app import executor_options
+
+    data = minimal(tmp_path)
+    data["pools"] = [
+        {"name": "a", "labels": ["self-hosted"]},
+        {"name": "b", "labels": ["self-hosted"], "backend": {"kind": "local", "rootDir": str(tmp_path / "jobs")}},
+    ]
+    data["executor"] = {"workspace": "/work"}
+    data["identity"] = {"svidTimeoutSeconds": 30}
+    cfg = load(tmp_path, data)
+    a, b = cfg.pools
+    assert (a.backend.root_dir, b.backend.root_dir) == (cfg.state_dir / "local" / "a", tmp_path / "jobs")
+    options = executor_options(cfg, a)
+    assert options.identity.enabled is False and options.workspace == "/work"
+
+
+def test_identity_keys_for_backends_that_issue_identities(tmp_path: Path) -> None:
+    cfg = load(tmp_path, minimal(tmp_path))
+    assert (cfg.identity.cluster, cfg.identity.svid_timeout_s) == ("", 120)
+    assert cfg.identity.parent_id_template == "spiffe://{trustDomain}/spire/agent/k8s_psat/{cluster}/{nodeUid}"
+    data = minimal(tmp_path)
+    data["identity"] = {"cluster": "ci", "parentIdTemplate": "spiffe://{trustDomain}/agent/{node}"}
+    [problem] = problems(tmp_path, data)
+    assert "identity.parentIdTemplate" in problem and "unknown: node" in problem
