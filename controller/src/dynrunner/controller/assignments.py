@@ -57,7 +57,7 @@ from dynrunner.proto.assignment import (
     encode_sealed,
 )
 
-__all__ = ["AssignmentLog", "AssignmentLogError", "Delivery", "PublishError", "connect_nats", "open_bucket"]
+__all__ = ["AssignmentLog", "AssignmentLogError", "Delivery", "PublishError", "connect_nats", "open_bucket", "stored"]
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +137,16 @@ async def connect_nats(
     nc.options["max_reconnect_attempts"] = -1
     client.append(nc)
     return nc
+
+
+async def stored(kv: KeyValue, key: str) -> tuple[bytes, int] | None:
+    """The value under `key` and its revision; None when there is none (never put, deleted,
+    purged or expired)."""
+    try:
+        entry = await kv.get(key)
+    except nats.js.errors.KeyNotFoundError:  # also KeyDeletedError
+        return None
+    return (entry.value, int(entry.revision or 0)) if entry.value is not None else None
 
 
 async def open_bucket(js: JetStreamContext, config: KeyValueConfig) -> KeyValue:

@@ -21,22 +21,20 @@ credential and must not outlive the environment. Two lifetimes, two records.
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Protocol
 
-import nats.js.errors
 import yaml
 from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
-from dynrunner.controller.assignments import open_bucket
-from dynrunner.controller.sealing import Sealer, SealingError
-from dynrunner.proto.assignment import Assignment, ClaimingRunner, Sealed
+from dynrunner.controller.assignments import open_bucket, stored
+from dynrunner.controller.sealing import Sealer, SealingError, dump_sealed, load_sealed
+from dynrunner.proto.assignment import Assignment, ClaimingRunner
 from dynrunner.proto.masking import assignment_values
 
 __all__ = [
@@ -54,7 +52,6 @@ log = logging.getLogger(__name__)
 RECORD_TTL = timedelta(days=8)
 """Longer than any job may run (`jobTimeoutMinutes` ≤ 7 days, plus grace): only records a
 crash left behind ever expire."""
-_FORMAT = 1
 _STEP_NAME_MAX = 255
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -194,13 +191,8 @@ class FinalizeRecordStore:
         await self._kv.put(record.assignment_id, seal_record(self._sealer, record))
 
     async def get(self, assignment_id: str) -> FinalizeRecord | None:
-        try:
-            entry = await self._kv.get(assignment_id)
-        except nats.js.errors.KeyNotFoundError:  # also KeyDeletedError
-            return None
-        if entry.value is None:
-            return None
-        return open_record(self._sealer, assignment_id, entry.value)
+        entry = await stored(self._kv, assignment_id)
+        return open_record(self._sealer, assignment_id, entry[0]) if entry is not None else None
 
     async def delete(self, assignment_id: str) -> None:
         # A purge, not a delete marker: nothing of the record stays in the bucket.
@@ -209,31 +201,12 @@ class FinalizeRecordStore:
 
 def seal_record(sealer: Sealer, record: FinalizeRecord) -> bytes:
     """The stored form of `record`: sealed whole, bound to its assignment id."""
-    sealed = sealer.seal(_aad(record.assignment_id), record.to_json())
-    return json.dumps(
-        {
-            "format": _FORMAT,
-            "key_id": sealed.key_id,
-            "nonce": base64.b64encode(sealed.nonce).decode(),
-            "ciphertext": base64.b64encode(sealed.ciphertext).decode(),
-        },
-        separators=(",", ":"),
-    ).encode()
+    return dump_sealed(sealer.seal(_aad(record.assignment_id), record.to_json()))
 
 
-def open_record(sealer: Sealer, assignment_id: str, stored: bytes) -> FinalizeRecord:
+def open_record(sealer: Sealer, assignment_id: str, data: bytes) -> FinalizeRecord:
     """The record stored under `assignment_id`; SealingError if it is not one that opens there."""
-    try:
-        envelope = json.loads(stored)
-        if envelope.get("format") != _FORMAT:
-            raise SealingError(f"unknown record format {envelope.get('format')!r}")
-        sealed = Sealed(
-            key_id=str(envelope["key_id"]),
-            nonce=base64.b64decode(envelope["nonce"]),
-            ciphertext=base64.b64decode(envelope["ciphertext"]),
-        )
-    except (ValueError, KeyError, TypeError, AttributeError) as err:
-        raise SealingError(f"the finalize record of {assignment_id} is not a sealed record: {err}") from None
+    sealed = load_sealed(data, f"the finalize record of {assignment_id}")
     record = FinalizeRecord.from_json(sealer.unseal(_aad(assignment_id), sealed))
     if record.assignment_id != assignment_id:
         raise SealingError(f"the finalize record under {assignment_id} is {record.assignment_id}'s")

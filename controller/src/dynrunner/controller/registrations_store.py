@@ -8,7 +8,6 @@ a value copied under another pool's key does not open.
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 from collections.abc import Callable
@@ -20,16 +19,14 @@ from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
-from dynrunner.controller.assignments import AssignmentLog, open_bucket
-from dynrunner.controller.sealing import Sealer, SealingError
-from dynrunner.proto.assignment import Sealed
+from dynrunner.controller.assignments import AssignmentLog, open_bucket, stored
+from dynrunner.controller.sealing import Sealer, SealingError, dump_sealed, load_sealed
 
 __all__ = ["DEFAULT_BUCKET", "ArmedRegistration", "RegistrationStore"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_BUCKET = "DYNRUNNER_REGISTRATIONS"
-_FORMAT = 1
 _WRONG_LAST_SEQUENCE = (10071, 10164)  # JetStream's "wrong last sequence" error codes
 
 
@@ -133,35 +130,15 @@ class RegistrationStore:
 
     async def _entry(self, pool: str) -> tuple[ArmedRegistration, int] | None:
         """The stored registration and its KV revision."""
-        try:
-            entry = await self._kv.get(pool)
-        except nats.js.errors.KeyNotFoundError:  # also KeyDeletedError
+        entry = await stored(self._kv, pool)
+        if entry is None:
             return None
-        if entry.value is None:
-            return None
-        try:
-            envelope = json.loads(entry.value)
-            if envelope.get("format") != _FORMAT:
-                raise SealingError(f"unknown record format {envelope.get('format')!r}")
-            sealed = Sealed(
-                key_id=str(envelope["key_id"]),
-                nonce=base64.b64decode(envelope["nonce"]),
-                ciphertext=base64.b64decode(envelope["ciphertext"]),
-            )
-        except (ValueError, KeyError, TypeError) as err:
-            raise SealingError(f"armed registration of pool {pool!r} is not a sealed record: {err}") from None
-        return ArmedRegistration.from_json(self._sealer.unseal(_aad(pool), sealed)), int(entry.revision or 0)
+        sealed = load_sealed(entry[0], f"armed registration of pool {pool!r}")
+        return ArmedRegistration.from_json(self._sealer.unseal(_aad(pool), sealed)), entry[1]
 
     async def put(self, pool: str, reg: ArmedRegistration) -> int:
         """Store `reg` as the pool's armed registration; returns the KV revision."""
-        sealed = self._sealer.seal(_aad(pool), reg.to_json())
-        envelope = {
-            "format": _FORMAT,
-            "key_id": sealed.key_id,
-            "nonce": base64.b64encode(sealed.nonce).decode(),
-            "ciphertext": base64.b64encode(sealed.ciphertext).decode(),
-        }
-        return await self._kv.put(pool, json.dumps(envelope, separators=(",", ":")).encode())
+        return await self._kv.put(pool, dump_sealed(self._sealer.seal(_aad(pool), reg.to_json())))
 
     async def delete(self, pool: str) -> None:
         """Forget the pool's armed registration (it was used, or Gitea no longer knows it)."""

@@ -18,6 +18,7 @@ import base64
 import binascii
 import contextlib
 import hashlib
+import json
 import logging
 import os
 import secrets
@@ -43,8 +44,10 @@ __all__ = [
     "ForgedAssignment",
     "Sealer",
     "SealingError",
+    "dump_sealed",
     "ensure_key_file",
     "key_id",
+    "load_sealed",
     "read_key_file",
 ]
 
@@ -52,12 +55,41 @@ log = logging.getLogger(__name__)
 
 KEY_BYTES = 32
 NONCE_BYTES = 12
+_STORED_FORMAT = 1
 _KEY_ID_DOMAIN = b"dynrunner sealing key id v1\0"
 _ENVELOPE_DOMAIN = b"dynrunner assignment envelope\0"
 
 
 class SealingError(Exception):
     """A key cannot be used, or a sealed value cannot be opened (wrong key, tampered, wrong record)."""
+
+
+def dump_sealed(sealed: Sealed) -> bytes:
+    """The stored form of a sealed value (a registration, a finalize record): small JSON."""
+    return json.dumps(
+        {
+            "format": _STORED_FORMAT,
+            "key_id": sealed.key_id,
+            "nonce": base64.b64encode(sealed.nonce).decode(),
+            "ciphertext": base64.b64encode(sealed.ciphertext).decode(),
+        },
+        separators=(",", ":"),
+    ).encode()
+
+
+def load_sealed(data: bytes, what: str) -> Sealed:
+    """A sealed value from its stored form; SealingError naming `what` if it is none."""
+    try:
+        envelope = json.loads(data)
+        if envelope.get("format") != _STORED_FORMAT:
+            raise SealingError(f"unknown record format {envelope.get('format')!r}")
+        return Sealed(
+            key_id=str(envelope["key_id"]),
+            nonce=base64.b64decode(envelope["nonce"]),
+            ciphertext=base64.b64decode(envelope["ciphertext"]),
+        )
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        raise SealingError(f"{what} is not a sealed record: {err}") from None
 
 
 class ForgedAssignment(SealingError):
