@@ -215,6 +215,18 @@ def live_runners(gitea: GiteaDouble) -> list[Any]:
     return [r for r in gitea.runners() if not r.deleted]
 
 
+async def wait_armed(gitea: GiteaDouble, pools: int = 1) -> None:
+    """Until every claim loop polls Gitea with an armed runner. Call it before stopping a
+    controller whose runners `assert_only_armed_runners(kills=…)` will count: a loop that has
+    just registered a runner in place of a spent one has not polled with it yet, and would
+    pass for the never-used runner a kill leaves behind."""
+    await wait_for(
+        lambda: len([r for r in live_runners(gitea) if r.last_online]) >= CLAIM_LOOPS * pools,
+        within=10,
+        what="every claim loop polling with its armed runner",
+    )
+
+
 def assert_only_armed_runners(gitea: GiteaDouble, pools: int = 1, *, kills: int = 0) -> None:
     """No registration piled up: what Gitea still lists is exactly the armed runner of each
     claim loop (kept for the next claim), and none of them holds a task. A controller killed

@@ -26,6 +26,7 @@ from tests.e2e.harness import (
     config_data,
     recorded,
     recording_workflow,
+    wait_armed,
     wait_for,
     wait_run_done,
 )
@@ -75,6 +76,7 @@ async def test_killed_after_the_publish_the_job_runs_once_and_the_spent_runner_i
         )
         third = gitea.submit("owner/repo", recording_workflow(ran, name="third"))
         assert (await wait_run_done(gitea, third.id)).status == "success"
+        await wait_armed(gitea)
         assert await proc.terminate() == 0
     finally:
         if proc.proc is not None and proc.proc.poll() is None:
@@ -108,6 +110,7 @@ async def test_killed_between_fetch_and_publish_the_claim_is_lost_until_gitea_re
             assert task_of(gitea, lost.id).log_rows == []
             after = gitea.submit("owner/repo", recording_workflow(ran, name="after"))
             assert (await wait_run_done(gitea, after.id)).status == "success"
+            await wait_armed(gitea)
             assert await proc.terminate() == 0
         finally:
             if proc.proc is not None and proc.proc.poll() is None:

@@ -30,6 +30,7 @@ from tests.e2e.harness import (
     config_data,
     recorded,
     recording_workflow,
+    wait_armed,
     wait_for,
     wait_run_done,
 )
@@ -66,6 +67,7 @@ async def test_a_launch_killed_before_the_executor_started_resumes_and_succeeds_
         controller.start()
         done = await wait_run_done(gitea, run.id, within=60)
         await wait_for(lambda: not env_dir.exists(), within=30, what="the environment reaped")
+        await wait_armed(gitea)
         assert await controller.terminate() == 0
     finally:
         if controller.proc is not None and controller.proc.poll() is None:
