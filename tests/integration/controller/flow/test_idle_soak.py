@@ -1,5 +1,5 @@
 """Soak, on virtual time: a pool's claim loops idle for 48 hours and still pick up every job
-within 2 s (issue 14, item 1).
+within 2 s (issue 14, item 1); the reaper idle as long keeps sweeping and keeps nothing.
 
 What runs is the controller's own claim side, wired as `app.Controller` wires it: a pool's
 `CLAIM_LOOPS` claimers sharing one `PollPacer` (default intervals, 0.5 s → 1 s), each under
@@ -21,14 +21,19 @@ from __future__ import annotations
 import asyncio
 import random
 import statistics
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from dynrunner.controller import contract
 from dynrunner.controller.app import CLAIM_LOOPS, claim_loop_backoff
+from dynrunner.controller.backends.base import Environment, Observation, Phase
 from dynrunner.controller.capacity import Capacity
 from dynrunner.controller.config import GiteaConfig
 from dynrunner.controller.loops import supervise
+from dynrunner.controller.metrics import Metrics
+from dynrunner.controller.reaper import PoolWatch, Reaper
 from dynrunner.controller.sealing import Sealer
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.proto.assignment import Assignment, SealedAssignment
@@ -161,3 +166,81 @@ def test_an_idle_pool_picks_up_every_job_within_2s_for_48_hours(tmp_path: Path) 
     # One runner per job claimed, plus each loop's first.
     assert soak.registrations == JOBS + CLAIM_LOOPS
     assert results == ["success"] * JOBS
+
+
+class QuietBackend:
+    """A pool's environments on virtual time: a job now and then, running `JOB_RUNS_S`, its
+    executor reporting itself (so the reaper only observes and deletes)."""
+
+    def __init__(self, capacity: Capacity) -> None:
+        self.capacity = capacity
+        self.started: dict[str, float] = {}
+        self.deleted: list[str] = []
+        self.sweeps = 0
+        self.orphan_rounds = 0
+
+    def start(self, assignment_id: str) -> None:
+        self.started[assignment_id] = asyncio.get_running_loop().time()
+        self.capacity.adopt(assignment_id)
+
+    async def list_owned(self) -> list[Environment]:
+        self.sweeps += 1
+        labels = {contract.LABEL_ASSIGNMENT_ID: "", contract.LABEL_TASK_ID: "1"}
+        return [
+            Environment(
+                backend="quiet",
+                name=aid,
+                labels={**labels, contract.LABEL_ASSIGNMENT_ID: aid},
+                created_at=datetime.now(UTC),
+            )
+            for aid in self.started
+        ]
+
+    async def observe(self, env: Environment) -> Observation:
+        ran = asyncio.get_running_loop().time() - self.started[env.assignment_id]
+        return Observation(Phase.SUCCEEDED if ran >= JOB_RUNS_S else Phase.RUNNING)
+
+    async def delete(self, env: Environment) -> None:
+        del self.started[env.assignment_id]
+        self.deleted.append(env.assignment_id)
+
+    async def collect_orphans(self, launching: Collection[str]) -> list[str]:
+        self.orphan_rounds += 1
+        return []
+
+
+async def quiet_reaper(backend: QuietBackend, metrics: Metrics) -> Reaper:
+    loop = asyncio.get_running_loop()
+
+    async def pending() -> int:
+        return len(backend.started)
+
+    pool = PoolWatch("local", backend, backend.capacity, lambda: (), pending=pending)  # type: ignore[arg-type]
+    reaper = Reaper([pool], gitea=None, metrics=metrics)  # type: ignore[arg-type]
+    running = asyncio.create_task(reaper.run())
+    rng = random.Random(48)
+    end = HOURS * 3600.0
+    for n, moment in enumerate(sorted(rng.uniform(60.0, end - 60.0) for _ in range(JOBS))):
+        await asyncio.sleep(moment - loop.time())
+        backend.start(f"job-{n}")
+    await asyncio.sleep(end - loop.time())
+    reaper.stop()
+    await running
+    return reaper
+
+
+def test_an_idle_reaper_sweeps_every_second_for_48_hours_and_keeps_nothing() -> None:
+    """The reaper of an idle pool on virtual time: it sweeps once a second and collects orphans
+    once a minute for 48 hours, reaps every job that comes by, and its bookkeeping holds
+    nothing of the jobs it reaped (no set grows with time)."""
+    backend = QuietBackend(Capacity("local", 4))
+    metrics = Metrics()
+    with virtual_time() as runner:
+        reaper = runner.run(quiet_reaper(backend, metrics))
+    assert len(backend.deleted) == JOBS and backend.started == {}
+    assert backend.capacity.in_use == 0
+    assert 0.99 * HOURS * 3600 <= backend.sweeps <= HOURS * 3600 + 1
+    assert backend.orphan_rounds >= HOURS * 60 - 1
+    assert metrics.sample("dynrunner_job_results_total", pool="local", result="reported") == JOBS
+    assert reaper._seen == {"local": set()}
+    assert reaper._ready_noted == {"local": set()} and reaper._awaiting_redelivery == {"local": set()}
