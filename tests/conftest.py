@@ -9,6 +9,7 @@ pytest_plugins = [
     "tests.fixtures.githost",
     "tests.fixtures.git",
     "tests.fixtures.kubernetes",
+    "tests.fixtures.kubernetes_backend",
     "tests.fixtures.clients",
     "tests.fixtures.opensandbox",
     "tests.fixtures.spire_server",

@@ -87,6 +87,22 @@ def executor_options(cfg: ControllerConfig, pool: PoolConfig) -> ExecutorOptions
     )
 
 
+def claim_settings(cfg: ControllerConfig, pool: PoolConfig, *, cache: CacheGrants | None = None) -> ClaimSettings:
+    """How a pool's claimers build assignments (also what `render` builds one with)."""
+    return ClaimSettings(
+        pool=pool.name,
+        backend=pool.backend.kind,
+        gitea_url=cfg.gitea.url,
+        fetch_interval_s=cfg.gitea.fetch_interval_s,
+        fetch_interval_max_s=cfg.gitea.fetch_interval_max_s,
+        request_timeout_s=cfg.gitea.request_timeout_s,
+        default_timeout_minutes=pool.job_timeout_minutes,
+        trust_domain=cfg.identity.trust_domain,
+        executor=executor_options(cfg, pool),
+        cache=cache,
+    )
+
+
 def open_sealer(cfg: ControllerConfig, *, create: bool = True) -> Sealer | None:
     """The sealing key; created on first start only for a single-machine (embedded NATS)
     controller — with an external NATS every replica must share one key, made by an admin.
@@ -258,18 +274,7 @@ class Controller:
             )
         self.metrics.capacity.labels(pool=name).set(pool_cfg.max_concurrency)
         self.metrics.capacity_in_use.labels(pool=name).set_function(lambda: capacity.in_use)
-        settings = ClaimSettings(
-            pool=name,
-            backend=pool_cfg.backend.kind,
-            gitea_url=self.cfg.gitea.url,
-            fetch_interval_s=self.cfg.gitea.fetch_interval_s,
-            fetch_interval_max_s=self.cfg.gitea.fetch_interval_max_s,
-            request_timeout_s=self.cfg.gitea.request_timeout_s,
-            default_timeout_minutes=pool_cfg.job_timeout_minutes,
-            trust_domain=self.cfg.identity.trust_domain,
-            executor=executor_options(self.cfg, pool_cfg),
-            cache=self._cache_grants,
-        )
+        settings = claim_settings(self.cfg, pool_cfg, cache=self._cache_grants)
         loops = CLAIM_LOOPS if self.cfg.gitea.credential_mode == "ephemeral" else 1
         pacer = pool_pacer(settings)
         claimers = [

@@ -7,10 +7,11 @@ its store).
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TextIO
+from typing import Protocol, TextIO
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
@@ -79,7 +80,10 @@ async def run_checks(path: Path | None, out: TextIO = sys.stdout) -> int:
         report.warn("nats", warning)
     for pool in cfg.pools:
         warnings: list[str] = []
-        await report.check(f"pool {pool.name}", lambda pool=pool, w=warnings: _pool(cfg, pool.name, w))  # type: ignore[misc]
+        findings: list[Finding] = []
+        await report.check(f"pool {pool.name}", functools.partial(_pool, cfg, pool.name, warnings, findings))
+        for finding in findings:
+            report.line(finding.ok, f"pool {pool.name} {finding.what}", finding.detail)
         for warning in warnings:
             report.warn(f"pool {pool.name}", warning)
     if cfg.metrics.enabled:
@@ -184,13 +188,27 @@ def _without_userinfo(url: str) -> str:
     return urlunsplit(parts._replace(netloc=host))
 
 
-async def _pool(cfg: ControllerConfig, name: str, warnings: list[str]) -> str:
+class Finding(Protocol):
+    ok: bool
+    what: str
+    detail: str
+
+
+async def _pool(cfg: ControllerConfig, name: str, warnings: list[str], findings: list[Finding]) -> str:
+    """The pool's backend opens and lists its environments; a backend with checks of its own
+    (`check()`: e.g. the Kubernetes API, namespace, RBAC) adds their lines to `findings`."""
     pool = cfg.pool(name)
     try:
         backend = open_backend(pool, cfg)
     except StartupError as err:
         raise RuntimeError(str(err.__cause__ or err)) from None  # the line already names the pool
     try:
+        own_checks = getattr(backend, "check", None)
+        if own_checks is not None:
+            findings.extend(await own_checks())
+            failed = [f for f in findings if not f.ok]
+            if failed:
+                raise RuntimeError(f"backend {pool.backend.kind}: {len(failed)} problem(s), below")
         envs = await backend.list_owned()
     finally:
         await backend.aclose()

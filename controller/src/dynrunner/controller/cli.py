@@ -4,6 +4,9 @@ dynrunner-controller run --config FILE     claim, launch and reap until SIGTERM/
 dynrunner-controller check --config FILE   validate the config and reach Gitea and NATS
 dynrunner-controller demo                  the whole flow on this machine, self-checking
 dynrunner-controller cache-server --config FILE   serve the actions cache for controllers elsewhere
+dynrunner-controller render --config FILE --pool NAME --task FILE
+                                           the Kubernetes objects a task would get, touching no cluster
+dynrunner-controller rbac --namespace NS   the RBAC objects the kubernetes backend needs
 """
 
 from __future__ import annotations
@@ -52,7 +55,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     cache = sub.add_parser("cache-server", help="serve the actions cache (the `cache` section) until SIGTERM/SIGINT")
     cache.add_argument("--config", type=Path, help="YAML with a `cache` section (DYNRUNNER_CACHE_* override it)")
+    render = sub.add_parser("render", help="print the Secret, Pod and ClusterStaticEntry a task would get (no cluster)")
+    render.add_argument("--config", type=Path, help="YAML configuration (DYNRUNNER_* variables override it)")
+    render.add_argument("--pool", required=True, help="a pool with `backend.kind: kubernetes`")
+    render.add_argument("--task", required=True, type=Path, help="a Gitea task as YAML or JSON (docs/kubernetes.md)")
+    rbac = sub.add_parser("rbac", help="print the Role, ClusterRole and bindings the kubernetes backend needs")
+    rbac.add_argument("--namespace", required=True, help="the namespace of the jobs' Pods")
+    rbac.add_argument("--service-account", default="dynrunner-controller", help="the controller's service account")
+    rbac.add_argument("--service-account-namespace", default="dynrunner", help="the controller's namespace")
     args = parser.parse_args(argv)
+    if args.command == "rbac":
+        from dynrunner.controller.backends.kubernetes.permissions import manifests
+
+        print(manifests(args.namespace, args.service_account, args.service_account_namespace), end="")
+        return EXIT_OK
+    if args.command == "render":
+        return _render(args.config, args.pool, args.task)
 
     if args.command == "cache-server":
         from dynrunner.controller.cache.serve import run_standalone
@@ -72,6 +90,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(err, file=sys.stderr)
         return EXIT_CONFIG
     return _run(cfg)
+
+
+def _render(config: Path | None, pool: str, task_file: Path) -> int:
+    from dynrunner.controller.backends.kubernetes.render import RenderError, read_task, render
+    from dynrunner.controller.contract import ContractError
+
+    try:
+        cfg = load_config(config)
+    except ConfigError as err:
+        print(err, file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        print(render(cfg, pool, read_task(task_file)), end="")
+    except (RenderError, ContractError) as err:
+        print(f"dynrunner-controller render: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
 
 
 def _run(cfg: ControllerConfig) -> int:

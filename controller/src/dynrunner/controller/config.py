@@ -13,28 +13,26 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
     PrivateAttr,
     SecretStr,
     ValidationError,
-    ValidationInfo,
     field_validator,
     model_validator,
 )
-from pydantic.alias_generators import to_camel
 
+from dynrunner.controller.backends.kubernetes.config import KubernetesBackendConfig
+from dynrunner.controller.config_base import ConfigModel, ConfigPath, ExecutorNeeds, check_executor_command
 from dynrunner.controller.config_errors import ConfigError, format_validation_error
 from dynrunner.controller.config_sources import apply_env, default_state_dir, env_keys, read_yaml
-from dynrunner.proto.assignment import ArtifactStoreOptions, IdentityWait
+from dynrunner.proto.assignment import ArtifactStoreOptions
 
 __all__ = [
     "ArtifactsConfig",
@@ -69,33 +67,8 @@ STREAM_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 MIN_GITEA_REQUEST_TIMEOUT_S = 55.0
 
 
-def _alias(name: str) -> str:
-    if name.endswith("_s"):
-        name = name[:-2] + "_seconds"
-    return to_camel(name)
-
-
-def _resolve_path(value: Path, info: ValidationInfo) -> Path:
-    """Relative paths in a config file are relative to that file's directory."""
-    value = value.expanduser()
-    base = (info.context or {}).get("base_dir")
-    if not value.is_absolute() and base is not None:
-        value = Path(base) / value
-    return value
-
-
-ConfigPath = Annotated[Path, AfterValidator(_resolve_path)]
 _M = TypeVar("_M", bound=BaseModel)
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=_alias,
-        populate_by_name=True,
-        extra="forbid",
-        frozen=True,
-        str_strip_whitespace=True,
-    )
+_Model = ConfigModel
 
 
 class GiteaConfig(_Model):
@@ -277,17 +250,6 @@ def _redact_userinfo(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"***@{host}"))
 
 
-@dataclass(frozen=True, slots=True)
-class ExecutorNeeds:
-    """What a pool's backend tells each executor about where it runs (into `ExecutorOptions`)."""
-
-    workspace: str = ""
-    """The workspace inside the environment ("": the backend sets it per environment, or the
-    top-level `executor.workspace` applies)."""
-    identity: IdentityWait = field(default_factory=IdentityWait)
-    """Whether, where and how long the executor waits for its workload identity."""
-
-
 class LocalBackendConfig(_Model):
     """The executor as a child process in a fresh directory under `root_dir`.
 
@@ -314,12 +276,7 @@ class LocalBackendConfig(_Model):
             raise ValueError("must not be root: jobs would hold every power of the controller")
         return value
 
-    @field_validator("executor_command")
-    @classmethod
-    def _check_command(cls, value: list[str]) -> list[str]:
-        if not value[0]:
-            raise ValueError("the first element (the program) must not be empty")
-        return value
+    _check_command = field_validator("executor_command")(check_executor_command)
 
     def resolved(self, state_dir: Path, pool: str) -> LocalBackendConfig:
         """`rootDir` defaults to `<stateDir>/local/<pool>`."""
@@ -333,7 +290,7 @@ class LocalBackendConfig(_Model):
         return ExecutorNeeds()
 
 
-BackendConfig = Annotated[LocalBackendConfig, Field(discriminator="kind")]
+BackendConfig = Annotated[LocalBackendConfig | KubernetesBackendConfig, Field(discriminator="kind")]
 
 
 class PoolConfig(_Model):
@@ -489,23 +446,22 @@ class ExecutorDefaults(_Model):
 
 
 class IdentityConfig(_Model):
-    """The jobs' SPIFFE IDs: `spiffe://<trustDomain>/ci/<owner>/<repository>/<job-key>`."""
+    """The jobs' SPIFFE IDs: `spiffe://<trustDomain>/ci/<owner>/<repository>/<job-key>`, and how
+    a backend that issues them (kubernetes) registers them with SPIRE."""
 
     trust_domain: str = Field(default="dynrunner.local", pattern=r"^[a-z0-9._-]{1,255}$")
     cluster: str = Field(default="", pattern=r"^[A-Za-z0-9._-]{0,255}$")
     parent_id_template: str = "spiffe://{trustDomain}/spire/agent/k8s_psat/{cluster}/{nodeUid}"
     svid_timeout_s: int = Field(default=120, ge=1, le=3600)
+    svid_ttl_s: int = Field(default=900, ge=60, le=7 * 24 * 3600)
+    class_name: str = ""
 
     @field_validator("parent_id_template")
     @classmethod
-    def _check_parent_template(cls, value: str) -> str:
-        unknown = set(re.findall(r"{([^{}]*)}", value)) - {"trustDomain", "cluster", "nodeUid"}
-        if not value.startswith("spiffe://") or unknown:
-            raise ValueError(
-                "must be a spiffe:// ID using only the placeholders {trustDomain}, {cluster} and {nodeUid}"
-                + (f" (unknown: {', '.join(sorted(unknown))})" if unknown else "")
-            )
-        return value
+    def _check_template(cls, value: str) -> str:
+        from dynrunner.controller.backends.kubernetes.identity import check_parent_template
+
+        return check_parent_template(value)
 
 
 class LoggingConfig(_Model):

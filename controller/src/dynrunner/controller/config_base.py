@@ -5,11 +5,14 @@ it without importing `config` (which imports the backends' models)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationInfo
 from pydantic.alias_generators import to_camel
+
+from dynrunner.proto.assignment import IdentityWait
 
 
 def config_alias(name: str) -> str:
@@ -45,3 +48,14 @@ def check_executor_command(value: list[str]) -> list[str]:
     if not value[0]:
         raise ValueError("the first element (the program) must not be empty")
     return value
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorNeeds:
+    """What a pool's backend tells each executor about where it runs (into `ExecutorOptions`)."""
+
+    workspace: str = ""
+    """The workspace inside the environment ("": the backend sets it per environment, or the
+    top-level `executor.workspace` applies)."""
+    identity: IdentityWait = field(default_factory=IdentityWait)
+    """Whether, where and how long the executor waits for its workload identity."""

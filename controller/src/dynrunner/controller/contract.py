@@ -25,6 +25,18 @@ LABEL_STREAM_SEQ = "dynrunner.io/stream-seq"
 reaper asks the stream whether that message is still unacknowledged (a launch interrupted
 between creating the environment and acknowledging, whose redelivery will resume it)."""
 
+LABEL_RUN_ID = "dynrunner.io/run-id"
+LABEL_RUN_NUMBER = "dynrunner.io/run-number"
+"""Gitea's run id and number (`github.run_id`, `github.run_number`), for cost attribution."""
+ANNOTATION_REPOSITORY = "dynrunner.io/repository"
+ANNOTATION_WORKFLOW = "dynrunner.io/workflow"
+ANNOTATION_JOB_NAME = "dynrunner.io/job-name"
+ANNOTATION_SPIFFE_ID = "dynrunner.io/spiffe-id"
+"""Annotations carry what a label value cannot (any length, any character): the repository as
+Gitea spells it, the workflow file, the job's display name, the job's SPIFFE ID."""
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "dynrunner"
+
 ENVIRONMENT_NAME_PREFIX = "dr-"
 LABEL_VALUE_MAX = 63
 

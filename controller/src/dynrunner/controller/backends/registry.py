@@ -20,8 +20,15 @@ def _local(pool: PoolConfig, config: ControllerConfig) -> Backend:
     return LocalBackend.from_config(pool, config)
 
 
+def _kubernetes(pool: PoolConfig, config: ControllerConfig) -> Backend:
+    from dynrunner.controller.backends.kubernetes.backend import KubernetesBackend
+
+    return KubernetesBackend.from_config(pool, config)
+
+
 FACTORIES: dict[str, Factory] = {
     "local": _local,
+    "kubernetes": _kubernetes,
 }
 
 

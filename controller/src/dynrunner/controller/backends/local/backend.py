@@ -56,7 +56,7 @@ from dynrunner.controller.backends.local.processes import TRACKING_VAR, tracking
 from dynrunner.controller.backends.local.settings import PASSED_ENV, settings
 from dynrunner.controller.backends.local.stopping import Stopper
 from dynrunner.controller.backends.local.watch import WATCH_INTERVAL_S, DirectoryWatch
-from dynrunner.controller.config import ControllerConfig, PoolConfig
+from dynrunner.controller.config import ControllerConfig, LocalBackendConfig, PoolConfig
 from dynrunner.proto.assignment import Assignment, encode
 
 log = logging.getLogger(__name__)
@@ -103,6 +103,7 @@ class LocalBackend:
 
     @classmethod
     def from_config(cls, pool: PoolConfig, config: ControllerConfig) -> LocalBackend:
+        assert isinstance(pool.backend, LocalBackendConfig), "the registry picks the backend by kind"
         found = settings(pool, config)
         return cls(
             pool.name,

@@ -1,0 +1,292 @@
+"""The `kubernetes` backend: one Pod per job, its assignment in a Secret the Pod owns, and its
+SPIFFE identity in a ClusterStaticEntry (docs/kubernetes.md).
+
+What the controller knows about the pool's Pods comes from one list-then-watch (`Informer`):
+finding, listing and observing environments read that cache and send no request; Warning
+events come from a second watch. Creating is idempotent (409 is success, a half-made pair is
+completed); deleting removes the Pod and the entry (and the Secret when Kubernetes was not
+told it belongs to the Pod). A Pod deleted by someone else stays visible as a tombstone — its
+last state — until the reaper has finalized its task and reaped it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+from collections.abc import Collection
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from dynrunner.controller import contract
+from dynrunner.controller.backends.base import BackendError, BeforeStart, Environment, Observation, Phase
+from dynrunner.controller.backends.kubernetes import builders, identity
+from dynrunner.controller.backends.kubernetes.api import AlreadyExists, KubeApi, NotFound
+from dynrunner.controller.backends.kubernetes.builders import PodSettings
+from dynrunner.controller.backends.kubernetes.check import Finding, check
+from dynrunner.controller.backends.kubernetes.diagnosis import PodFacts, classify, parse_time
+from dynrunner.controller.backends.kubernetes.entries import Entries
+from dynrunner.controller.backends.kubernetes.informer import Informer
+from dynrunner.controller.config import ControllerConfig, PoolConfig
+from dynrunner.proto.assignment import Assignment, decode, encode
+
+log = logging.getLogger(__name__)
+
+NAME = "kubernetes"
+SYNC_TIMEOUT_S = 30.0
+ORPHAN_AGE = timedelta(minutes=1)
+WARNINGS_KEPT = 10
+POD_EVENTS = "involvedObject.kind=Pod"
+
+
+class KubernetesBackend:
+    name = NAME
+
+    def __init__(self, settings: PodSettings, api: KubeApi) -> None:
+        self.settings = settings
+        self.api = api
+        self.pool = settings.pool
+        self.namespace = settings.namespace
+        self.selector = f"{contract.LABEL_POOL}={self.pool},{contract.LABEL_MANAGED_BY}={contract.MANAGED_BY}"
+        self.pods = Informer(
+            f"pods of pool {self.pool}",
+            lambda: api.list_pods(self.namespace, self.selector),
+            lambda version, timeout: api.watch_pods(self.namespace, self.selector, version, timeout),
+            self._on_pod,
+        )
+        self.events = Informer(
+            f"events in {self.namespace}",
+            lambda: api.list_events(self.namespace, POD_EVENTS, limit=1),
+            lambda version, timeout: api.watch_events(self.namespace, POD_EVENTS, version, timeout),
+            self._on_event,
+            cache=False,
+        )
+        self.entries = Entries(api, settings, self._assignment_of)
+        self.changed = asyncio.Event()
+        """Set whenever a Pod of the pool changes (what a reaper may wait on instead of polling)."""
+        self._assignments: dict[str, Assignment] = {}
+        self._tombstones: dict[str, dict[str, Any]] = {}
+        self._deleted: set[str] = set()
+        self._owned: set[str] = set()
+        self._warnings: dict[str, list[dict[str, Any]]] = {}
+        self._running: asyncio.Task[None] | None = None
+
+    @classmethod
+    def from_config(cls, pool: PoolConfig, config: ControllerConfig) -> KubernetesBackend:
+        settings = PodSettings.from_config(pool, config)
+        problems = settings.problems()
+        if problems:
+            raise BackendError("; ".join(problems))
+        backend = settings.backend
+        return cls(settings, KubeApi.connect(backend.kubeconfig, backend.context))
+
+    # -- the watches --------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Watch the pool's Pods and their events until cancelled."""
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self.pods.run(), name=f"watch-pods-{self.pool}")
+            group.create_task(self.events.run(), name=f"watch-events-{self.pool}")
+
+    async def _ready(self) -> None:
+        if self._running is None:
+            self._running = asyncio.create_task(self.run(), name=f"kubernetes-{self.pool}")
+        if self.pods.synced.is_set():
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(self.pods.synced.wait()), SYNC_TIMEOUT_S)
+        except TimeoutError:
+            raise BackendError(
+                f"the Pods of pool {self.pool} cannot be listed in namespace {self.namespace} "
+                f"at {self.api.host} (see the controller's log)"
+            ) from None
+
+    def _on_pod(self, kind: str, pod: dict[str, Any]) -> None:
+        name = pod["metadata"]["name"]
+        if kind == "DELETED":
+            if name in self._deleted:
+                self._deleted.discard(name)
+            elif _labels_ok(pod):
+                self._tombstones[name] = pod
+            self._warnings.pop(name, None)
+        elif self.settings.backend.identity:
+            self.entries.ensure(pod)
+        self.changed.set()
+
+    def _on_event(self, kind: str, event: dict[str, Any]) -> None:
+        involved = event.get("involvedObject") or {}
+        name = str(involved.get("name") or "")
+        if kind != "ADDED" or event.get("type") != "Warning" or name not in self.pods.cache:
+            return
+        kept = self._warnings.setdefault(name, [])
+        kept.append({"reason": event.get("reason"), "message": event.get("message")})
+        del kept[:-WARNINGS_KEPT]
+        self.changed.set()
+
+    # -- the Backend protocol -----------------------------------------------------------------
+
+    async def create(
+        self, assignment: Assignment, before_start: BeforeStart, *, stream_seq: int | None = None
+    ) -> Environment:
+        await self._ready()
+        if self.settings.backend.identity:
+            try:
+                identity.expected_spiffe_id(assignment, self.settings.trust_domain)
+            except contract.ContractError as err:
+                raise BackendError(str(err)) from err
+        handed = builders.handed(assignment, self.settings)
+        self._assignments[assignment.assignment_id] = handed
+        name = contract.environment_name(assignment.assignment_id)
+        labels = builders.job_labels(assignment, stream_seq)
+        secret = builders.secret(encode(handed), name=name, namespace=self.namespace, labels=labels)
+        with contextlib.suppress(AlreadyExists):
+            await self.api.create_secret(self.namespace, secret)
+        pod = self.pods.cache.get(name)
+        if pod is None:
+            await before_start()
+            try:
+                pod = await self.api.create_pod(
+                    self.namespace, builders.pod(assignment, self.settings, stream_seq=stream_seq)
+                )
+                log.info("Pod %s/%s created", self.namespace, name)
+            except AlreadyExists:
+                pod = self.pods.cache.get(name) or await self.api.get_pod(self.namespace, name)
+        await self._own_secret(name, pod["metadata"]["uid"])
+        return self._environment(pod)
+
+    async def _own_secret(self, name: str, pod_uid: str) -> None:
+        """The Secret belongs to the Pod from now on: Kubernetes deletes it with the Pod."""
+        if name in self._owned:
+            return
+        patch = {"metadata": {"ownerReferences": [builders.owner_reference(name, pod_uid)]}}
+        await self.api.patch_secret(self.namespace, name, patch)
+        self._owned.add(name)
+
+    async def find(self, assignment_id: str) -> Environment | None:
+        await self._ready()
+        name = contract.environment_name(assignment_id)
+        pod = self.pods.cache.get(name)
+        if pod is None or name in self._deleted:
+            return None
+        return self._environment(pod)
+
+    async def list_owned(self) -> list[Environment]:
+        await self._ready()
+        pods = [p for name, p in self.pods.cache.items() if name not in self._deleted and _labels_ok(p)]
+        return [self._environment(p) for p in [*pods, *self._tombstones.values()]]
+
+    async def observe(self, env: Environment) -> Observation:
+        pod = self.pods.cache.get(env.name)
+        gone = pod is None
+        if pod is None:
+            pod = self._tombstones.get(env.name)
+        if pod is None:
+            return Observation(Phase.GONE)
+        cfg = self.settings.backend
+        facts = PodFacts(
+            pod,
+            datetime.now(UTC),
+            gone=gone,
+            deleted_by_us=env.name in self._deleted,
+            events=tuple(self._warnings.get(env.name, ())),
+            image_pull_timeout=timedelta(seconds=cfg.image_pull_timeout_s),
+            start_timeout=timedelta(seconds=cfg.start_timeout_s),
+        )
+        observation = classify(facts)
+        if cfg.identity and not gone and not observation.phase.finished:
+            self.entries.ensure(pod)  # again, if making it failed before
+        return observation
+
+    async def load_assignment(self, env: Environment) -> Assignment:
+        return await self._assignment_of(env.assignment_id)
+
+    async def _assignment_of(self, assignment_id: str) -> Assignment:
+        """The assignment as handed to the executor: kept from `create`, else read back from
+        the job's Secret (after a restart)."""
+        known = self._assignments.get(assignment_id)
+        if known is None:
+            name = contract.environment_name(assignment_id)
+            secret = await self.api.get_secret(self.namespace, name)
+            data = (secret.get("data") or {}).get(builders.ASSIGNMENT_KEY)
+            if not data:
+                raise BackendError(f"Secret {self.namespace}/{name} holds no assignment")
+            known = decode(base64.b64decode(data))
+            self._assignments[assignment_id] = known
+        return known
+
+    async def delete(self, env: Environment) -> None:
+        name = env.name
+        self._deleted.add(name)
+        try:
+            try:
+                await self.api.delete_pod(self.namespace, name)
+            except NotFound:
+                self._deleted.discard(name)
+            if self.settings.backend.identity:
+                await self.entries.forget(env.assignment_id)
+            if name not in self._owned:
+                with contextlib.suppress(NotFound):
+                    await self.api.delete_secret(self.namespace, name)
+        except BaseException:
+            self._deleted.discard(name)
+            raise
+        if self._tombstones.pop(name, None) is not None:
+            self._deleted.discard(name)
+        self._owned.discard(name)
+        self._assignments.pop(env.assignment_id, None)
+        self._warnings.pop(name, None)
+        log.info("Pod %s/%s deleted", self.namespace, name)
+
+    async def collect_orphans(self, launching: Collection[str]) -> list[str]:
+        """Entries whose Pod is gone, and Secrets of launches that never made their Pod."""
+        await self._ready()
+        live = {p["metadata"].get("uid", "") for p in self.pods.cache.values()}
+        removed = await self.entries.collect(live, launching) if self.settings.backend.identity else []
+        listed = await self.api.list_secrets(self.namespace, self.selector)
+        now = datetime.now(UTC)
+        for secret in listed.get("items") or []:
+            meta = secret.get("metadata") or {}
+            name, labels = meta.get("name", ""), meta.get("labels") or {}
+            created = parse_time(meta.get("creationTimestamp")) or now
+            if (
+                name in self.pods.cache
+                or meta.get("ownerReferences")
+                or labels.get(contract.LABEL_ASSIGNMENT_ID) in launching
+                or now - created < ORPHAN_AGE
+            ):
+                continue
+            with contextlib.suppress(NotFound):
+                await self.api.delete_secret(self.namespace, name)
+            removed.append(f"Secret {self.namespace}/{name}")
+        return removed
+
+    async def check(self) -> list[Finding]:
+        """For `dynrunner-controller check`: API, namespace, RBAC, the entry CRD."""
+        return await check(self.api, self.namespace, identity=self.settings.backend.identity)
+
+    async def aclose(self) -> None:
+        """Stop watching; running Pods are left alone."""
+        if self._running is not None:
+            self._running.cancel()
+            await asyncio.gather(self._running, return_exceptions=True)
+        await self.entries.aclose()
+        await self.api.aclose()
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _environment(self, pod: dict[str, Any]) -> Environment:
+        meta, spec = pod["metadata"], pod.get("spec") or {}
+        labels = {k: v for k, v in (meta.get("labels") or {}).items() if k.startswith(contract.LABEL_PREFIX)}
+        return Environment(
+            backend=NAME,
+            name=meta["name"],
+            labels=labels,
+            created_at=parse_time(meta.get("creationTimestamp")) or datetime.now(UTC),
+            extra={"namespace": self.namespace, "uid": meta.get("uid", ""), "node": spec.get("nodeName", "")},
+        )
+
+
+def _labels_ok(pod: dict[str, Any]) -> bool:
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return bool(labels.get(contract.LABEL_ASSIGNMENT_ID)) and str(labels.get(contract.LABEL_TASK_ID, "")).isdigit()

@@ -1,0 +1,245 @@
+"""What a job's Pod says, in the user's words: a pure classifier from the Pod's status (and
+the Warning events only events carry, such as FailedMount) to an `Observation` — its phase,
+and for a Pod that ended or can never run without its executor finalizing the task, a
+`Diagnosis` from the closed set of `FailureReason`s.
+
+The executor container decides: exit 0 means it finalized the task (whatever the Pod's
+phase, which a sidecar can hold at Running). The Pod's own reasons (evicted, deadline,
+deleted by someone else, node lost) come before the container's exit status, because the
+kubelet's SIGTERM/SIGKILL is only their consequence. Waiting states are failures only when
+they cannot resolve (an invalid image name, a container that cannot be configured) or have
+lasted too long (image pull errors: `imagePullTimeoutSeconds`; unschedulable, volumes that
+cannot be mounted, a sandbox that cannot be created: `startTimeoutSeconds`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from dynrunner.controller.backends.base import Diagnosis, FailureReason, Observation, Phase
+
+EXECUTOR_CONTAINER = "executor"
+PULL_ERRORS = (
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "ErrImageNeverPull",
+    "RegistryUnavailable",
+    "SignatureValidationFailed",
+)
+FATAL_WAITING = ("InvalidImageName", "CreateContainerConfigError", "CreateContainerError", "RunContainerError")
+START_PROBLEM_EVENTS = ("FailedMount", "FailedAttachVolume", "FailedCreatePodSandBox", "FailedCreatePodContainer")
+
+
+@dataclass(frozen=True, slots=True)
+class PodFacts:
+    pod: Mapping[str, Any] | None
+    """The Pod as last seen (for a deleted Pod: its final state, from the watch)."""
+    now: datetime
+    gone: bool = False
+    """The object no longer exists."""
+    deleted_by_us: bool = False
+    events: Sequence[Mapping[str, Any]] = field(default_factory=tuple)
+    """Warning events about this Pod, oldest first."""
+    image_pull_timeout: timedelta = timedelta(minutes=5)
+    start_timeout: timedelta = timedelta(minutes=10)
+
+
+def parse_time(value: Any) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def executor_status(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return next((s for s in statuses if s.get("name") == EXECUTOR_CONTAINER), {})
+
+
+def condition(pod: Mapping[str, Any], type_: str) -> Mapping[str, Any]:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c.get("type") == type_), {})
+
+
+def classify(facts: PodFacts) -> Observation:
+    pod = facts.pod
+    if pod is None:
+        return Observation(Phase.GONE, Diagnosis(FailureReason.VANISHED, "the job's Pod disappeared"))
+    state = executor_status(pod).get("state") or {}
+    terminated = state.get("terminated")
+    ready_at = parse_time((state.get("running") or terminated or {}).get("startedAt"))
+    if terminated is not None and terminated.get("exitCode") == 0:
+        return Observation(Phase.SUCCEEDED, exit_code=0, ready_at=ready_at)
+    ended = _pod_ended(facts)
+    if ended is not None:
+        code = terminated.get("exitCode") if terminated else None
+        return Observation(Phase.FAILED, ended, exit_code=code, ready_at=ready_at)
+    if terminated is not None:
+        return Observation(
+            Phase.FAILED, _exit(pod, terminated, facts.deleted_by_us), terminated.get("exitCode"), ready_at
+        )
+    if facts.gone:
+        return Observation(Phase.FAILED, _removed(facts), ready_at=ready_at)
+    if "running" in state:
+        return Observation(Phase.RUNNING, ready_at=ready_at)
+    stuck = _not_starting(facts, state.get("waiting") or {})
+    if stuck is not None:
+        return Observation(Phase.FAILED, stuck)
+    return Observation(Phase.STARTING)
+
+
+def _pod_ended(facts: PodFacts) -> Diagnosis | None:
+    """Reasons of the Pod itself: they explain a container killed as their consequence."""
+    pod = facts.pod
+    assert pod is not None
+    status = pod.get("status") or {}
+    reason, message = status.get("reason"), str(status.get("message") or "")
+    if status.get("phase") == "Failed" and reason == "Evicted":
+        return Diagnosis(FailureReason.EVICTED, f"the job's Pod was evicted by its node: {message}".rstrip(": "))
+    if status.get("phase") == "Failed" and reason == "DeadlineExceeded":
+        limit = (pod.get("spec") or {}).get("activeDeadlineSeconds")
+        return Diagnosis(
+            FailureReason.DEADLINE_EXCEEDED,
+            f"the job's Pod ran longer than its deadline ({limit}s: the job's timeout plus a grace period) "
+            "and Kubernetes stopped it",
+        )
+    if status.get("phase") == "Failed" and reason in (
+        "NodeLost",
+        "UnexpectedAdmissionError",
+        "OutOfcpu",
+        "OutOfmemory",
+    ):
+        return Diagnosis(FailureReason.VANISHED, f"the job's Pod failed on its node ({reason}): {message}".rstrip(": "))
+    disruption = condition(pod, "DisruptionTarget")
+    deleting = facts.gone or (pod.get("metadata") or {}).get("deletionTimestamp")
+    if disruption.get("status") == "True" and deleting and not facts.deleted_by_us:
+        return _disrupted(pod, disruption)
+    return None
+
+
+def _disrupted(pod: Mapping[str, Any], disruption: Mapping[str, Any]) -> Diagnosis:
+    node = (pod.get("spec") or {}).get("nodeName") or "its node"
+    reason = disruption.get("reason")
+    if reason == "DeletionByTaintManager":
+        return Diagnosis(
+            FailureReason.VANISHED,
+            f"the node {node} running the job stopped responding (node lost); Kubernetes deleted the job's Pod",
+        )
+    if reason == "PreemptionByScheduler":
+        return Diagnosis(FailureReason.EVICTED, "the job's Pod was preempted by a Pod of higher priority")
+    if reason == "EvictionByEvictionAPI":
+        return Diagnosis(FailureReason.EVICTED, f"the job's Pod was evicted from {node} (a node drain?)")
+    message = disruption.get("message") or reason or "disrupted"
+    return Diagnosis(FailureReason.EVICTED, f"the job's Pod was disrupted on {node}: {message}")
+
+
+def _removed(facts: PodFacts) -> Diagnosis:
+    if facts.deleted_by_us:
+        return Diagnosis(FailureReason.VANISHED, "the job's Pod was deleted before its executor finished")
+    return Diagnosis(
+        FailureReason.VANISHED,
+        "the job's Pod was deleted by someone other than the controller before the job finished",
+    )
+
+
+def _exit(pod: Mapping[str, Any], terminated: Mapping[str, Any], deleted_by_us: bool) -> Diagnosis:
+    code = terminated.get("exitCode")
+    reason = terminated.get("reason") or ""
+    detail = str(terminated.get("message") or "")
+    if reason == "OOMKilled":
+        limit = _memory_limit(pod)
+        within = f" (memory limit {limit})" if limit else ""
+        return Diagnosis(
+            FailureReason.OUT_OF_MEMORY, f"the job ran out of memory{within}: the executor was OOMKilled", detail
+        )
+    if reason in ("StartError", "ContainerCannotRun"):
+        return Diagnosis(FailureReason.START_FAILED, f"the executor could not be started: {detail}")
+    deleting = (pod.get("metadata") or {}).get("deletionTimestamp")
+    if deleting and not deleted_by_us:
+        return Diagnosis(
+            FailureReason.KILLED,
+            f"the job's Pod was deleted by someone other than the controller; the executor exited with status {code}",
+            detail,
+        )
+    if isinstance(code, int) and code > 128:
+        return Diagnosis(FailureReason.KILLED, f"the executor was killed by signal {code - 128} (exit {code})", detail)
+    return Diagnosis(
+        FailureReason.EXECUTOR_FAILED,
+        f"the executor exited with status {code} before it reported the job's result",
+        detail,
+    )
+
+
+def _memory_limit(pod: Mapping[str, Any]) -> str:
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        if container.get("name") == EXECUTOR_CONTAINER:
+            return str(((container.get("resources") or {}).get("limits") or {}).get("memory") or "")
+    return ""
+
+
+def _not_starting(facts: PodFacts, waiting: Mapping[str, Any]) -> Diagnosis | None:
+    """A Pod that will not start by itself: fatal at once, or after its time-out."""
+    pod = facts.pod
+    assert pod is not None
+    reason, message = waiting.get("reason") or "", str(waiting.get("message") or "")
+    image = _executor_image(pod)
+    created = parse_time((pod.get("metadata") or {}).get("creationTimestamp")) or facts.now
+    started = parse_time((pod.get("status") or {}).get("startTime")) or created
+    if reason == "InvalidImageName":
+        return Diagnosis(FailureReason.START_FAILED, f"the executor image name {image!r} is invalid: {message}")
+    if reason in FATAL_WAITING:
+        return Diagnosis(
+            FailureReason.START_FAILED, f"the executor's container could not be created ({reason}): {message}"
+        )
+    if reason in PULL_ERRORS and facts.now - started >= facts.image_pull_timeout:
+        return Diagnosis(
+            FailureReason.START_FAILED,
+            f"the executor image {image} could not be pulled ({reason}; gave up after "
+            f"{_seconds(facts.image_pull_timeout)}): {message}".rstrip(": "),
+        )
+    scheduled = condition(pod, "PodScheduled")
+    if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
+        if facts.now - created >= facts.start_timeout:
+            return Diagnosis(
+                FailureReason.UNSCHEDULABLE,
+                f"no node could run the job's Pod within {_seconds(facts.start_timeout)}: "
+                f"{scheduled.get('message') or 'unschedulable'}",
+            )
+        return None
+    problem = next((e for e in reversed(facts.events) if e.get("reason") in START_PROBLEM_EVENTS), None)
+    if problem is not None and facts.now - started >= facts.start_timeout:
+        return Diagnosis(
+            FailureReason.START_FAILED,
+            f"the job's Pod could not start within {_seconds(facts.start_timeout)} "
+            f"({problem.get('reason')}): {problem.get('message')}",
+        )
+    return None
+
+
+def waiting_line(pod: Mapping[str, Any]) -> str:
+    """Why the executor is not running yet, for a stage line ("" when nothing is wrong)."""
+    waiting = (executor_status(pod).get("state") or {}).get("waiting") or {}
+    reason, message = waiting.get("reason") or "", waiting.get("message") or ""
+    if reason in PULL_ERRORS:
+        return f"the executor image {_executor_image(pod)} cannot be pulled yet ({reason}): {message}".rstrip(": ")
+    scheduled = condition(pod, "PodScheduled")
+    if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
+        return f"waiting for a node: {scheduled.get('message') or 'unschedulable'}"
+    return ""
+
+
+def _executor_image(pod: Mapping[str, Any]) -> str:
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        if container.get("name") == EXECUTOR_CONTAINER:
+            return str(container.get("image") or "")
+    return ""
+
+
+def _seconds(delta: timedelta) -> str:
+    return f"{int(delta.total_seconds())}s"

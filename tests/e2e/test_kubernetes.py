@@ -1,0 +1,95 @@
+"""End to end on the kubernetes backend: the Gitea double, a real nats-server, the controller
+in this process, and the Kubernetes API, scheduler/kubelet and SPIRE doubles running every Pod
+as a real `dynrunner-executor` process that waits for its own SVID."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from dynrunner.controller.config import ControllerConfig
+from dynrunner.controller.demo import check, load_examples
+from dynrunner.doubles.gitea import GiteaDouble
+from dynrunner.doubles.kubernetes.cluster import Cluster
+from tests.e2e.harness import in_process, wait_for, wait_run_done
+from tests.fixtures.kubernetes_backend import NOTHING_LEFT, ObjectLog, kube_controller_data, left_over
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
+NS = "ci-jobs"
+
+
+def config(gitea: GiteaDouble, nats_url: str, cluster: Cluster, tmp_path: Path, **options: Any) -> ControllerConfig:
+    kubeconfig = cluster.api.write_kubeconfig(tmp_path / "kubeconfig")
+    data = kube_controller_data(
+        gitea.url, gitea.registration_token, nats_url, kubeconfig, tmp_path / "state", **options
+    )
+    return ControllerConfig.model_validate(data)
+
+
+async def test_the_demo_examples_run_in_pods_each_with_its_own_identity(
+    gitea: GiteaDouble, nats_url: str, executor_cluster: Cluster, tmp_path: Path
+) -> None:
+    cfg = config(gitea, nats_url, executor_cluster, tmp_path, artifacts_dir=tmp_path / "artifacts", maxConcurrency=6)
+    examples = load_examples(EXAMPLES)
+    with ObjectLog(executor_cluster.api) as seen:
+        async with in_process(cfg) as running:
+            for example in examples:
+                run = gitea.submit(
+                    f"demo/{example.name}",
+                    example.workflow,
+                    secrets=example.expected.get("secrets") or {},
+                    workflow_file=f"{example.name}.yml",
+                )
+                example.run_id = run.id
+            for example in examples:
+                await _follow(gitea, example)
+            await wait_for(
+                lambda: not any(p.capacity.in_use for p in running.controller.pools.values()),
+                within=30,
+                what="every environment reaped",
+            )
+        await wait_for(lambda: left_over(executor_cluster) == NOTHING_LEFT, within=20)
+    problems = {example.name: check(example) for example in examples}
+    assert not any(problems.values()), (problems, {e.name: e.logs for e in examples if problems[e.name]})
+    node_uid = executor_cluster.node_uid("node-a")
+    jobs = [job for example in examples for job in example.jobs if job["task_id"]]
+    assert len(seen.entries) == len(jobs) == len(seen.pods)
+    for name, versions in seen.entries.items():
+        entry, pod = versions[0], seen.pods[name][-1]
+        assert entry["spec"]["parentID"] == f"spiffe://example.org/spire/agent/k8s_psat/ci/{node_uid}"
+        assert entry["spec"]["selectors"] == [
+            f"k8s:ns:{NS}",
+            f"k8s:pod-uid:{pod['metadata']['uid']}",
+            "k8s:container-name:executor",
+        ]
+        assert entry["spec"]["spiffeID"] == pod["metadata"]["annotations"]["dynrunner.io/spiffe-id"]
+    for example in examples:
+        for job in example.jobs:
+            if not job["task_id"]:
+                continue
+            text = "\n".join(example.logs[job["name"]])
+            assert f"Workload identity spiffe://example.org/ci/demo/{example.name}/" in text, text
+            assert " issued after " in text
+
+
+async def _follow(gitea: GiteaDouble, example: Any) -> None:
+    """Wait for the example's run, cancelling it as its expectations say; collect its logs."""
+    when: dict[str, str] = example.expected.get("cancel_when_log_contains") or {}
+    deadline = asyncio.get_running_loop().time() + 120
+    while True:
+        run = gitea.run(example.run_id)
+        for job in run.jobs:
+            needle = when.get(job.name)
+            log = gitea.task(job.task_id).log_rows if needle and job.task_id and not example.cancelled else []
+            if any(needle in row for row in log):
+                gitea.cancel_run(example.run_id)
+                example.cancelled = True
+        if run.status in ("success", "failure", "cancelled", "skipped"):
+            break
+        assert asyncio.get_running_loop().time() < deadline, f"{example.name}: run still {run.status}"
+        await asyncio.sleep(0.1)
+    done = await wait_run_done(gitea, example.run_id)
+    example.run = {"status": done.status}
+    example.jobs = [{"name": job.name, "status": job.status, "task_id": job.task_id} for job in done.jobs]
+    example.logs = {job.name: list(gitea.task(job.task_id).log_rows) if job.task_id else [] for job in done.jobs}

@@ -1,0 +1,119 @@
+"""The kubernetes backend against the API, kubelet and SPIRE doubles: a job's Secret, Pod and
+ClusterStaticEntry are made, the executor gets exactly its identity, and deleting leaves
+nothing behind."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from kubernetes import client
+
+from dynrunner.controller.backends.base import Phase
+from dynrunner.doubles.kubernetes.cluster import Cluster
+from tests.fixtures.kubernetes import CSE, api_client
+from tests.fixtures.kubernetes_backend import NOTHING_LEFT, BackendFactory, job, left_over
+
+NS = "ci-jobs"
+
+
+async def nothing() -> None:
+    return None
+
+
+async def until(check: Any, within: float = 20.0) -> Any:
+    deadline = asyncio.get_running_loop().time() + within
+    while True:
+        result = check()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return result
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.05)
+
+
+def raw(cluster: Cluster, kind: str, name: str) -> dict[str, Any]:
+    with api_client(cluster.api) as api:
+        if kind == "entry":
+            return dict(client.CustomObjectsApi(api).get_cluster_custom_object(*CSE, name))
+        core = client.CoreV1Api(api)
+        read = core.read_namespaced_pod if kind == "pod" else core.read_namespaced_secret
+        return dict(api.sanitize_for_serialization(read(name, NS)))
+
+
+async def test_a_job_runs_with_its_own_identity_and_leaves_nothing(
+    kube_backend_factory: BackendFactory, pod_cluster: Cluster
+) -> None:
+    assignment = job("svid")
+    async with kube_backend_factory() as backend:
+        env = await backend.create(assignment, nothing, stream_seq=3)
+        name = env.name
+        assert env.labels["dynrunner.io/stream-seq"] == "3" and env.assignment_id == assignment.assignment_id
+        secret = raw(pod_cluster, "secret", name)
+        pod = raw(pod_cluster, "pod", name)
+        assert secret["metadata"]["ownerReferences"] == [
+            {"apiVersion": "v1", "kind": "Pod", "name": name, "uid": pod["metadata"]["uid"], "controller": True}
+        ]
+        observation = await until(lambda: _finished(backend, env))
+        assert observation.phase is Phase.SUCCEEDED, observation
+        pod = raw(pod_cluster, "pod", name)
+        message = json.loads(pod["status"]["containerStatuses"][0]["state"]["terminated"]["message"])
+        assert message == {"spiffeId": "spiffe://example.org/ci/acme/widgets/build"}
+        entry = raw(pod_cluster, "entry", name)
+        assert (
+            entry["spec"]["parentID"]
+            == f"spiffe://example.org/spire/agent/k8s_psat/ci/{pod_cluster.node_uid('node-a')}"
+        )
+        assert entry["spec"]["selectors"] == [
+            f"k8s:ns:{NS}",
+            f"k8s:pod-uid:{pod['metadata']['uid']}",
+            "k8s:container-name:executor",
+        ]
+        await backend.delete(env)
+        await until(lambda: left_over(pod_cluster) == NOTHING_LEFT)
+        assert await backend.list_owned() == []
+
+
+async def _finished(backend: Any, env: Any) -> Any:
+    observation = await backend.observe(env)
+    return observation if observation.phase.finished else None
+
+
+async def test_create_is_idempotent_and_completes_a_half_made_pair(
+    kube_backend_factory: BackendFactory, pod_cluster: Cluster
+) -> None:
+    first, second = job("hang"), job("hang")
+    async with kube_backend_factory() as backend:
+        env = await backend.create(first, nothing)
+        again = await backend.create(first, nothing)
+        assert again.name == env.name and again.extra["uid"] == env.extra["uid"]
+        # A Secret without its Pod (a launch that died between the two): the Pod is made.
+        with api_client(pod_cluster.api) as api:
+            core = client.CoreV1Api(api)
+            core.create_namespaced_secret(
+                NS, {"metadata": {"name": f"dr-{second.assignment_id}"}, "stringData": {"assignment.pb": "stale"}}
+            )
+        made = await backend.create(second, nothing)
+        assert raw(pod_cluster, "pod", made.name)["metadata"]["uid"] == made.extra["uid"]
+        await until(lambda: len(left_over(pod_cluster)["pods"]) == 2)
+        assert sorted(e.name for e in await backend.list_owned()) == sorted([env.name, made.name])
+        assert (await backend.find(first.assignment_id)) is not None
+        for one in await backend.list_owned():
+            await backend.delete(one)
+        await until(lambda: left_over(pod_cluster)["pods"] == [] and left_over(pod_cluster)["secrets"] == [])
+
+
+async def test_a_pod_without_its_secret_gets_it(kube_backend_factory: BackendFactory, pod_cluster: Cluster) -> None:
+    from dynrunner.controller.backends.kubernetes import builders
+    from tests.fixtures.kubernetes_backend import settings
+
+    assignment = job("exit:0")
+    with api_client(pod_cluster.api) as api:
+        client.CoreV1Api(api).create_namespaced_pod(NS, builders.pod(assignment, settings()))
+    async with kube_backend_factory() as backend:
+        env = await backend.create(assignment, nothing)
+        observation = await until(lambda: _finished(backend, env))
+        assert observation.phase is Phase.SUCCEEDED
+        await backend.delete(env)
