@@ -71,6 +71,8 @@ class KubernetesBackend:
         self._owned: set[str] = set()
         self._warnings: dict[str, list[dict[str, Any]]] = {}
         self._running: asyncio.Task[None] | None = None
+        self.orphan_age = ORPHAN_AGE
+        """A Secret without its Pod younger than this may be a launch in progress elsewhere."""
 
     @classmethod
     def from_config(cls, pool: PoolConfig, config: ControllerConfig) -> KubernetesBackend:
@@ -253,7 +255,7 @@ class KubernetesBackend:
                 name in self.pods.cache
                 or meta.get("ownerReferences")
                 or labels.get(contract.LABEL_ASSIGNMENT_ID) in launching
-                or now - created < ORPHAN_AGE
+                or now - created < self.orphan_age
             ):
                 continue
             with contextlib.suppress(NotFound):
