@@ -1,0 +1,85 @@
+"""End to end on the kubernetes backend with a controller that dies: killed (SIGKILL) mid-run
+and restarted, every job still ends once and nothing is left; killed between creating a job's
+Secret and its Pod, the redelivery completes the pair and makes nothing twice.
+
+The controller runs as a child process (`dynrunner-controller run`) against the Gitea double
+and the Kubernetes doubles in this test's process and a real nats-server; the Pods (real
+executors) run on, unaffected, while no controller runs."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from dynrunner.doubles.gitea import GiteaDouble
+from dynrunner.doubles.kubernetes.cluster import Cluster
+from tests.e2e.harness import (
+    Subprocess,
+    assert_only_armed_runners,
+    recorded,
+    recording_workflow,
+    wait_for,
+    wait_run_done,
+)
+from tests.fixtures.kubernetes_backend import NOTHING_LEFT, ObjectLog, kube_controller_data, left_over
+
+JOBS = 6
+
+
+async def test_a_controller_killed_twice_mid_run_ends_every_job_once(
+    gitea: GiteaDouble, nats_url: str, executor_cluster: Cluster, tmp_path: Path
+) -> None:
+    ran = tmp_path / "ran.log"
+    kubeconfig = executor_cluster.api.write_kubeconfig(tmp_path / "kubeconfig")
+    data = kube_controller_data(
+        gitea.url, gitea.registration_token, nats_url, kubeconfig, tmp_path / "state", maxConcurrency=3
+    )
+    data["nats"]["ackWaitSeconds"] = 2.0
+    controller = Subprocess(data, tmp_path)
+    run = gitea.submit("owner/repo", recording_workflow(ran, JOBS, sleep=1.0))
+    with ObjectLog(executor_cluster.api) as seen:
+        try:
+            controller.start()
+            for started in (2, 4):
+                await wait_for(lambda n=started: len(recorded(ran)) >= n, within=60, what=f"{started} jobs started")
+                controller.kill()
+                controller.start()
+            done = await wait_run_done(gitea, run.id, within=120)
+            await wait_for(lambda: left_over(executor_cluster) == NOTHING_LEFT, within=30, what="nothing left")
+            assert await controller.terminate() == 0
+        finally:
+            if controller.proc is not None and controller.proc.poll() is None:
+                controller.kill()
+    assert done.status == "success", controller.log()[-3000:]
+    counts = Counter(recorded(ran))
+    assert len(counts) == JOBS and max(counts.values()) == 1, counts
+    assert len(seen.pods) == JOBS, sorted(seen.pods)  # one Pod per job, none made twice
+    assert len(seen.entries) == JOBS
+    assert_only_armed_runners(gitea, kills=2)
+
+
+async def test_a_launch_killed_between_secret_and_pod_is_completed_by_the_redelivery(
+    gitea: GiteaDouble, nats_url: str, executor_cluster: Cluster, tmp_path: Path
+) -> None:
+    ran = tmp_path / "ran.log"
+    kubeconfig = executor_cluster.api.write_kubeconfig(tmp_path / "kubeconfig")
+    data = kube_controller_data(gitea.url, gitea.registration_token, nats_url, kubeconfig, tmp_path / "state")
+    data["nats"]["ackWaitSeconds"] = 2.0
+    controller = Subprocess(data, tmp_path)
+    run = gitea.submit("owner/repo", recording_workflow(ran))
+    with ObjectLog(executor_cluster.api) as seen:
+        try:
+            controller.start(crash="before-start")
+            await controller.crashed()
+            assert left_over(executor_cluster)["pods"] == [] and len(left_over(executor_cluster)["secrets"]) == 1
+            controller.start()
+            done = await wait_run_done(gitea, run.id, within=60)
+            await wait_for(lambda: left_over(executor_cluster) == NOTHING_LEFT, within=30, what="nothing left")
+            assert await controller.terminate() == 0
+        finally:
+            if controller.proc is not None and controller.proc.poll() is None:
+                controller.kill()
+    assert done.status == "success", controller.log()[-3000:]
+    assert recorded(ran) == ["job0"]
+    assert len(seen.pods) == 1 and len(seen.entries) == 1
+    assert_only_armed_runners(gitea, kills=1)
