@@ -125,3 +125,18 @@ async def test_orphans_are_collected(kube_backend_factory: BackendFactory, pod_c
         assert sorted(remaining["entries"]) == sorted(["dr-other-pool", live.name])
         assert sorted(remaining["secrets"]) == sorted(["unrelated", live.name])
         await backend.delete(live)
+
+
+async def test_a_pod_just_created_is_known_before_its_watch_event(
+    kube_backend_factory: BackendFactory, pod_cluster: Cluster
+) -> None:
+    """Observing right after `create` must never say the Pod is gone (the reaper would end
+    the job): the created object is in the cache before the watch delivers it."""
+    async with kube_backend_factory() as backend:
+        await backend.list_owned()
+        pod_cluster.api.drop_watches()  # the watch reconnects after a backoff: its events come late
+        env = await backend.create(job("hang"), nothing)
+        observation = await backend.observe(env)
+        assert not observation.phase.finished, observation
+        assert await backend.find(env.assignment_id) == env
+        await backend.delete(env)

@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import threading
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -141,12 +142,22 @@ class KubeApi:
         self.version = kubernetes.client.VersionApi(client)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kube-api")
         self._attempts = attempts
-        self.requests = 0
-        """Requests sent (watches count once per connection): for the benchmark."""
+        self.calls: Counter[str] = Counter()
+        """Requests sent, by client method (a watch counts once per connection): for the
+        benchmark and the tests that prove no Pod is polled."""
+        self._counting = threading.Lock()
 
     @classmethod
     def connect(cls, kubeconfig: Path | None = None, context: str | None = None) -> KubeApi:
         return cls(load_client(kubeconfig, context))
+
+    @property
+    def requests(self) -> int:
+        return sum(self.calls.values())
+
+    def _count(self, name: str) -> None:
+        with self._counting:
+            self.calls[name] += 1
 
     @property
     def host(self) -> str:
@@ -175,7 +186,7 @@ class KubeApi:
         raise AssertionError("unreachable")
 
     def _blocking(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        self.requests += 1
+        self._count(fn.__name__)
         try:
             response = fn(*args, _preload_content=False, **kwargs)
             data = response.data
@@ -198,7 +209,7 @@ class KubeApi:
                 loop.call_soon_threadsafe(queue.put_nowait, (kind, value))
 
         def stream() -> None:
-            self.requests += 1
+            self._count(f"watch {fn.__name__}")
             try:
                 response = fn(
                     *args,

@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 NAME = "kubernetes"
 SYNC_TIMEOUT_S = 30.0
 ORPHAN_AGE = timedelta(minutes=1)
-WARNINGS_KEPT = 10
+EVENTS_KEPT = 30
 POD_EVENTS = "involvedObject.kind=Pod"
 
 
@@ -55,7 +55,7 @@ class KubernetesBackend:
             lambda version, timeout: api.watch_pods(self.namespace, self.selector, version, timeout),
             self._on_pod,
         )
-        self.events = Informer(
+        self.pod_events = Informer(
             f"events in {self.namespace}",
             lambda: api.list_events(self.namespace, POD_EVENTS, limit=1),
             lambda version, timeout: api.watch_events(self.namespace, POD_EVENTS, version, timeout),
@@ -69,7 +69,7 @@ class KubernetesBackend:
         self._tombstones: dict[str, dict[str, Any]] = {}
         self._deleted: set[str] = set()
         self._owned: set[str] = set()
-        self._warnings: dict[str, list[dict[str, Any]]] = {}
+        self._events: dict[str, dict[str, dict[str, Any]]] = {}
         self._running: asyncio.Task[None] | None = None
         self.orphan_age = ORPHAN_AGE
         """A Secret without its Pod younger than this may be a launch in progress elsewhere."""
@@ -89,7 +89,7 @@ class KubernetesBackend:
         """Watch the pool's Pods and their events until cancelled."""
         async with asyncio.TaskGroup() as group:
             group.create_task(self.pods.run(), name=f"watch-pods-{self.pool}")
-            group.create_task(self.events.run(), name=f"watch-events-{self.pool}")
+            group.create_task(self.pod_events.run(), name=f"watch-events-{self.pool}")
 
     async def _ready(self) -> None:
         if self._running is None:
@@ -111,19 +111,23 @@ class KubernetesBackend:
                 self._deleted.discard(name)
             elif _labels_ok(pod):
                 self._tombstones[name] = pod
-            self._warnings.pop(name, None)
+            self._events.pop(name, None)
         elif self.settings.backend.identity:
             self.entries.ensure(pod)
         self.changed.set()
 
     def _on_event(self, kind: str, event: dict[str, Any]) -> None:
+        """Keep the recent events of the pool's Pods (a repeated event comes MODIFIED, with
+        its count raised): for start lines and diagnoses that only events carry."""
         involved = event.get("involvedObject") or {}
         name = str(involved.get("name") or "")
-        if kind != "ADDED" or event.get("type") != "Warning" or name not in self.pods.cache:
+        if kind == "DELETED" or name not in self.pods.cache:
             return
-        kept = self._warnings.setdefault(name, [])
-        kept.append({"reason": event.get("reason"), "message": event.get("message")})
-        del kept[:-WARNINGS_KEPT]
+        kept = self._events.setdefault(name, {})
+        kept.pop(event["metadata"]["name"], None)
+        kept[event["metadata"]["name"]] = {"reason": event.get("reason"), "message": event.get("message")}
+        while len(kept) > EVENTS_KEPT:
+            del kept[next(iter(kept))]
         self.changed.set()
 
     # -- the Backend protocol -----------------------------------------------------------------
@@ -151,6 +155,7 @@ class KubernetesBackend:
                 pod = await self.api.create_pod(
                     self.namespace, builders.pod(assignment, self.settings, stream_seq=stream_seq)
                 )
+                self.pods.remember(pod)
                 log.info("Pod %s/%s created", self.namespace, name)
             except AlreadyExists:
                 pod = self.pods.cache.get(name) or await self.api.get_pod(self.namespace, name)
@@ -191,7 +196,7 @@ class KubernetesBackend:
             datetime.now(UTC),
             gone=gone,
             deleted_by_us=env.name in self._deleted,
-            events=tuple(self._warnings.get(env.name, ())),
+            events=tuple(self._events.get(env.name, {}).values()),
             image_pull_timeout=timedelta(seconds=cfg.image_pull_timeout_s),
             start_timeout=timedelta(seconds=cfg.start_timeout_s),
         )
@@ -237,7 +242,7 @@ class KubernetesBackend:
             self._deleted.discard(name)
         self._owned.discard(name)
         self._assignments.pop(env.assignment_id, None)
-        self._warnings.pop(name, None)
+        self._events.pop(name, None)
         log.info("Pod %s/%s deleted", self.namespace, name)
 
     async def collect_orphans(self, launching: Collection[str]) -> list[str]:

@@ -63,6 +63,12 @@ class Informer:
         self.lists = 0
         self.watches = 0
 
+    def remember(self, obj: dict[str, Any]) -> None:
+        """An object this controller just created, before its watch event arrives (which then
+        replaces it); one the watch has seen already is kept as it is."""
+        if self._keep:
+            self.cache.setdefault(key_of(obj), obj)
+
     async def run(self) -> None:
         """List and watch until cancelled."""
         need_list = True
