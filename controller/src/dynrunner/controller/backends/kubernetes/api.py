@@ -1,13 +1,19 @@
 """The one module that talks to the Kubernetes API (an import-linter contract checks it).
 
-The official `kubernetes` client is synchronous, so every request runs in a small thread
-pool of its own (never the event loop's default executor, which long calls would starve),
-and each watch streams from a thread of its own into the loop; a watch always carries
-`timeoutSeconds` (and a read timeout a little longer), so its thread ends, and closing the
-stream interrupts a blocked read at once. Objects cross this boundary as the plain JSON
-dictionaries Kubernetes sends (no generated models: cheaper, and what the builders make);
-errors as `KubeError`s. Transient failures (429, 5xx, a dropped connection) are retried a
-few times with backoff (tenacity) before they reach the caller.
+Requests go through the official client's `ApiClient` (its configuration from a kubeconfig
+or the in-cluster service account, authentication, TLS, proxies and connection pool), with
+the paths and parameters of the Kubernetes API. The generated API classes are not used:
+`CoreV1Api` alone imports some 250 modules of pydantic models (+81 MiB in the controller,
+more than half of its memory budget), and the controller needs none of them — objects cross
+this boundary as the plain JSON dictionaries Kubernetes sends, which the builders make and
+the classifier reads. Errors cross it as `KubeError`s.
+
+The client is synchronous, so every request runs in a small thread pool of its own (never
+the event loop's default executor, which long calls would starve), and each watch streams
+from a thread of its own into the loop; a watch always carries `timeoutSeconds` (and a read
+timeout a little longer), so its thread ends, and closing the stream interrupts a blocked
+read at once. Transient failures (429, 5xx, a dropped connection) are retried a few times with
+backoff (tenacity) before they reach the caller.
 
 Every method is marked with the permission its request needs (`permissions.requires`):
 that is the declaration docs/kubernetes.md's RBAC rules are generated from.
@@ -17,13 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import logging
 import os
 import threading
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -130,20 +135,20 @@ def load_client(kubeconfig: Path | None = None, context: str | None = None) -> k
     return kubernetes.client.ApiClient(configuration)
 
 
+Query = dict[str, str | int | bool | None]
+CORE = "/api/v1"
+CSE_PATH = f"/apis/{CSE_GROUP}/{CSE_VERSION}/{CSE_PLURAL}"
+
+
 class KubeApi:
     """Kubernetes requests as coroutines returning JSON dictionaries."""
 
     def __init__(self, client: kubernetes.client.ApiClient, *, workers: int = WORKERS, attempts: int = 4) -> None:
         self.client = client
-        self.core = kubernetes.client.CoreV1Api(client)
-        self.custom = kubernetes.client.CustomObjectsApi(client)
-        self.extensions = kubernetes.client.ApiextensionsV1Api(client)
-        self.authorization = kubernetes.client.AuthorizationV1Api(client)
-        self.version = kubernetes.client.VersionApi(client)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kube-api")
         self._attempts = attempts
         self.calls: Counter[str] = Counter()
-        """Requests sent, by client method (a watch counts once per connection): for the
+        """Requests sent, by verb and resource (a watch counts once per connection): for the
         benchmark and the tests that prove no Pod is polled."""
         self._counting = threading.Lock()
 
@@ -155,10 +160,6 @@ class KubeApi:
     def requests(self) -> int:
         return sum(self.calls.values())
 
-    def _count(self, name: str) -> None:
-        with self._counting:
-            self.calls[name] += 1
-
     @property
     def host(self) -> str:
         return str(self.client.configuration.host)
@@ -169,10 +170,60 @@ class KubeApi:
 
     # -- plumbing ----------------------------------------------------------------------------
 
-    async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """`fn` in the pool with the raw response decoded as JSON; transient errors retried."""
-        kwargs.setdefault("_request_timeout", (CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S))
-        call = functools.partial(self._blocking, fn, *args, **kwargs)
+    def _count(self, name: str) -> None:
+        with self._counting:
+            self.calls[name] += 1
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        query: Query | None,
+        body: Any,
+        content_type: str,
+        timeout: tuple[float, float],
+    ) -> Any:
+        """One request through the client's ApiClient; the urllib3 response, not read yet."""
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        params = self.client.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=[(k, v) for k, v in (query or {}).items() if v is not None],
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = self.client.call_api(*params, _request_timeout=timeout).response
+        if not 200 <= response.status <= 299:
+            data = response.data
+            response.release_conn()
+            raise _error(response.status, data, str(response.reason or "error"))
+        return response
+
+    async def _call(
+        self,
+        name: str,
+        method: str,
+        path: str,
+        query: Query | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
+        """A request in the pool, its JSON answer decoded; transient errors retried."""
+        timeout = (CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S)
+
+        def blocking() -> dict[str, Any]:
+            self._count(name)
+            try:
+                data = self._send(method, path, query, body, content_type, timeout).data
+            except KubeError:
+                raise
+            except BaseException as err:
+                raise _translate(err) from err
+            return json.loads(data) if data else {}
+
         loop = asyncio.get_running_loop()
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self._attempts),
@@ -182,20 +233,11 @@ class KubeApi:
         )
         async for attempt in retrying:
             with attempt:
-                return await loop.run_in_executor(self._pool, call)
+                return await loop.run_in_executor(self._pool, blocking)
         raise AssertionError("unreachable")
 
-    def _blocking(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        self._count(fn.__name__)
-        try:
-            response = fn(*args, _preload_content=False, **kwargs)
-            data = response.data
-        except BaseException as err:
-            raise _translate(err) from err
-        return json.loads(data) if data else {}
-
     async def _watch(
-        self, fn: Callable[..., Any], *args: Any, timeout_s: int, resource_version: str, **kwargs: Any
+        self, name: str, path: str, query: Query, resource_version: str, timeout_s: int
     ) -> AsyncIterator[dict[str, Any]]:
         """The events of one watch connection, from a thread of its own, until the server
         closes it (after `timeout_s`). An ERROR event is raised as a KubeError (410: Gone)."""
@@ -203,24 +245,17 @@ class KubeApi:
         queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         held: list[Any] = []
         closing = threading.Event()
+        query = {**query, "watch": True, "allowWatchBookmarks": True, "resourceVersion": resource_version}
+        query["timeoutSeconds"] = timeout_s
 
         def put(kind: str, value: Any) -> None:
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody listens any more
                 loop.call_soon_threadsafe(queue.put_nowait, (kind, value))
 
         def stream() -> None:
-            self._count(f"watch {fn.__name__}")
+            self._count(name)
             try:
-                response = fn(
-                    *args,
-                    watch=True,
-                    allow_watch_bookmarks=True,
-                    resource_version=resource_version,
-                    timeout_seconds=timeout_s,
-                    _preload_content=False,
-                    _request_timeout=(CONNECT_TIMEOUT_S, timeout_s + WATCH_READ_SLACK_S),
-                    **kwargs,
-                )
+                response = self._send("GET", path, query, None, "", (CONNECT_TIMEOUT_S, timeout_s + WATCH_READ_SLACK_S))
                 held.append(response)
                 if closing.is_set():
                     return
@@ -229,13 +264,13 @@ class KubeApi:
                         put("event", json.loads(line))
             except BaseException as err:
                 if not closing.is_set():
-                    put("error", _translate(err))
+                    put("error", err if isinstance(err, KubeError) else _translate(err))
             finally:
                 for response in held:
                     response.release_conn()
                 put("end", None)
 
-        thread = threading.Thread(target=stream, name=f"kube-watch-{fn.__name__}", daemon=True)
+        thread = threading.Thread(target=stream, name=f"kube-{name.replace(' ', '-')}", daemon=True)
         thread.start()
         try:
             while True:
@@ -258,101 +293,95 @@ class KubeApi:
 
     @requires("", "pods", "create")
     async def create_pod(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
-        return await self._call(self.core.create_namespaced_pod, namespace, body)
+        return await self._call("create pods", "POST", f"{CORE}/namespaces/{namespace}/pods", body=body)
 
     @requires("", "pods", "get")
     async def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
-        return await self._call(self.core.read_namespaced_pod, name, namespace)
+        return await self._call("get pods", "GET", f"{CORE}/namespaces/{namespace}/pods/{name}")
 
     @requires("", "pods", "list")
     async def list_pods(self, namespace: str, label_selector: str) -> dict[str, Any]:
-        return await self._call(self.core.list_namespaced_pod, namespace, label_selector=label_selector)
+        path = f"{CORE}/namespaces/{namespace}/pods"
+        return await self._call("list pods", "GET", path, {"labelSelector": label_selector})
 
     @requires("", "pods", "watch")
     def watch_pods(
         self, namespace: str, label_selector: str, resource_version: str, timeout_s: int
     ) -> AsyncIterator[dict[str, Any]]:
-        return self._watch(
-            self.core.list_namespaced_pod,
-            namespace,
-            label_selector=label_selector,
-            resource_version=resource_version,
-            timeout_s=timeout_s,
-        )
+        path = f"{CORE}/namespaces/{namespace}/pods"
+        return self._watch("watch pods", path, {"labelSelector": label_selector}, resource_version, timeout_s)
 
     @requires("", "pods", "delete")
     async def delete_pod(self, namespace: str, name: str, grace_period_s: int | None = None) -> None:
-        await self._call(self.core.delete_namespaced_pod, name, namespace, grace_period_seconds=grace_period_s)
+        path = f"{CORE}/namespaces/{namespace}/pods/{name}"
+        await self._call("delete pods", "DELETE", path, {"gracePeriodSeconds": grace_period_s})
 
     @requires("", "secrets", "create")
     async def create_secret(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
-        return await self._call(self.core.create_namespaced_secret, namespace, body)
+        return await self._call("create secrets", "POST", f"{CORE}/namespaces/{namespace}/secrets", body=body)
 
     @requires("", "secrets", "get")
     async def get_secret(self, namespace: str, name: str) -> dict[str, Any]:
-        return await self._call(self.core.read_namespaced_secret, name, namespace)
+        return await self._call("get secrets", "GET", f"{CORE}/namespaces/{namespace}/secrets/{name}")
 
     @requires("", "secrets", "list")
     async def list_secrets(self, namespace: str, label_selector: str) -> dict[str, Any]:
-        return await self._call(self.core.list_namespaced_secret, namespace, label_selector=label_selector)
+        path = f"{CORE}/namespaces/{namespace}/secrets"
+        return await self._call("list secrets", "GET", path, {"labelSelector": label_selector})
 
     @requires("", "secrets", "patch")
     async def patch_secret(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
-        return await self._call(self.core.patch_namespaced_secret, name, namespace, patch, _content_type=MERGE_PATCH)
+        path = f"{CORE}/namespaces/{namespace}/secrets/{name}"
+        return await self._call("patch secrets", "PATCH", path, body=patch, content_type=MERGE_PATCH)
 
     @requires("", "secrets", "delete")
     async def delete_secret(self, namespace: str, name: str) -> None:
-        await self._call(self.core.delete_namespaced_secret, name, namespace)
+        await self._call("delete secrets", "DELETE", f"{CORE}/namespaces/{namespace}/secrets/{name}")
 
     @requires("", "events", "list")
     async def list_events(self, namespace: str, field_selector: str, limit: int | None = None) -> dict[str, Any]:
-        return await self._call(self.core.list_namespaced_event, namespace, field_selector=field_selector, limit=limit)
+        path = f"{CORE}/namespaces/{namespace}/events"
+        return await self._call("list events", "GET", path, {"fieldSelector": field_selector, "limit": limit})
 
     @requires("", "events", "watch")
     def watch_events(
         self, namespace: str, field_selector: str, resource_version: str, timeout_s: int
     ) -> AsyncIterator[dict[str, Any]]:
-        return self._watch(
-            self.core.list_namespaced_event,
-            namespace,
-            field_selector=field_selector,
-            resource_version=resource_version,
-            timeout_s=timeout_s,
-        )
+        path = f"{CORE}/namespaces/{namespace}/events"
+        return self._watch("watch events", path, {"fieldSelector": field_selector}, resource_version, timeout_s)
 
     # -- cluster-wide --------------------------------------------------------------------
 
     @requires("", "nodes", "get", namespaced=False)
     async def get_node(self, name: str) -> dict[str, Any]:
-        return await self._call(self.core.read_node, name)
+        return await self._call("get nodes", "GET", f"{CORE}/nodes/{name}")
 
     @requires(CSE_GROUP, CSE_PLURAL, "create", namespaced=False)
     async def create_entry(self, body: dict[str, Any]) -> dict[str, Any]:
-        return await self._call(self.custom.create_cluster_custom_object, CSE_GROUP, CSE_VERSION, CSE_PLURAL, body)
+        return await self._call("create clusterstaticentries", "POST", CSE_PATH, body=body)
 
     @requires(CSE_GROUP, CSE_PLURAL, "get", namespaced=False)
     async def get_entry(self, name: str) -> dict[str, Any]:
-        return await self._call(self.custom.get_cluster_custom_object, CSE_GROUP, CSE_VERSION, CSE_PLURAL, name)
+        return await self._call("get clusterstaticentries", "GET", f"{CSE_PATH}/{name}")
 
     @requires(CSE_GROUP, CSE_PLURAL, "list", namespaced=False)
     async def list_entries(self, label_selector: str) -> dict[str, Any]:
-        return await self._call(
-            self.custom.list_cluster_custom_object, CSE_GROUP, CSE_VERSION, CSE_PLURAL, label_selector=label_selector
-        )
+        return await self._call("list clusterstaticentries", "GET", CSE_PATH, {"labelSelector": label_selector})
 
     @requires(CSE_GROUP, CSE_PLURAL, "delete", namespaced=False)
     async def delete_entry(self, name: str) -> None:
-        await self._call(self.custom.delete_cluster_custom_object, CSE_GROUP, CSE_VERSION, CSE_PLURAL, name)
+        await self._call("delete clusterstaticentries", "DELETE", f"{CSE_PATH}/{name}")
 
     # -- for `check` -----------------------------------------------------------------------
 
     @requires("", "namespaces", "get", namespaced=False, resource_names=("{namespace}",))
     async def get_namespace(self, name: str) -> dict[str, Any]:
-        return await self._call(self.core.read_namespace, name)
+        return await self._call("get namespaces", "GET", f"{CORE}/namespaces/{name}")
 
     @requires("apiextensions.k8s.io", "customresourcedefinitions", "get", namespaced=False, resource_names=(CSE_CRD,))
     async def get_entry_definition(self) -> dict[str, Any]:
-        return await self._call(self.extensions.read_custom_resource_definition, CSE_CRD)
+        path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CSE_CRD}"
+        return await self._call("get customresourcedefinitions", "GET", path)
 
     @requires("authorization.k8s.io", "selfsubjectaccessreviews", "create", granted_by_default=True)
     async def may(self, verb: str, group: str, resource: str, namespace: str = "", name: str = "") -> tuple[bool, str]:
@@ -362,14 +391,17 @@ class KubeApi:
             attributes["namespace"] = namespace
         if name:
             attributes["name"] = name
-        body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview"}
-        review = await self._call(
-            self.authorization.create_self_subject_access_review, {**body, "spec": {"resourceAttributes": attributes}}
-        )
+        body = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": attributes},
+        }
+        path = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+        review = await self._call("create selfsubjectaccessreviews", "POST", path, body=body)
         status = review.get("status") or {}
         return bool(status.get("allowed")), str(status.get("reason") or status.get("evaluationError") or "")
 
     @requires("", "version", "get", namespaced=False, granted_by_default=True)
     async def server_version(self) -> str:
-        info = await self._call(self.version.get_code)
+        info = await self._call("get version", "GET", "/version/")
         return str(info.get("gitVersion") or "unknown")

@@ -279,6 +279,10 @@ class KubernetesBackend:
             await asyncio.gather(self._running, return_exceptions=True)
         await self.entries.aclose()
         await self.api.aclose()
+        calls = dict(sorted(self.api.calls.items()))
+        log.info(
+            "pool %s: %d Kubernetes API requests since start", self.pool, self.api.requests, extra={"calls": calls}
+        )
 
     # -- helpers ------------------------------------------------------------------------------
 
