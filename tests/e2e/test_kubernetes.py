@@ -54,7 +54,12 @@ async def test_the_demo_examples_run_in_pods_each_with_its_own_identity(
     assert not any(problems.values()), (problems, {e.name: e.logs for e in examples if problems[e.name]})
     node_uid = executor_cluster.node_uid("node-a")
     jobs = [job for example in examples for job in example.jobs if job["task_id"]]
-    assert len(seen.entries) == len(jobs) == len(seen.pods)
+    missing = {
+        name: [(v["type"], v["metadata"].get("annotations", {}).get("dynrunner.io/job-name")) for v in versions]
+        for name, versions in seen.pods.items()
+        if name not in seen.entries
+    }
+    assert len(seen.entries) == len(jobs) == len(seen.pods), missing
     for name, versions in seen.entries.items():
         entry, pod = versions[0], seen.pods[name][-1]
         assert entry["spec"]["parentID"] == f"spiffe://example.org/spire/agent/k8s_psat/ci/{node_uid}"
