@@ -1,6 +1,7 @@
 """End to end on the kubernetes backend with a controller that dies: killed (SIGKILL) mid-run
-and restarted, every job still ends once and nothing is left; killed between creating a job's
-Secret and its Pod, the redelivery completes the pair and makes nothing twice.
+and restarted, every job still ends once and nothing is left; killed once a job's Secret and
+Pod exist but before its delivery was acknowledged, the redelivery finds them and makes
+nothing twice (a half-made pair being completed is the conformance suite's).
 
 The controller runs as a child process (`dynrunner-controller run`) against the Gitea double
 and the Kubernetes doubles in this test's process and a real nats-server; the Pods (real
@@ -58,7 +59,7 @@ async def test_a_controller_killed_twice_mid_run_ends_every_job_once(
     assert_only_armed_runners(gitea, kills=2)
 
 
-async def test_a_launch_killed_between_secret_and_pod_is_completed_by_the_redelivery(
+async def test_a_launch_killed_before_its_delivery_was_acknowledged_creates_nothing_twice(
     gitea: GiteaDouble, nats_url: str, executor_cluster: Cluster, tmp_path: Path
 ) -> None:
     ran = tmp_path / "ran.log"
@@ -69,9 +70,10 @@ async def test_a_launch_killed_between_secret_and_pod_is_completed_by_the_redeli
     run = gitea.submit("owner/repo", recording_workflow(ran))
     with ObjectLog(executor_cluster.api) as seen:
         try:
-            controller.start(crash="before-start")
+            controller.start(crash="before-ack")
             await controller.crashed()
-            assert left_over(executor_cluster)["pods"] == [] and len(left_over(executor_cluster)["secrets"]) == 1
+            made = left_over(executor_cluster)
+            assert (len(made["pods"]), len(made["secrets"])) == (1, 1), made
             controller.start()
             done = await wait_run_done(gitea, run.id, within=60)
             await wait_for(lambda: left_over(executor_cluster) == NOTHING_LEFT, within=30, what="nothing left")

@@ -17,10 +17,6 @@ from tests.fixtures.kubernetes_backend import NOTHING_LEFT, BackendFactory, job,
 NS = "ci-jobs"
 
 
-async def nothing() -> None:
-    return None
-
-
 async def finished(backend: Any, env: Environment, within: float = 20.0) -> Observation:
     deadline = asyncio.get_running_loop().time() + within
     while True:
@@ -45,7 +41,7 @@ def reason_and_message(observation: Observation) -> tuple[FailureReason, str]:
 
 async def test_an_image_that_cannot_be_pulled(kube_backend_factory: BackendFactory, pod_cluster: Cluster) -> None:
     async with kube_backend_factory(image="registry.example/none/executor:9", imagePullTimeoutSeconds=1) as backend:
-        env = await backend.create(job(), nothing)
+        env = await backend.create(job())
         reason, message = reason_and_message(await finished(backend, env))
         assert reason is FailureReason.START_FAILED
         assert message.startswith("the executor image registry.example/none/executor:9 could not be pulled (")
@@ -56,7 +52,7 @@ async def test_an_image_that_cannot_be_pulled(kube_backend_factory: BackendFacto
 async def test_a_pod_no_node_can_run(kube_backend_factory: BackendFactory) -> None:
     options = {"nodeSelector": {"gpu": "yes"}, "startTimeoutSeconds": 1}
     async with kube_backend_factory(**options) as backend:
-        env = await backend.create(job(), nothing)
+        env = await backend.create(job())
         reason, message = reason_and_message(await finished(backend, env))
         assert reason is FailureReason.UNSCHEDULABLE
         assert message.startswith("no node could run the job's Pod within 1s: 0/1 nodes are available: ")
@@ -68,7 +64,7 @@ async def test_a_container_that_cannot_be_configured(kube_backend_factory: Backe
     env_from_nowhere = [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "absent", "key": "token"}}}]
     template = {"spec": {"containers": [{"name": "executor", "env": env_from_nowhere}]}}
     async with kube_backend_factory(podTemplate=template) as backend:
-        env = await backend.create(job(), nothing)
+        env = await backend.create(job())
         reason, message = reason_and_message(await finished(backend, env))
         assert (reason, message) == (
             FailureReason.START_FAILED,
@@ -81,7 +77,7 @@ async def test_a_volume_that_cannot_be_mounted(kube_backend_factory: BackendFact
     """No SPIFFE CSI driver on the node: FailedMount events, then the start time-out."""
     volume = {"csi": {"driver": "csi.example.com", "readOnly": True}}
     async with kube_backend_factory(workloadApiVolume=volume, startTimeoutSeconds=1) as backend:
-        env = await backend.create(job(), nothing)
+        env = await backend.create(job())
         reason, message = reason_and_message(await finished(backend, env))
         assert reason is FailureReason.START_FAILED
         assert message.startswith("the job's Pod could not start within 1s (FailedMount): MountVolume.SetUp failed")
@@ -113,7 +109,7 @@ async def test_a_pod_that_ends_under_the_job(
     kube_backend_factory: BackendFactory, pod_cluster: Cluster, disaster: str, reason: FailureReason, message: str
 ) -> None:
     async with kube_backend_factory(resources={"limits": {"memory": "1Gi"}}) as backend:
-        env = await backend.create(job("hang"), nothing)
+        env = await backend.create(job("hang"))
         await running(backend, env)
         if disaster == "oom":
             pod_cluster.oom_kill(NS, env.name)
@@ -129,7 +125,7 @@ async def test_a_pod_that_ends_under_the_job(
 async def test_the_pods_deadline(kube_backend_factory: BackendFactory) -> None:
     template = {"spec": {"activeDeadlineSeconds": 1, "terminationGracePeriodSeconds": 1}}
     async with kube_backend_factory(podTemplate=template) as backend:
-        env = await backend.create(job("hang"), nothing)
+        env = await backend.create(job("hang"))
         reason, message = reason_and_message(await finished(backend, env))
         assert reason is FailureReason.DEADLINE_EXCEEDED
         assert message.startswith("the job's Pod ran longer than its deadline (1s")
@@ -140,7 +136,7 @@ async def test_a_pod_deleted_by_someone_else_is_a_tombstone_until_reaped(
     kube_backend_factory: BackendFactory, pod_cluster: Cluster
 ) -> None:
     async with kube_backend_factory() as backend:
-        env = await backend.create(job("hang"), nothing)
+        env = await backend.create(job("hang"))
         await running(backend, env)
         with api_client(pod_cluster.api) as api:
             client.CoreV1Api(api).delete_namespaced_pod(env.name, NS, grace_period_seconds=0)
@@ -148,7 +144,7 @@ async def test_a_pod_deleted_by_someone_else_is_a_tombstone_until_reaped(
         assert reason is FailureReason.VANISHED
         assert "deleted by someone other than the controller" in message
         assert [e.name for e in await backend.list_owned()] == [env.name]  # until the reaper is done
-        assert (await backend.load_assignment(env)).assignment_id == env.assignment_id
+        assert (await backend.find(env.assignment_id)) is not None  # its tombstone, for the reaper
         await backend.delete(env)
         assert await backend.list_owned() == []
         await _until(lambda: left_over(pod_cluster) == NOTHING_LEFT)
@@ -156,7 +152,7 @@ async def test_a_pod_deleted_by_someone_else_is_a_tombstone_until_reaped(
 
 async def test_an_executor_that_fails_before_reporting(kube_backend_factory: BackendFactory) -> None:
     async with kube_backend_factory() as backend:
-        env = await backend.create(job("exit:3"), nothing)
+        env = await backend.create(job("exit:3"))
         observation = await finished(backend, env)
         reason, message = reason_and_message(observation)
         assert (reason, message) == (

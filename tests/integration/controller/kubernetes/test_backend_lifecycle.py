@@ -18,10 +18,6 @@ from tests.fixtures.kubernetes_backend import NOTHING_LEFT, BackendFactory, job,
 NS = "ci-jobs"
 
 
-async def nothing() -> None:
-    return None
-
-
 async def until(check: Any, within: float = 20.0) -> Any:
     deadline = asyncio.get_running_loop().time() + within
     while True:
@@ -48,7 +44,7 @@ async def test_a_job_runs_with_its_own_identity_and_leaves_nothing(
 ) -> None:
     assignment = job("svid")
     async with kube_backend_factory() as backend:
-        env = await backend.create(assignment, nothing, stream_seq=3)
+        env = await backend.create(assignment, stream_seq=3)
         name = env.name
         assert env.labels["dynrunner.io/stream-seq"] == "3" and env.assignment_id == assignment.assignment_id
         secret = raw(pod_cluster, "secret", name)
@@ -86,8 +82,8 @@ async def test_create_is_idempotent_and_completes_a_half_made_pair(
 ) -> None:
     first, second = job("hang"), job("hang")
     async with kube_backend_factory() as backend:
-        env = await backend.create(first, nothing)
-        again = await backend.create(first, nothing)
+        env = await backend.create(first)
+        again = await backend.create(first)
         assert again.name == env.name and again.extra["uid"] == env.extra["uid"]
         # A Secret without its Pod (a launch that died between the two): the Pod is made.
         with api_client(pod_cluster.api) as api:
@@ -95,7 +91,7 @@ async def test_create_is_idempotent_and_completes_a_half_made_pair(
             core.create_namespaced_secret(
                 NS, {"metadata": {"name": f"dr-{second.assignment_id}"}, "stringData": {"assignment.pb": "stale"}}
             )
-        made = await backend.create(second, nothing)
+        made = await backend.create(second)
         assert raw(pod_cluster, "pod", made.name)["metadata"]["uid"] == made.extra["uid"]
         await until(lambda: len(left_over(pod_cluster)["pods"]) == 2)
         assert sorted(e.name for e in await backend.list_owned()) == sorted([env.name, made.name])
@@ -113,7 +109,7 @@ async def test_a_pod_without_its_secret_gets_it(kube_backend_factory: BackendFac
     with api_client(pod_cluster.api) as api:
         client.CoreV1Api(api).create_namespaced_pod(NS, builders.pod(assignment, settings()))
     async with kube_backend_factory() as backend:
-        env = await backend.create(assignment, nothing)
+        env = await backend.create(assignment)
         observation = await until(lambda: _finished(backend, env))
         assert observation.phase is Phase.SUCCEEDED
         await backend.delete(env)

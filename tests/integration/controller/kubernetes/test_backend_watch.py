@@ -18,10 +18,6 @@ from tests.fixtures.kubernetes_backend import NOTHING_LEFT, BackendFactory, job,
 NS = "ci-jobs"
 
 
-async def nothing() -> None:
-    return None
-
-
 async def until(check: Any, within: float = 20.0) -> Any:
     deadline = asyncio.get_running_loop().time() + within
     while True:
@@ -44,12 +40,12 @@ async def test_the_cache_follows_through_dropped_and_expired_watches(
 ) -> None:
     async with kube_backend_factory() as backend:
         first = job("hang")
-        env = await backend.create(first, nothing)
+        env = await backend.create(first)
         await until(lambda: phase_of(backend, first.assignment_id), within=20)
         lists = backend.pods.lists
         pod_cluster.api.drop_watches()
         second = job("exit:0")
-        await backend.create(second, nothing)
+        await backend.create(second)
         await until(lambda: _is(backend, second.assignment_id, Phase.SUCCEEDED))
         assert backend.pods.lists == lists, "a dropped connection resumes from its resourceVersion, no list"
         pod_cluster.api.compact()
@@ -73,7 +69,7 @@ async def _is(backend: Any, assignment_id: str, phase: Phase, tombstone: bool = 
 
 async def test_no_request_while_jobs_run(kube_backend_factory: BackendFactory, pod_cluster: Cluster) -> None:
     async with kube_backend_factory() as backend:
-        envs = [await backend.create(job("hang"), nothing) for _ in range(3)]
+        envs = [await backend.create(job("hang")) for _ in range(3)]
         await until(lambda: all(backend.entries.made_for(e.assignment_id) for e in envs))
         before = backend.api.requests
         for _ in range(20):  # a reaper's sweeps: list and observe every job
@@ -90,7 +86,7 @@ async def test_transient_api_errors_are_retried(kube_backend_factory: BackendFac
         await backend.list_owned()  # watching
         pod_cluster.api.faults.fail(count=2, code=503, method="POST", path="/pods")
         pod_cluster.api.faults.fail(count=1, code=500, method="POST", path="/secrets")
-        env = await backend.create(job("exit:0"), nothing)
+        env = await backend.create(job("exit:0"))
         await until(lambda: _is(backend, env.assignment_id, Phase.SUCCEEDED))
         await backend.delete(env)
 
@@ -99,7 +95,7 @@ async def test_orphans_are_collected(kube_backend_factory: BackendFactory, pod_c
     """An entry whose Pod is gone, and a Secret whose launch never made its Pod; entries and
     Secrets of other pools, namespaces and owners stay."""
     async with kube_backend_factory() as backend:
-        live = await backend.create(job("hang"), nothing)
+        live = await backend.create(job("hang"))
         await until(lambda: backend.entries.made_for(live.assignment_id))
         labels = {
             "app.kubernetes.io/managed-by": "dynrunner",
@@ -135,7 +131,7 @@ async def test_a_pod_just_created_is_known_before_its_watch_event(
     async with kube_backend_factory() as backend:
         await backend.list_owned()
         pod_cluster.api.drop_watches()  # the watch reconnects after a backoff: its events come late
-        env = await backend.create(job("hang"), nothing)
+        env = await backend.create(job("hang"))
         observation = await backend.observe(env)
         assert not observation.phase.finished, observation
         found = await backend.find(env.assignment_id)

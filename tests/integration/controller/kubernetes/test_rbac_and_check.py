@@ -33,10 +33,6 @@ def granted(namespace: str = NS, drop: tuple[str, ...] = ()) -> list[dict[str, A
     return [{**r, "verbs": [v for v in r["verbs"] if f"{v} {r['resources'][0]}" not in drop]} for r in out]
 
 
-async def nothing() -> None:
-    return None
-
-
 async def test_a_job_and_orphan_collection_need_no_more_than_the_generated_rules(
     kube_cluster_factory: Any, tmp_path: Path
 ) -> None:
@@ -49,7 +45,7 @@ async def test_a_job_and_orphan_collection_need_no_more_than_the_generated_rules
         cfg = controller_config(cluster.api.write_kubeconfig(tmp_path / "kubeconfig"), tmp_path / "s")
         backend = KubernetesBackend.from_config(cfg.pools[0], cfg)
         try:
-            env = await backend.create(job("svid"), nothing)
+            env = await backend.create(job("svid"))
             deadline = asyncio.get_running_loop().time() + 20
             while (observation := await backend.observe(env)).phase is not Phase.SUCCEEDED:
                 assert not observation.phase.finished, observation

@@ -421,4 +421,4 @@ def test_identity_keys_for_backends_that_issue_identities(tmp_path: Path) -> Non
     data = minimal(tmp_path)
     data["identity"] = {"cluster": "ci", "parentIdTemplate": "spiffe://{trustDomain}/agent/{node}"}
     [problem] = problems(tmp_path, data)
-    assert "identity.parentIdTemplate" in problem and "unknown: node" in problem
+    assert "identity.parentIdTemplate" in problem and "uses {node}; the placeholders are" in problem

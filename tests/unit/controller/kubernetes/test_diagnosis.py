@@ -100,7 +100,7 @@ def test_deleted_by_someone_else_while_running_waits_for_the_executor() -> None:
     killed = copy.deepcopy(deleting)
     killed["status"]["containerStatuses"] = pod("deadline-exceeded")["status"]["containerStatuses"]
     observation = classify(facts(killed))
-    assert observation.diagnosis is not None and observation.diagnosis.reason is FailureReason.KILLED
+    assert observation.diagnosis is not None and observation.diagnosis.reason is FailureReason.VANISHED
     assert observation.diagnosis.message.startswith("the job's Pod was deleted by someone other than the controller")
 
 

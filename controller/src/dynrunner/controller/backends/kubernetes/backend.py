@@ -2,11 +2,14 @@
 SPIFFE identity in a ClusterStaticEntry (docs/kubernetes.md).
 
 What the controller knows about the pool's Pods comes from one list-then-watch (`Informer`):
-finding, listing and observing environments read that cache and send no request; Warning
-events come from a second watch. Creating is idempotent (409 is success, a half-made pair is
-completed); deleting removes the Pod and the entry (and the Secret when Kubernetes was not
-told it belongs to the Pod). A Pod deleted by someone else stays visible as a tombstone — its
-last state — until the reaper has finalized its task and reaped it.
+finding, listing, observing and following starts read that cache and send no request; the
+Pods' events come from a second watch. `watch` (the `Watches` hook) wakes the reaper for each
+Pod that changed, and for a start whose time ran out. Creating is idempotent (409 is success,
+a half-made pair is completed) and returns once the Secret and the Pod exist; `follow_start`
+turns the Pod's progress into stage lines. Deleting removes the Pod and the entry (and the
+Secret when Kubernetes was not told it belongs to the Pod). A Pod deleted by someone else
+stays visible as a tombstone — its last state — until the reaper has finalized its task and
+reaped it.
 """
 
 from __future__ import annotations
@@ -15,19 +18,30 @@ import asyncio
 import base64
 import contextlib
 import logging
-from collections.abc import Collection
+from collections.abc import AsyncIterator, Collection
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dynrunner.controller import contract
-from dynrunner.controller.backends.base import BackendError, BeforeStart, Environment, Observation, Phase
+from dynrunner.controller.backends.base import (
+    BackendError,
+    Diagnosis,
+    Environment,
+    FailureReason,
+    Observation,
+    Phase,
+    StartEvent,
+    StartStage,
+    Wake,
+)
 from dynrunner.controller.backends.kubernetes import builders, identity
 from dynrunner.controller.backends.kubernetes.api import AlreadyExists, KubeApi, NotFound
 from dynrunner.controller.backends.kubernetes.builders import PodSettings
 from dynrunner.controller.backends.kubernetes.check import Finding, check
-from dynrunner.controller.backends.kubernetes.diagnosis import PodFacts, classify, parse_time
+from dynrunner.controller.backends.kubernetes.diagnosis import PodFacts, classify, executor_ran, parse_time
 from dynrunner.controller.backends.kubernetes.entries import Entries
 from dynrunner.controller.backends.kubernetes.informer import Informer
+from dynrunner.controller.backends.kubernetes.progress import start_lines, started_line
 from dynrunner.controller.config import ControllerConfig, PoolConfig
 from dynrunner.proto.assignment import Assignment, decode, encode
 
@@ -38,6 +52,8 @@ SYNC_TIMEOUT_S = 30.0
 ORPHAN_AGE = timedelta(minutes=1)
 EVENTS_KEPT = 30
 POD_EVENTS = "involvedObject.kind=Pod"
+TICK_S = 1.0
+"""How often time-based verdicts (an image pull or a start that took too long) are looked for."""
 
 
 class KubernetesBackend:
@@ -54,6 +70,7 @@ class KubernetesBackend:
             lambda: api.list_pods(self.namespace, self.selector),
             lambda version, timeout: api.watch_pods(self.namespace, self.selector, version, timeout),
             self._on_pod,
+            on_list=self._on_list,
         )
         self.pod_events = Informer(
             f"events in {self.namespace}",
@@ -63,8 +80,10 @@ class KubernetesBackend:
             cache=False,
         )
         self.entries = Entries(api, settings, self._assignment_of)
-        self.changed = asyncio.Event()
-        """Set whenever a Pod of the pool changes (what a reaper may wait on instead of polling)."""
+        self._wake: Wake | None = None
+        self._followers: dict[str, set[asyncio.Event]] = {}
+        self._timed_out: set[str] = set()
+        """Pods whose start the watch said ran out of time (woken once)."""
         self._assignments: dict[str, Assignment] = {}
         self._tombstones: dict[str, dict[str, Any]] = {}
         self._deleted: set[str] = set()
@@ -104,6 +123,42 @@ class KubernetesBackend:
                 f"at {self.api.host} (see the controller's log)"
             ) from None
 
+    async def watch(self, wake: Wake) -> None:
+        """The `Watches` hook: wake the reaper for every Pod that changes, and once for each
+        start that ran out of time (nothing in the Pod changes then)."""
+        self._wake = wake
+        try:
+            await self._ready()
+            while True:
+                await asyncio.sleep(TICK_S)
+                self._wake_timed_out()
+        finally:
+            self._wake = None
+
+    def _wake_timed_out(self) -> None:
+        for name, pod in list(self.pods.cache.items()):
+            if name in self._timed_out or name in self._deleted or not _labels_ok(pod):
+                continue
+            if self._classify(name, pod, gone=False).phase is Phase.FAILED and not _changes_by_itself(pod):
+                self._timed_out.add(name)
+                self._notify(pod)
+
+    def _notify(self, pod: dict[str, Any]) -> None:
+        meta = pod.get("metadata") or {}
+        for changed in self._followers.get(meta.get("name", ""), ()):
+            changed.set()
+        assignment_id = (meta.get("labels") or {}).get(contract.LABEL_ASSIGNMENT_ID)
+        if self._wake is not None and assignment_id:
+            self._wake(assignment_id)
+
+    def _on_list(self) -> None:
+        """Listed again (first sync, or after 410 Gone): any environment may have changed."""
+        for followers in self._followers.values():
+            for changed in followers:
+                changed.set()
+        if self._wake is not None:
+            self._wake(None)
+
     def _on_pod(self, kind: str, pod: dict[str, Any]) -> None:
         name = pod["metadata"]["name"]
         if kind == "DELETED":
@@ -112,9 +167,10 @@ class KubernetesBackend:
             elif _labels_ok(pod):
                 self._tombstones[name] = pod
             self._events.pop(name, None)
+            self._timed_out.discard(name)
         elif self.settings.backend.identity:
             self.entries.ensure(pod)
-        self.changed.set()
+        self._notify(pod)
 
     def _on_event(self, kind: str, event: dict[str, Any]) -> None:
         """Keep the recent events of the pool's Pods (a repeated event comes MODIFIED, with
@@ -128,13 +184,13 @@ class KubernetesBackend:
         kept[event["metadata"]["name"]] = {"reason": event.get("reason"), "message": event.get("message")}
         while len(kept) > EVENTS_KEPT:
             del kept[next(iter(kept))]
-        self.changed.set()
+        pod = self.pods.cache.get(name)
+        if pod is not None and not executor_ran(pod):
+            self._notify(pod)  # a start line or a diagnosis only events carry
 
     # -- the Backend protocol -----------------------------------------------------------------
 
-    async def create(
-        self, assignment: Assignment, before_start: BeforeStart, *, stream_seq: int | None = None
-    ) -> Environment:
+    async def create(self, assignment: Assignment, *, stream_seq: int | None = None) -> Environment:
         await self._ready()
         if self.settings.backend.identity:
             try:
@@ -150,7 +206,6 @@ class KubernetesBackend:
             await self.api.create_secret(self.namespace, secret)
         pod = self.pods.cache.get(name)
         if pod is None:
-            await before_start()
             try:
                 pod = await self.api.create_pod(
                     self.namespace, builders.pod(assignment, self.settings, stream_seq=stream_seq)
@@ -170,13 +225,53 @@ class KubernetesBackend:
         await self.api.patch_secret(self.namespace, name, patch)
         self._owned.add(name)
 
+    async def follow_start(self, env: Environment) -> AsyncIterator[StartEvent]:
+        """Stage lines from the Pod and its events as they change, then STARTED once the
+        executor container runs (or ran), or FAILED with the classifier's diagnosis. Every
+        wait is bounded by the classifier's time-outs (image pull, start) and the Pod's
+        deadline; nothing is requested from the API."""
+        await self._ready()
+        changed = asyncio.Event()
+        self._followers.setdefault(env.name, set()).add(changed)
+        written: set[str] = set()
+        try:
+            while True:
+                changed.clear()
+                pod = self.pods.cache.get(env.name)
+                gone = pod is None or env.name in self._deleted
+                last = pod if pod is not None else self._tombstones.get(env.name)
+                for line in start_lines(last, tuple(self._events.get(env.name, {}).values())) if last else ():
+                    if line not in written:
+                        written.add(line)
+                        yield StartEvent(StartStage.PROGRESS, line)
+                if last is not None and executor_ran(last):
+                    yield StartEvent(StartStage.STARTED, started_line(last))
+                    return
+                observation = self._classify(env.name, last, gone=gone)
+                if observation.phase.finished:
+                    diagnosis = observation.diagnosis or Diagnosis(
+                        FailureReason.VANISHED, "the job's Pod disappeared before its executor started"
+                    )
+                    yield StartEvent(StartStage.FAILED, diagnosis=diagnosis)
+                    return
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(changed.wait(), TICK_S)
+        finally:
+            followers = self._followers.get(env.name)
+            if followers is not None:
+                followers.discard(changed)
+                if not followers:
+                    del self._followers[env.name]
+
     async def find(self, assignment_id: str) -> Environment | None:
+        """Its Pod, or the last state of one deleted by someone else (for the reaper's
+        diagnosis) until it is reaped."""
         await self._ready()
         name = contract.environment_name(assignment_id)
-        pod = self.pods.cache.get(name)
-        if pod is None or name in self._deleted:
+        if name in self._deleted:
             return None
-        return self._environment(pod)
+        pod = self.pods.cache.get(name) or self._tombstones.get(name)
+        return None if pod is None else self._environment(pod)
 
     async def list_owned(self) -> list[Environment]:
         await self._ready()
@@ -184,29 +279,31 @@ class KubernetesBackend:
         return [self._environment(p) for p in [*pods, *self._tombstones.values()]]
 
     async def observe(self, env: Environment) -> Observation:
+        if env.name in self._deleted:
+            return Observation(Phase.GONE)  # deleted by us, its Pod still terminating
         pod = self.pods.cache.get(env.name)
         gone = pod is None
         if pod is None:
             pod = self._tombstones.get(env.name)
         if pod is None:
             return Observation(Phase.GONE)
+        observation = self._classify(env.name, pod, gone=gone)
+        if self.settings.backend.identity and not gone and not observation.phase.finished:
+            self.entries.ensure(pod)  # again, if making it failed before
+        return observation
+
+    def _classify(self, name: str, pod: dict[str, Any] | None, *, gone: bool) -> Observation:
         cfg = self.settings.backend
         facts = PodFacts(
             pod,
             datetime.now(UTC),
             gone=gone,
-            deleted_by_us=env.name in self._deleted,
-            events=tuple(self._events.get(env.name, {}).values()),
+            deleted_by_us=name in self._deleted,
+            events=tuple(self._events.get(name, {}).values()),
             image_pull_timeout=timedelta(seconds=cfg.image_pull_timeout_s),
             start_timeout=timedelta(seconds=cfg.start_timeout_s),
         )
-        observation = classify(facts)
-        if cfg.identity and not gone and not observation.phase.finished:
-            self.entries.ensure(pod)  # again, if making it failed before
-        return observation
-
-    async def load_assignment(self, env: Environment) -> Assignment:
-        return await self._assignment_of(env.assignment_id)
+        return classify(facts)
 
     async def _assignment_of(self, assignment_id: str) -> Assignment:
         """The assignment as handed to the executor: kept from `create`, else read back from
@@ -243,6 +340,7 @@ class KubernetesBackend:
         self._owned.discard(name)
         self._assignments.pop(env.assignment_id, None)
         self._events.pop(name, None)
+        self._timed_out.discard(name)
         log.info("Pod %s/%s deleted", self.namespace, name)
 
     async def collect_orphans(self, launching: Collection[str]) -> list[str]:
@@ -296,6 +394,12 @@ class KubernetesBackend:
             created_at=parse_time(meta.get("creationTimestamp")) or datetime.now(UTC),
             extra={"namespace": self.namespace, "uid": meta.get("uid", ""), "node": spec.get("nodeName", "")},
         )
+
+
+def _changes_by_itself(pod: dict[str, Any]) -> bool:
+    """A Pod whose failure the kubelet reports (its phase or container ended): the watch sees
+    that change; only verdicts of time (a start that took too long) need a tick."""
+    return executor_ran(pod) or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
 def _labels_ok(pod: dict[str, Any]) -> bool:

@@ -30,6 +30,8 @@ PULL_ERRORS = (
     "SignatureValidationFailed",
 )
 FATAL_WAITING = ("InvalidImageName", "CreateContainerConfigError", "CreateContainerError", "RunContainerError")
+NEVER_RAN = ("StartError", "ContainerCannotRun")
+"""Terminated reasons of a container whose process never started."""
 START_PROBLEM_EVENTS = ("FailedMount", "FailedAttachVolume", "FailedCreatePodSandBox", "FailedCreatePodContainer")
 
 
@@ -60,6 +62,16 @@ def parse_time(value: Any) -> datetime | None:
 def executor_status(pod: Mapping[str, Any]) -> Mapping[str, Any]:
     statuses = (pod.get("status") or {}).get("containerStatuses") or []
     return next((s for s in statuses if s.get("name") == EXECUTOR_CONTAINER), {})
+
+
+def executor_ran(pod: Mapping[str, Any]) -> bool:
+    """The executor container runs or ran (it took the job over): not one that could not be
+    started at all."""
+    state = executor_status(pod).get("state") or {}
+    terminated = state.get("terminated")
+    if terminated is not None:
+        return terminated.get("reason") not in NEVER_RAN
+    return "running" in state
 
 
 def condition(pod: Mapping[str, Any], type_: str) -> Mapping[str, Any]:
@@ -158,12 +170,12 @@ def _exit(pod: Mapping[str, Any], terminated: Mapping[str, Any], deleted_by_us: 
         return Diagnosis(
             FailureReason.OUT_OF_MEMORY, f"the job ran out of memory{within}: the executor was OOMKilled", detail
         )
-    if reason in ("StartError", "ContainerCannotRun"):
+    if reason in NEVER_RAN:
         return Diagnosis(FailureReason.START_FAILED, f"the executor could not be started: {detail}")
     deleting = (pod.get("metadata") or {}).get("deletionTimestamp")
     if deleting and not deleted_by_us:
         return Diagnosis(
-            FailureReason.KILLED,
+            FailureReason.VANISHED,
             f"the job's Pod was deleted by someone other than the controller; the executor exited with status {code}",
             detail,
         )

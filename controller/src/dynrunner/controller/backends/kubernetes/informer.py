@@ -46,6 +46,7 @@ class Informer:
         handler: Handler,
         *,
         cache: bool = True,
+        on_list: Callable[[], None] | None = None,
         timeout_s: int = WATCH_TIMEOUT_S,
         backoff: Backoff | None = None,
     ) -> None:
@@ -54,6 +55,7 @@ class Informer:
         self._watch = watcher
         self._handler = handler
         self._keep = cache
+        self._on_list = on_list
         self._timeout_s = timeout_s
         self._backoff = backoff or Backoff(0.5, 30.0)
         self.cache: dict[str, dict[str, Any]] = {}
@@ -109,6 +111,8 @@ class Informer:
                 elif _version(old) != _version(item):
                     self._handler("MODIFIED", item)
         self.synced.set()
+        if self._on_list is not None:
+            self._on_list()
 
     async def _watch_once(self) -> int:
         self.watches += 1

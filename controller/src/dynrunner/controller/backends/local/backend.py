@@ -103,8 +103,8 @@ class LocalBackend:
 
     @classmethod
     def from_config(cls, pool: PoolConfig, config: ControllerConfig) -> LocalBackend:
-        assert isinstance(pool.backend, LocalBackendConfig), "the registry picks the backend by kind"
         found = settings(pool, config)
+        assert isinstance(pool.backend, LocalBackendConfig)
         return cls(
             pool.name,
             pool.backend.root_dir or Path(),

@@ -21,7 +21,7 @@ from dynrunner.controller.backends.local.isolation import (
     resolve_user,
     sandbox,
 )
-from dynrunner.controller.config import ControllerConfig, PoolConfig
+from dynrunner.controller.config import ControllerConfig, LocalBackendConfig, PoolConfig
 
 PASSED_ENV = (
     "LANG", "LC_ALL", "LC_CTYPE", "TZ", "SSL_CERT_FILE", "SSL_CERT_DIR",
@@ -68,6 +68,7 @@ def resolve_program(program: str, path: str) -> str:
 
 def settings(pool: PoolConfig, config: ControllerConfig) -> Settings:
     backend = pool.backend
+    assert isinstance(backend, LocalBackendConfig), "the registry picks the backend by its kind"
     root = backend.root_dir
     assert root is not None, "ControllerConfig derives root_dir"
     program, *args = backend.executor_command
