@@ -58,6 +58,7 @@ class PodSettings:
     svid_ttl_s: int = 900
     class_name: str = ""
     workspace_path: str = DEFAULT_WORKSPACE
+    deadline_grace_s: int = POD_DEADLINE_EXTRA_S
 
     @classmethod
     def from_config(cls, pool: PoolConfig, config: ControllerConfig) -> PodSettings:
@@ -152,10 +153,10 @@ def owner_reference(pod_name: str, pod_uid: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", "name": pod_name, "uid": pod_uid, "controller": True}
 
 
-def active_deadline_seconds(assignment: Assignment) -> int | None:
+def active_deadline_seconds(assignment: Assignment, grace_s: int = POD_DEADLINE_EXTRA_S) -> int | None:
     if assignment.deadline is None:
         return None
-    return max(1, math.ceil((assignment.deadline - assignment.claimed_at).total_seconds())) + POD_DEADLINE_EXTRA_S
+    return max(1, math.ceil((assignment.deadline - assignment.claimed_at).total_seconds())) + grace_s
 
 
 def pod(assignment: Assignment, settings: PodSettings, *, stream_seq: int | None = None) -> dict[str, Any]:
@@ -204,7 +205,7 @@ def pod(assignment: Assignment, settings: PodSettings, *, stream_seq: int | None
         "containers": [container],
         "volumes": volumes,
     }
-    deadline = active_deadline_seconds(assignment)
+    deadline = active_deadline_seconds(assignment, settings.deadline_grace_s)
     if deadline is not None:
         spec["activeDeadlineSeconds"] = deadline
     if cfg.service_account_name:
