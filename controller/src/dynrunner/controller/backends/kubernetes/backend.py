@@ -4,7 +4,7 @@ SPIFFE identity in a ClusterStaticEntry (docs/kubernetes.md).
 What the controller knows about the pool's Pods comes from one list-then-watch (`Informer`):
 finding, listing, observing and following starts read that cache and send no request; the
 Pods' events come from a second watch. `watch` (the `Watches` hook) wakes the reaper for each
-Pod that changed, and for a start whose time ran out. Creating is idempotent (409 is success,
+Pod whose phase changed, including a start whose time ran out. Creating is idempotent (409 is success,
 a half-made pair is completed) and returns once the Secret and the Pod exist; `follow_start`
 turns the Pod's progress into stage lines. Deleting removes the Pod and the entry (and the
 Secret when Kubernetes was not told it belongs to the Pod). A Pod deleted by someone else
@@ -82,8 +82,8 @@ class KubernetesBackend:
         self.entries = Entries(api, settings, self._assignment_of)
         self._wake: Wake | None = None
         self._followers: dict[str, set[asyncio.Event]] = {}
-        self._timed_out: set[str] = set()
-        """Pods whose start the watch said ran out of time (woken once)."""
+        self._phases: dict[str, Phase] = {}
+        """Each Pod's phase when the reaper was last woken for it (woken again on a change only)."""
         self._assignments: dict[str, Assignment] = {}
         self._tombstones: dict[str, dict[str, Any]] = {}
         self._deleted: set[str] = set()
@@ -124,30 +124,45 @@ class KubernetesBackend:
             ) from None
 
     async def watch(self, wake: Wake) -> None:
-        """The `Watches` hook: wake the reaper for every Pod that changes, and once for each
-        start that ran out of time (nothing in the Pod changes then)."""
+        """The `Watches` hook: wake the reaper for each Pod whose phase changed (as the
+        classifier sees it), and for a start that ran out of time (nothing in the Pod changes
+        then: a tick over the cached Pods still starting notices)."""
         self._wake = wake
         try:
             await self._ready()
             while True:
                 await asyncio.sleep(TICK_S)
-                self._wake_timed_out()
+                self._look_at_starts()
         finally:
             self._wake = None
 
-    def _wake_timed_out(self) -> None:
+    def _look_at_starts(self) -> None:
+        """Starts can fail by time alone (an image pull or a start that took too long)."""
         for name, pod in list(self.pods.cache.items()):
-            if name in self._timed_out or name in self._deleted or not _labels_ok(pod):
-                continue
-            if self._classify(name, pod, gone=False).phase is Phase.FAILED and not _changes_by_itself(pod):
-                self._timed_out.add(name)
-                self._notify(pod)
+            if self._phases.get(name, Phase.STARTING) is Phase.STARTING:
+                self._wake_on_change(name, pod)
 
-    def _notify(self, pod: dict[str, Any]) -> None:
-        meta = pod.get("metadata") or {}
-        for changed in self._followers.get(meta.get("name", ""), ()):
+    def _notify(self, pod: dict[str, Any], *, deleted: bool = False) -> None:
+        """Followers look at every change; the reaper is woken when the Pod's phase changed."""
+        name = (pod.get("metadata") or {}).get("name", "")
+        for changed in self._followers.get(name, ()):
             changed.set()
-        assignment_id = (meta.get("labels") or {}).get(contract.LABEL_ASSIGNMENT_ID)
+        if deleted:
+            self._phases.pop(name, None)
+            self._wake_for(pod)
+        else:
+            self._wake_on_change(name, pod)
+
+    def _wake_on_change(self, name: str, pod: dict[str, Any]) -> None:
+        if name in self._deleted or not _labels_ok(pod):
+            return
+        phase = self._classify(name, pod, gone=False).phase
+        if self._phases.get(name) is not phase:
+            self._phases[name] = phase
+            self._wake_for(pod)
+
+    def _wake_for(self, pod: dict[str, Any]) -> None:
+        assignment_id = ((pod.get("metadata") or {}).get("labels") or {}).get(contract.LABEL_ASSIGNMENT_ID)
         if self._wake is not None and assignment_id:
             self._wake(assignment_id)
 
@@ -167,10 +182,9 @@ class KubernetesBackend:
             elif _labels_ok(pod):
                 self._tombstones[name] = pod
             self._events.pop(name, None)
-            self._timed_out.discard(name)
         elif self.settings.backend.identity:
             self.entries.ensure(pod)
-        self._notify(pod)
+        self._notify(pod, deleted=kind == "DELETED")
 
     def _on_event(self, kind: str, event: dict[str, Any]) -> None:
         """Keep the recent events of the pool's Pods (a repeated event comes MODIFIED, with
@@ -340,7 +354,7 @@ class KubernetesBackend:
         self._owned.discard(name)
         self._assignments.pop(env.assignment_id, None)
         self._events.pop(name, None)
-        self._timed_out.discard(name)
+        self._phases.pop(name, None)
         log.info("Pod %s/%s deleted", self.namespace, name)
 
     async def collect_orphans(self, launching: Collection[str]) -> list[str]:
@@ -394,12 +408,6 @@ class KubernetesBackend:
             created_at=parse_time(meta.get("creationTimestamp")) or datetime.now(UTC),
             extra={"namespace": self.namespace, "uid": meta.get("uid", ""), "node": spec.get("nodeName", "")},
         )
-
-
-def _changes_by_itself(pod: dict[str, Any]) -> bool:
-    """A Pod whose failure the kubelet reports (its phase or container ended): the watch sees
-    that change; only verdicts of time (a start that took too long) need a tick."""
-    return executor_ran(pod) or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
 def _labels_ok(pod: dict[str, Any]) -> bool:
