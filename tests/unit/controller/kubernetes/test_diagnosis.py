@@ -13,7 +13,15 @@ from typing import Any
 import pytest
 
 from dynrunner.controller.backends.base import FailureReason, Phase
-from dynrunner.controller.backends.kubernetes.diagnosis import PodFacts, classify, parse_time, waiting_line
+from dynrunner.controller.backends.kubernetes.diagnosis import (
+    PodFacts,
+    classify,
+    essentials,
+    executor_ran,
+    parse_time,
+    waiting_line,
+)
+from dynrunner.controller.backends.kubernetes.progress import start_lines, started_line
 
 PODS = Path(__file__).parent / "pods"
 
@@ -189,3 +197,21 @@ def test_our_own_deletion_is_not_someone_elses() -> None:
     observation = classify(facts(killed, deleted_by_us=True))
     assert observation.diagnosis is not None and observation.diagnosis.reason is FailureReason.KILLED
     assert "someone other" not in observation.diagnosis.message
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in PODS.glob("*.json")))
+def test_what_is_kept_of_a_pod_classifies_and_reads_as_the_whole_pod(name: str) -> None:
+    """The pool's Pods are cached as `essentials`: nothing the classifier, the start lines,
+    finding or the identity entry read may be lost."""
+    whole = pod(name)
+    kept = essentials(whole)
+    for options in ({}, {"after": 700.0}, {"gone": True}):
+        assert classify(facts(kept, **options)) == classify(facts(whole, **options))
+    assert waiting_line(kept) == waiting_line(whole)
+    assert start_lines(kept, []) == start_lines(whole, [])
+    assert started_line(kept) == started_line(whole)
+    assert executor_ran(kept) == executor_ran(whole)
+    for key in ("name", "uid", "labels", "creationTimestamp"):
+        assert kept["metadata"].get(key) == whole["metadata"].get(key)
+    assert kept["spec"].get("nodeName") == whole["spec"].get("nodeName")
+    assert len(json.dumps(kept)) < len(json.dumps(whole)) / 2

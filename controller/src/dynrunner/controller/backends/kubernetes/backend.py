@@ -38,7 +38,13 @@ from dynrunner.controller.backends.kubernetes import builders, identity
 from dynrunner.controller.backends.kubernetes.api import AlreadyExists, KubeApi, NotFound
 from dynrunner.controller.backends.kubernetes.builders import PodSettings
 from dynrunner.controller.backends.kubernetes.check import Finding, check
-from dynrunner.controller.backends.kubernetes.diagnosis import PodFacts, classify, executor_ran, parse_time
+from dynrunner.controller.backends.kubernetes.diagnosis import (
+    PodFacts,
+    classify,
+    essentials,
+    executor_ran,
+    parse_time,
+)
 from dynrunner.controller.backends.kubernetes.entries import Entries
 from dynrunner.controller.backends.kubernetes.informer import Informer
 from dynrunner.controller.backends.kubernetes.progress import start_lines, started_line
@@ -71,6 +77,7 @@ class KubernetesBackend:
             lambda version, timeout: api.watch_pods(self.namespace, self.selector, version, timeout),
             self._on_pod,
             on_list=self._on_list,
+            transform=essentials,
         )
         self.pod_events = Informer(
             f"events in {self.namespace}",

@@ -49,6 +49,29 @@ class PodFacts:
     start_timeout: timedelta = timedelta(minutes=10)
 
 
+KEPT_METADATA = ("name", "namespace", "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "labels")
+KEPT_STATUS = ("phase", "reason", "message", "startTime", "conditions")
+
+
+def essentials(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """What the backend reads of a Pod (this classifier, the start lines, finding and the
+    identity entry): the Pods of a pool are kept in memory as this, not whole (a Pod from a
+    real API server carries managedFields, the full spec and every container's image IDs:
+    several times the size)."""
+    meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+    containers = [
+        {key: c[key] for key in ("name", "image", "resources") if key in c} for c in spec.get("containers") or []
+    ]
+    statuses = [{key: c[key] for key in ("name", "state") if key in c} for c in status.get("containerStatuses") or []]
+    kept_spec = {key: spec[key] for key in ("nodeName", "activeDeadlineSeconds") if key in spec}
+    kept_status = {key: status[key] for key in KEPT_STATUS if key in status}
+    return {
+        "metadata": {key: meta[key] for key in KEPT_METADATA if key in meta},
+        "spec": {**kept_spec, "containers": containers},
+        "status": {**kept_status, "containerStatuses": statuses},
+    }
+
+
 def parse_time(value: Any) -> datetime | None:
     if not isinstance(value, str) or not value:
         return None

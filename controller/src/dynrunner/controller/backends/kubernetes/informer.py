@@ -47,6 +47,7 @@ class Informer:
         *,
         cache: bool = True,
         on_list: Callable[[], None] | None = None,
+        transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         timeout_s: int = WATCH_TIMEOUT_S,
         backoff: Backoff | None = None,
     ) -> None:
@@ -56,6 +57,8 @@ class Informer:
         self._handler = handler
         self._keep = cache
         self._on_list = on_list
+        self._transform = transform or (lambda obj: obj)
+        """What is kept of each object (and handed on): client-go's transform function."""
         self._timeout_s = timeout_s
         self._backoff = backoff or Backoff(0.5, 30.0)
         self.cache: dict[str, dict[str, Any]] = {}
@@ -69,7 +72,7 @@ class Informer:
         """An object this controller just created, before its watch event arrives (which then
         replaces it); one the watch has seen already is kept as it is."""
         if self._keep:
-            self.cache.setdefault(key_of(obj), obj)
+            self.cache.setdefault(key_of(obj), self._transform(obj))
 
     async def run(self) -> None:
         """List and watch until cancelled."""
@@ -99,7 +102,7 @@ class Informer:
         listed = await self._list()
         self.lists += 1
         self.resource_version = str((listed.get("metadata") or {}).get("resourceVersion") or "")
-        items = {key_of(item): item for item in listed.get("items") or []}
+        items = {key_of(item): self._transform(item) for item in listed.get("items") or []}
         if self._keep:
             for key in [k for k in self.cache if k not in items]:
                 self._handler("DELETED", self.cache.pop(key))
@@ -119,6 +122,8 @@ class Informer:
         count = 0
         async for event in self._watch(self.resource_version, self._timeout_s):
             kind, obj = event.get("type"), event.get("object") or {}
+            if kind in ("ADDED", "MODIFIED", "DELETED"):
+                obj = self._transform(obj)
             version = _version(obj)
             if version:
                 self.resource_version = version
