@@ -15,7 +15,8 @@ Printed (never asserted):
   the controller's CPU per job (its own, from "controller running" until every Pod is
       reaped; NATS apart) and its RSS with 2N live Pods.
 
-    .venv/bin/python -m pytest -q -s -o python_files='bench_*.py' tests/bench/bench_kubernetes.py
+    .venv/bin/python -m tests.bench.bench_kubernetes
+    .venv/bin/python -m pytest -q -s tests/bench/bench_kubernetes.py
 Environment: DYNRUNNER_BENCH_K8S_N (500), DYNRUNNER_BENCH_K8S_SLEEP (seconds a Pod lives, 60),
 DYNRUNNER_BENCH_K8S_NODES (12; 110 Pods each).
 """
@@ -35,14 +36,11 @@ from typing import Any
 
 import yaml
 
-from tests.bench.bench_controller import admin, cpu_s, nats_pid, pct, rss_kib, stamp
+from tests.bench.bench_controller import env_int, nats_pid, rss_kib
+from tests.fixtures.double_process import admin, cpu_s, pct, stamp, stop_all
 
 BIN = Path(sys.executable).parent
 IMAGE = "registry.example/dynrunner/executor:1.0"
-
-
-def env_int(name: str, default: int) -> int:
-    return int(os.environ.get(name) or default)
 
 
 def matrix(n: int) -> str:
@@ -176,19 +174,10 @@ def measure(workdir: Path, n: int, sleep_s: int, nodes: int) -> dict[str, Any]:
             "live_pods": jobs,
         }
     finally:
-        for proc in reversed(procs):
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(60)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-            if proc.stdout is not None:
-                proc.stdout.close()
+        stop_all(procs)
 
 
-def test_bench_kubernetes_backend() -> None:
+def main() -> None:
     n = env_int("DYNRUNNER_BENCH_K8S_N", 500)
     sleep_s = env_int("DYNRUNNER_BENCH_K8S_SLEEP", 60)
     nodes = env_int("DYNRUNNER_BENCH_K8S_NODES", 12)
@@ -197,3 +186,11 @@ def test_bench_kubernetes_backend() -> None:
     print(f"\nkubernetes backend bench: {os.cpu_count()} CPUs, {nodes} nodes, Pods live {sleep_s}s")
     for key, value in figures.items():
         print(f"  {key:44} {value:10.3f}" if isinstance(value, float) else f"  {key:44} {value:10}")
+
+
+def test_bench_kubernetes_backend() -> None:
+    main()
+
+
+if __name__ == "__main__":
+    main()
