@@ -12,7 +12,7 @@ from kubernetes import client
 from dynrunner.controller.backends.base import Environment, FailureReason, Observation, Phase
 from dynrunner.doubles.kubernetes.cluster import Cluster
 from tests.fixtures.kubernetes import api_client
-from tests.fixtures.kubernetes_backend import NOTHING_LEFT, BackendFactory, job, left_over
+from tests.fixtures.kubernetes_backend import NOTHING_LEFT, BackendFactory, job, left_over, until
 
 NS = "ci-jobs"
 
@@ -147,7 +147,7 @@ async def test_a_pod_deleted_by_someone_else_is_a_tombstone_until_reaped(
         assert (await backend.find(env.assignment_id)) is not None  # its tombstone, for the reaper
         await backend.delete(env)
         assert await backend.list_owned() == []
-        await _until(lambda: left_over(pod_cluster) == NOTHING_LEFT)
+        await until(lambda: left_over(pod_cluster) == NOTHING_LEFT)
 
 
 async def test_an_executor_that_fails_before_reporting(kube_backend_factory: BackendFactory) -> None:
@@ -161,10 +161,3 @@ async def test_an_executor_that_fails_before_reporting(kube_backend_factory: Bac
         )
         assert observation.diagnosis is not None and "exit:3" in observation.diagnosis.detail
         await backend.delete(env)
-
-
-async def _until(check: Any, within: float = 20.0) -> None:
-    deadline = asyncio.get_running_loop().time() + within
-    while not check():
-        assert asyncio.get_running_loop().time() < deadline
-        await asyncio.sleep(0.05)

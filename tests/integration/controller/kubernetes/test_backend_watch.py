@@ -13,21 +13,9 @@ from kubernetes import client
 from dynrunner.controller.backends.base import Phase
 from dynrunner.doubles.kubernetes.cluster import Cluster
 from tests.fixtures.kubernetes import CSE, api_client, cse_body
-from tests.fixtures.kubernetes_backend import NOTHING_LEFT, BackendFactory, job, left_over
+from tests.fixtures.kubernetes_backend import NOTHING_LEFT, BackendFactory, job, left_over, until
 
 NS = "ci-jobs"
-
-
-async def until(check: Any, within: float = 20.0) -> Any:
-    deadline = asyncio.get_running_loop().time() + within
-    while True:
-        result = check()
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return result
-        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.05)
 
 
 async def phase_of(backend: Any, assignment_id: str) -> Phase | None:
