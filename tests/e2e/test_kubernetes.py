@@ -49,7 +49,11 @@ async def test_the_demo_examples_run_in_pods_each_with_its_own_identity(
                 within=30,
                 what="every environment reaped",
             )
-        await wait_for(lambda: left_over(executor_cluster) == NOTHING_LEFT, within=20)
+        await wait_for(
+            lambda: left_over(executor_cluster) == NOTHING_LEFT,
+            within=20,
+            what=f"nothing left (now {left_over(executor_cluster)})",
+        )
     problems = {example.name: check(example) for example in examples}
     assert not any(problems.values()), (problems, {e.name: e.logs for e in examples if problems[e.name]})
     node_uid = executor_cluster.node_uid("node-a")

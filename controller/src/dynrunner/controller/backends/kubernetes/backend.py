@@ -189,8 +189,8 @@ class KubernetesBackend:
             elif _labels_ok(pod):
                 self._tombstones[name] = pod
             self._events.pop(name, None)
-        elif self.settings.backend.identity:
-            self.entries.ensure(pod)
+        elif self.settings.backend.identity and name not in self._deleted:
+            self.entries.ensure(pod)  # not for a Pod being deleted: a late event would remake its entry
         self._notify(pod, deleted=kind == "DELETED")
 
     def _on_event(self, kind: str, event: dict[str, Any]) -> None:

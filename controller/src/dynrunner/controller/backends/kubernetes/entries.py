@@ -129,10 +129,11 @@ class Entries:
             pass
 
     async def forget(self, assignment_id: str) -> None:
-        """The job is reaped: stop any making, delete its entry."""
+        """The job is reaped: let a making in flight end (its request runs in a thread that
+        cancelling would not stop: the entry would appear after the delete), delete its entry."""
         task = self._making.pop(assignment_id, None)
         if task is not None:
-            task.cancel()
+            await asyncio.gather(asyncio.shield(task), return_exceptions=True)
         self._made.pop(assignment_id, None)
         await self.delete(contract.environment_name(assignment_id))
 
