@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 PKGS := -e proto -e executor -e controller -e tests/doubles
 
 .PHONY: venv test test-fast lint proto requirements clients clients-lock demo bench clean vm-validate vm-wheels \
-	images image-controller image-executor base-image chart-tools
+	images image-controller image-executor base-image chart chart-tools
 
 venv: $(STAMP)
 
@@ -35,6 +35,11 @@ clients-lock: venv
 # installed) in .venv/bin, pinned, for tests/chart (charts/dynrunner/README.md).
 chart-tools: venv
 	$(BIN)/python -m tests.fixtures.chart
+
+# The Helm chart's generated parts, from the code: its RBAC rules and the `config` part of its
+# values schema (tests/chart fails while they are stale).
+chart: venv
+	$(BIN)/python charts/generate.py
 
 test-fast: venv
 	$(BIN)/python -m pytest -q -x tests/unit

@@ -1,0 +1,192 @@
+"""The configuration the chart renders is what the controller's own loader accepts — read from
+the files a Pod of the rendered Deployment would see (its ConfigMap and Secrets laid out at their
+mount paths), with the container's environment — so the chart cannot drift from the code. And
+its secrets stay secret: only files, only in Secrets, one sealing key for every replica."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import functools
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dynrunner.controller.backends.kubernetes.builders import PodSettings
+from dynrunner.controller.backends.kubernetes.config import KubernetesBackendConfig
+from dynrunner.controller.config import load_cache_server_config, load_config
+from tests.fixtures.chart import VALUES_FILES, Chart, container_files, find, one
+
+TOKEN = "0123456789abcdef0123456789abcdef01234567"
+
+
+@functools.cache
+def rendered(chart: Chart, values: str) -> list[dict[str, Any]]:
+    return chart.render([values])
+
+
+@pytest.mark.parametrize("values", VALUES_FILES)
+def test_the_controller_loads_the_rendered_configuration(chart: Chart, values: str, tmp_path: Path) -> None:
+    objects = rendered(chart, values)
+    files = container_files(objects, "-controller", "controller", tmp_path)
+    for path in files.named_files:
+        assert path.is_file(), f"the configuration names {path}, which no mount provides"
+    cfg = load_config(files.config, files.env)
+    pools = yaml.safe_load(one(objects, "ConfigMap", "-controller")["data"]["config.yaml"])["pools"]
+    assert [p.name for p in cfg.pools] == [p["name"] for p in pools]
+    assert cfg.metrics.address == f"0.0.0.0:{_metrics_port(objects)}"
+    assert str(cfg.state_dir) == "/var/lib/dynrunner"
+    assert cfg.gitea.registration_token()  # read from the mounted file
+    assert cfg.nats.url is not None  # never the embedded server: replicas share one NATS
+    for pool in cfg.pools:
+        assert isinstance(pool.backend, KubernetesBackendConfig)
+        assert PodSettings.from_config(pool, cfg).problems() == []  # what the backend checks at start
+
+
+def test_the_bundled_nats_credentials_reach_the_controller_as_files(chart: Chart, tmp_path: Path) -> None:
+    objects = rendered(chart, "ci/minimal-values.yaml")
+    files = container_files(objects, "-controller", "controller", tmp_path)
+    cfg = load_config(files.config, files.env)
+    secret = one(objects, "Secret", "rel-dynrunner")
+    assert cfg.nats.url == "nats://rel-dynrunner-nats.ci.svc:4222"
+    assert cfg.nats.user == "dynrunner"
+    assert cfg.nats.password() == base64.b64decode(secret["data"]["nats-password"]).decode()
+    assert f'password: "{cfg.nats.password()}"' in base64.b64decode(secret["data"]["nats.conf"]).decode()
+
+
+def test_external_nats_gets_its_credentials_and_ca_from_the_named_secrets(chart: Chart, tmp_path: Path) -> None:
+    objects = rendered(chart, "ci/production-values.yaml")
+    files = container_files(objects, "-controller", "controller", tmp_path)
+    cfg = load_config(files.config, files.env)
+    assert cfg.nats.url == "tls://nats.nats.svc:4222"
+    assert cfg.nats.password() == "(nats-dynrunner/password)"
+    assert cfg.nats.tls.ca_file is not None and cfg.nats.tls.ca_file.name == "nats-ca.crt"
+    assert cfg.nats.tls.cert_file is not None and cfg.nats.tls.key_file is not None
+    assert [p.name for p in cfg.sealing.retired_key_files] == ["retired-sealing-0.key"]
+    external = rendered(chart, "ci/external-nats-values.yaml")
+    creds = container_files(external, "-controller", "controller", tmp_path / "external")
+    assert load_config(creds.config, creds.env).nats.creds_file is not None
+
+
+def test_the_cache_server_loads_the_same_configuration_and_shares_the_grant_key(chart: Chart, tmp_path: Path) -> None:
+    objects = rendered(chart, "ci/production-values.yaml")
+    controller = load_config(
+        *_files(container_files(objects, "-controller", "controller", tmp_path / "controller"))
+    ).cache
+    files = container_files(objects, "-cache", "cache", tmp_path / "cache")
+    server = load_cache_server_config(files.config, files.env).cache
+    assert controller.url == "http://rel-dynrunner-cache.ci.svc:8089" == server.url
+    assert controller.serve is False
+    assert server.listen == "0.0.0.0:8089"
+    assert server.storage.driver == "S3"
+    assert controller.key_file is not None and server.key_file is not None
+    assert controller.key_file.read_bytes() == server.key_file.read_bytes()  # both mount the same Secret key
+    service = one(objects, "Service", "-cache")
+    assert service["spec"]["ports"][0]["port"] == 8089
+
+
+def _files(files: Any) -> tuple[Path, dict[str, str]]:
+    return files.config, files.env
+
+
+def _metrics_port(objects: list[dict[str, Any]]) -> int:
+    return int(one(objects, "Service", "-metrics")["spec"]["ports"][0]["port"])
+
+
+# -- secrets --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("values", VALUES_FILES)
+def test_no_secret_is_written_anywhere_but_a_secret(chart: Chart, values: str) -> None:
+    objects = rendered(chart, values)
+    secrets = [
+        base64.b64decode(v).decode()
+        for s in find(objects, "Secret")
+        for k, v in (s.get("data") or {}).items()
+        if k != "nats.conf"
+    ]
+    assert secrets
+    others = yaml.safe_dump([o for o in objects if o["kind"] != "Secret"])
+    for value in secrets:
+        assert value.strip() not in others
+
+
+def test_inline_secrets_are_kept_in_the_charts_secret_and_mounted_as_files(chart: Chart) -> None:
+    objects = rendered(chart, "ci/external-nats-values.yaml")
+    data = one(objects, "Secret", "rel-dynrunner")["data"]
+    assert base64.b64decode(data["registration-token"]).decode() == TOKEN
+    assert base64.b64decode(data["sealing.key"]).decode() == "8Xh5m7l0Ewx0bJ2n8cC1x3Qe9o7N0qYy2fJ4c9k1ZsA="
+    config = one(objects, "ConfigMap", "-controller")["data"]["config.yaml"]
+    assert "registrationTokenFile: /etc/dynrunner/registration-token" in config
+    assert TOKEN not in config
+
+
+def test_existing_secrets_are_only_named(chart: Chart) -> None:
+    objects = rendered(chart, "ci/production-values.yaml")
+    data = one(objects, "Secret", "rel-dynrunner").get("data") or {}
+    assert "registration-token" not in data and "sealing.key" not in data and "nats-password" not in data
+    sources = _projected(objects)
+    assert {"name": "gitea-runner-token", "items": [{"key": "token", "path": "registration-token"}]} in sources
+    assert {"name": "dynrunner-sealing", "items": [{"key": "sealing.key", "path": "sealing.key"}]} in sources
+
+
+def test_every_replica_mounts_the_one_sealing_key(chart: Chart) -> None:
+    """Replicas share what they seal in NATS: the key comes from one Secret, never from a
+    per-Pod volume, and the chart generates it once (kept across upgrades)."""
+    objects = rendered(chart, "ci/minimal-values.yaml")
+    deployment = one(objects, "Deployment", "-controller")
+    assert deployment["spec"]["replicas"] >= 2
+    (sealing,) = [s for s in _projected(objects) if any(i["path"] == "sealing.key" for i in s["items"])]
+    assert sealing["name"] == "rel-dynrunner"
+    key = base64.b64decode(base64.b64decode(one(objects, "Secret", "rel-dynrunner")["data"]["sealing.key"]))
+    assert len(key) == 32
+
+
+def test_generated_keys_differ_per_render_without_a_cluster(chart: Chart) -> None:
+    """Without a cluster to read the installed Secret from, each render makes new keys: that is
+    why GitOps renders need existingSecret (README), and why an upgrade reads them back."""
+    first = one(chart.render(["ci/minimal-values.yaml"]), "Secret", "rel-dynrunner")["data"]
+    second = one(chart.render(["ci/minimal-values.yaml"]), "Secret", "rel-dynrunner")["data"]
+    assert first["sealing.key"] != second["sealing.key"]
+    assert first["registration-token"] == second["registration-token"]
+
+
+def _projected(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    deployment = one(objects, "Deployment", "-controller")
+    (config,) = [v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == "config"]
+    return [s["secret"] for s in config["projected"]["sources"] if "secret" in s]
+
+
+def test_an_upgrade_reads_the_generated_keys_back_from_the_cluster(
+    chart: Chart, kube_api: Any, kube_client: Any, tmp_path: Path
+) -> None:
+    """The sealing key and the bundled NATS password are made once: a later render (an upgrade)
+    finds them in the installed Secret (`lookup`) and keeps them, so running replicas, queued
+    assignments and the NATS server keep working. Against the Kubernetes API double, with
+    `--dry-run=server`, on the chart's own Secret template alone (the double serves Secrets,
+    not the other kinds the whole chart renders)."""
+    from kubernetes import client
+
+    partial = tmp_path / "dynrunner"
+    for name in ("Chart.yaml", "values.yaml", "values.schema.json", "templates/_helpers.tpl", "templates/secret.yaml"):
+        (partial / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(chart.path / name, partial / name)
+    shutil.copytree(chart.path / "ci", partial / "ci")
+    alone = dataclasses.replace(chart, path=partial)
+    installed = one(alone.render(["ci/minimal-values.yaml"]), "Secret")
+    core = client.CoreV1Api(kube_client)
+    core.create_namespace({"metadata": {"name": "ci"}})
+    owner = {"meta.helm.sh/release-name": "rel", "meta.helm.sh/release-namespace": "ci"}  # as `helm install` marks it
+    installed["metadata"]["annotations"] = owner
+    core.create_namespaced_secret("ci", {k: installed[k] for k in ("metadata", "type", "data")})
+
+    upgrade = ("--dry-run=server", "--disable-openapi-validation", "--kube-apiserver", kube_api.url)
+    again = one(alone.render(["ci/minimal-values.yaml"], extra=upgrade), "Secret")["data"]
+    fresh = one(alone.render(["ci/minimal-values.yaml"]), "Secret")["data"]
+    for key in ("sealing.key", "nats-password"):
+        assert again[key] == installed["data"][key] != fresh[key]
+    password = base64.b64decode(installed["data"]["nats-password"]).decode()
+    assert f'password: "{password}"' in base64.b64decode(again["nats.conf"]).decode()

@@ -1,0 +1,90 @@
+"""The bundled NATS server's configuration, as the chart renders it, run by a real nats-server:
+the controller's user, with exactly the subjects docs/configuration.md#nats lists, runs jobs end
+to end (claim, publish, the registration and launch-record buckets, launch, ack); a client
+without the password is refused, and the user may not publish elsewhere."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections import Counter
+from pathlib import Path
+
+import nats
+import pytest
+
+from dynrunner.controller.assignments import AssignmentLog, AssignmentLogError
+from dynrunner.controller.config import NatsConfig
+from dynrunner.doubles.gitea import GiteaDouble
+from tests.e2e.harness import REAL_EXECUTOR, build_config, in_process, recorded, recording_workflow, wait_run_done
+from tests.fixtures.chart import Chart, one
+from tests.fixtures.nats import NatsServer
+
+JOBS = 3
+
+
+@pytest.fixture
+def bundled(chart: Chart, tmp_path: Path) -> tuple[NatsServer, str]:
+    """A nats-server with the chart's configuration (its ports, address and store directory
+    given on the command line, which take precedence), and the generated password."""
+    secret = one(chart.render(["ci/minimal-values.yaml"]), "Secret", "rel-dynrunner")["data"]
+    conf = base64.b64decode(secret["nats.conf"]).decode()
+    server = NatsServer(tmp_path / "nats", conf)
+    server.start()
+    return server, base64.b64decode(secret["nats-password"]).decode()
+
+
+async def test_the_controller_runs_jobs_through_the_bundled_servers_permissions(
+    bundled: tuple[NatsServer, str], gitea: GiteaDouble, tmp_path: Path
+) -> None:
+    server, password = bundled
+    try:
+        password_file = tmp_path / "nats-password"
+        password_file.write_text(password)
+        cfg = build_config(
+            gitea_url=gitea.url,
+            registration_token=gitea.registration_token,
+            state_dir=tmp_path / "state",
+            nats_url=server.url,
+            nats={"user": "dynrunner", "passwordFile": str(password_file)},
+            executor_command=[REAL_EXECUTOR],
+        )
+        ran = tmp_path / "ran.log"
+        async with in_process(cfg):
+            run = gitea.submit("owner/repo", recording_workflow(ran, JOBS))
+            done = await wait_run_done(gitea, run.id, within=60)
+        assert done.status == "success"
+        assert Counter(recorded(ran)) == Counter(f"job{i}" for i in range(JOBS))
+        assert "violation" not in server.log_tail(500).lower()
+    finally:
+        server.stop()
+
+
+async def test_the_bundled_server_admits_only_the_controller_and_only_to_its_subjects(
+    bundled: tuple[NatsServer, str],
+) -> None:
+    server, password = bundled
+    try:
+        with pytest.raises(AssignmentLogError, match="cannot connect to NATS"):
+            await AssignmentLog.connect(server.url, NatsConfig(url=server.url), ["pod"], options={})
+        errors: list[Exception] = []
+
+        async def collect(err: Exception) -> None:
+            errors.append(err)
+
+        nc = await nats.connect(
+            server.url, user="dynrunner", password=password, allow_reconnect=False, error_cb=collect
+        )
+        try:
+            await nc.publish("dynrunner.assignments.pod", b"allowed")
+            await nc.publish("elsewhere.secrets", b"refused")
+            await nc.flush()
+            for _ in range(100):
+                if errors:
+                    break
+                await asyncio.sleep(0.02)
+        finally:
+            await nc.close()
+        assert [str(e) for e in errors] == ['nats: permissions violation for publish to "elsewhere.secrets"']
+    finally:
+        server.stop()
