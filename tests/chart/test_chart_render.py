@@ -24,6 +24,7 @@ from tests.fixtures.chart import CHART, VALUES_FILES, Chart, RenderError, find
 SCHEMAS = Path(__file__).parent / "schemas"
 CRD_SCHEMAS = {
     ("monitoring.coreos.com/v1", "ServiceMonitor"): json.loads((SCHEMAS / "servicemonitor.schema.json").read_text()),
+    ("monitoring.coreos.com/v1", "PrometheusRule"): json.loads((SCHEMAS / "prometheusrule.schema.json").read_text()),
 }
 OLDEST = "1.27.0"  # Chart.yaml's kubeVersion
 
@@ -70,22 +71,24 @@ def test_the_production_values_render_every_kind_the_chart_has(chart: Chart) -> 
     assert kinds >= {
         "Deployment", "PodDisruptionBudget", "ServiceAccount", "Role", "RoleBinding", "ClusterRole",
         "ClusterRoleBinding", "ConfigMap", "Secret", "Namespace", "NetworkPolicy", "Service", "ServiceMonitor",
-        "PersistentVolumeClaim",
+        "PrometheusRule", "PersistentVolumeClaim",
     }  # fmt: skip
     bundled = {o["kind"] for o in rendered(chart, "ci/minimal-values.yaml")}
     assert "StatefulSet" in bundled
 
 
-def test_a_crd_schema_refuses_an_unknown_field() -> None:
+@pytest.mark.parametrize(
+    ("kind", "spec", "typo"),
+    [
+        ("ServiceMonitor", {"selector": {}, "endpoints": [{"port": "metrics", "intervall": "30s"}]}, "intervall"),
+        ("PrometheusRule", {"groups": [{"name": "g", "rules": [{"alert": "A", "expr": "1", "fro": "5m"}]}]}, "fro"),
+    ],
+)
+def test_a_crd_schema_refuses_an_unknown_field(kind: str, spec: dict[str, Any], typo: str) -> None:
     """The CRD schemas are closed where the chart renders, so they can catch a typo."""
-    monitor = {
-        "apiVersion": "monitoring.coreos.com/v1",
-        "kind": "ServiceMonitor",
-        "metadata": {"name": "x", "namespace": "ci"},
-        "spec": {"selector": {}, "endpoints": [{"port": "metrics", "intervall": "30s"}]},
-    }
-    with pytest.raises(jsonschema.ValidationError, match="'intervall' was unexpected"):
-        jsonschema.validate(monitor, CRD_SCHEMAS[("monitoring.coreos.com/v1", "ServiceMonitor")])
+    obj = {"apiVersion": "monitoring.coreos.com/v1", "kind": kind, "metadata": {"name": "x", "namespace": "ci"}}
+    with pytest.raises(jsonschema.ValidationError, match=f"'{typo}' was unexpected"):
+        jsonschema.validate({**obj, "spec": spec}, CRD_SCHEMAS[("monitoring.coreos.com/v1", kind)])
 
 
 @pytest.mark.parametrize(
@@ -97,6 +100,7 @@ def test_a_crd_schema_refuses_an_unknown_field() -> None:
         ("config.gitea.fetchInterval=1", "/config/gitea"),
         ("kubernetesDefaults.imagePullPolicyy=Always", "/kubernetesDefaults"),
         ("metrics.serviceMonitor.intervall=1m", "/metrics/serviceMonitor"),
+        ("metrics.prometheusRule.alerts.natsUnreachable.fro=1m", "/metrics/prometheusRule/alerts/natsUnreachable"),
         ("executorNetworkPolicy.internet.enable=true", "/executorNetworkPolicy/internet"),
         # Keys the chart owns: a secret never goes into the ConfigMap, the files are the chart's.
         ("config.gitea.registrationToken=0123456789", "/config/gitea"),
