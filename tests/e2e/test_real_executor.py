@@ -4,9 +4,12 @@ backend, the controller in this process."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 from pathlib import Path
+
+import pytest
 
 from dynrunner.controller.backends.local.layout import Layout
 from dynrunner.doubles.gitea import GiteaDouble
@@ -45,17 +48,6 @@ jobs:
       - run: echo "publishing ${{ needs.build.outputs.artifact }} after ${{ needs.test.result }} tests"
 """
 
-LONG = """
-on: push
-jobs:
-  long:
-    runs-on: [self-hosted, local]
-    steps:
-      - run: |
-          echo "working"
-          sleep 120
-"""
-
 
 async def test_a_multi_job_run_with_needs_outputs_and_a_matrix(
     gitea: GiteaDouble, nats_url: str, tmp_path: Path
@@ -90,30 +82,60 @@ async def test_a_multi_job_run_with_needs_outputs_and_a_matrix(
     assert_only_armed_runners(gitea)
 
 
+THREE_STEPS = """
+on: push
+jobs:
+  three:
+    runs-on: [self-hosted, local]
+    steps:
+      - run: echo "first"
+      - run: |
+          echo "working"
+          sleep 120
+      - run: echo "third"
+"""
+
+
 async def test_an_executor_killed_mid_job_is_reported_with_the_reason(
     gitea: GiteaDouble, nats_url: str, tmp_path: Path
 ) -> None:
+    """Also each step's final state (issue 10 item 6): the finished step stays as the executor
+    reported it, the one it was running is cancelled, the one it never reached skipped (left
+    out of the final report, Gitea showed the first two as running)."""
     cfg = real_executor_config(gitea, nats_url, tmp_path / "state")
     root = cfg.pools[0].backend.root_dir
     assert root is not None
     async with in_process(cfg):
-        run = gitea.submit("acme/app", LONG)
+        run = gitea.submit("acme/app", THREE_STEPS)
         job = await wait_for(lambda: (j := gitea.jobs(run.id)[0]).task_id and j, what="claim")
         await wait_for(lambda: any(r == "working" for r in gitea.task(job.task_id).log_rows), what="the step ran")
         [env_dir] = list(root.iterdir())
         layout = Layout(env_dir)
+        await wait_for(lambda: second_step_reported(layout), what="the second step's start accepted by Gitea")
         wrapper = layout.read_int(layout.pid_file)
         assert wrapper is not None
         executor = executor_pid(wrapper)
         os.kill(executor, signal.SIGKILL)  # as the OOM killer would
         done = await wait_run_done(gitea, run.id)
         assert done.status == "failure"
-        text = "\n".join(gitea.task(job.task_id).log_rows)
+        task = gitea.task(job.task_id)
+        text = "\n".join(task.log_rows)
         assert "the job failed: the executor was killed by SIGKILL (out of memory, or stopped by an operator)" in text
         assert "[killed]" in text
+        first, second, third = task.steps
+        assert (first.status, second.status, third.status) == ("success", "cancelled", "skipped"), task.steps
+        assert task.log_rows[first.log_index : first.log_index + first.log_length][-1] == "first"
+        assert second.log_index == first.log_index + first.log_length and second.log_length > 0
+        assert "working" in task.log_rows[second.log_index : second.log_index + second.log_length]
+        assert 0 < second.started <= second.stopped and third.started == 0
         # The step's own processes (another session) were stopped with the environment.
         await wait_for(lambda: not any(root.iterdir()), what="environment deleted")
         await wait_for(lambda: not sleeping(env_dir), what="the step's sleep stopped")
+
+
+def second_step_reported(layout: Layout) -> bool:
+    state = layout.reported()
+    return state is not None and len(state.steps) > 1 and state.steps[1].started_at is not None
 
 
 HELD = """
@@ -130,8 +152,9 @@ jobs:
 
 
 async def test_a_wrapper_killed_alone_leaves_the_job_to_finish(
-    gitea: GiteaDouble, nats_url: str, tmp_path: Path
+    gitea: GiteaDouble, nats_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="dynrunner.controller")
     cfg = real_executor_config(gitea, nats_url, tmp_path / "state")
     root = cfg.pools[0].backend.root_dir
     assert root is not None
@@ -154,6 +177,10 @@ async def test_a_wrapper_killed_alone_leaves_the_job_to_finish(
         assert "released" in text and "[dynrunner] the job failed" not in text
         await wait_for(lambda: not any(root.iterdir()), what="environment deleted")
         assert running.controller.metrics.sample("dynrunner_job_results_total", pool="local", result="reported") == 1
+    # Its environment ended without an exit status, but the executor's accepted state says it
+    # finalized: nothing is sent, nothing claims the task failed (issue 10 item 10).
+    assert "but its executor had finalized the task (success)" in caplog.text
+    assert "finalized as failed" not in caplog.text and "not finalized" not in caplog.text
 
 
 def executor_pid(wrapper: int) -> int:

@@ -79,7 +79,11 @@ async def test_the_registration_token_never_leaves_the_controller(
     names = {row.split("=", 1)[0] for row in task.log_rows if "=" in row}
     # The executor gets one setting of ours, its steps another; the controller's own
     # environment (and its working directory) reaches neither.
-    assert {n for n in names if n.startswith("DYNRUNNER_")} == {"DYNRUNNER_READY_FILE", "DYNRUNNER_RUNTIME_DIR"}
+    assert {n for n in names if n.startswith("DYNRUNNER_")} == {
+        "DYNRUNNER_READY_FILE",
+        "DYNRUNNER_STATE_FILE",
+        "DYNRUNNER_RUNTIME_DIR",
+    }
     assert "OLDPWD" not in names
     assert wire, "the tap saw no NATS traffic"
     for needle in (registration, SECRET.encode(), task.token.encode()):

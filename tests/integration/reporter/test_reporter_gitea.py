@@ -8,12 +8,13 @@ import itertools
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.executor.reporter import Reporter, ReporterConfig
-from dynrunner.proto.gitea import GiteaClient, Internal, LogRow, Result, RunnerCredentials, Unauthenticated
+from dynrunner.proto.gitea import GiteaClient, Internal, LogRow, Result, RunnerCredentials, TaskState, Unauthenticated
 from dynrunner.proto.masking import Masker
 from tests.integration.reporter.conftest import ClaimTask
 from tests.integration.reporter.wire import Exchange, FaultyWire
@@ -117,6 +118,37 @@ async def test_steps_stay_right_in_gitea_while_reports_leave_out_what_it_keeps(
     rep.step_finished(2, Result.FAILURE)
     assert await rep.close(Result.FAILURE)
     assert statuses() == ["success", "skipped", "failure", "cancelled"]
+
+
+async def test_what_gitea_took_is_kept_in_the_state_file(gitea: GiteaDouble, claim: ClaimTask, tmp_path: Path) -> None:
+    """For a controller that finalizes after the executor died (issue 10 item 6): every step
+    Gitea holds from this executor, also a skipped one later reports leave out, and the
+    result once the task is finalized, each as Gitea stored it."""
+    path = tmp_path / "accepted-state.pb"
+    c = await claim(steps=4)
+    rep = Reporter(c.client, c.task.id, Masker(), replace(CONFIG, transition_window_s=0.01, state_file=str(path)))
+    await rep.start(4)
+    rep.step_started(0)
+    rep.log("built", step=0)
+    rep.step_finished(0, Result.SUCCESS)
+    rep.step_finished(1, Result.SKIPPED)
+    rep.step_started(2)
+    await until(lambda: gitea.task(c.task.id).steps[2].status == "running")
+    await asyncio.sleep(0.5)  # heartbeats, which carry steps 0 and 2 only
+
+    kept = TaskState.decode(path.read_bytes())
+    assert kept.id == c.task.id and kept.result is Result.UNSPECIFIED
+    assert [(s.id, s.result) for s in kept.steps] == [(0, Result.SUCCESS), (1, Result.SKIPPED), (2, Result.UNSPECIFIED)]
+    stored = gitea.task(c.task.id).steps
+    assert [(s.log_index, s.log_length) for s in kept.steps] == [(s.log_index, s.log_length) for s in stored[:3]]
+    assert kept.steps[2].started_at is not None and kept.steps[2].stopped_at is None
+
+    rep.step_finished(2, Result.FAILURE)
+    assert await rep.close(Result.FAILURE)
+    kept = TaskState.decode(path.read_bytes())
+    assert kept.result is Result.FAILURE
+    assert [s.result for s in kept.steps] == [Result.SUCCESS, Result.SKIPPED, Result.FAILURE, Result.CANCELLED]
+    assert not path.with_name(path.name + ".new").exists()
 
 
 async def test_first_request_reads_the_position_without_writing(gitea: GiteaDouble, claim: ClaimTask) -> None:

@@ -31,7 +31,8 @@ from typing import Protocol
 from dynrunner.controller import contract
 from dynrunner.controller.capacity import Capacity, Reservation
 from dynrunner.controller.claim_assignment import ClaimSettings, build_assignment
-from dynrunner.controller.finalize import finalize_failed
+from dynrunner.controller.finalize import final_steps, finalize_failed
+from dynrunner.controller.finalize_records import step_names
 from dynrunner.controller.logs import log_context
 from dynrunner.controller.loops import Backoff, Fatal, PollPacer
 from dynrunner.controller.metrics import Metrics
@@ -312,7 +313,7 @@ class Claimer:
                     if not isinstance(err, contract.ContractError):
                         log.exception("task %s: the assignment could not be built", task.id)
                         reason = f"the controller could not prepare the job: {type(err).__name__}: {err}"
-                    await self._fail(client, task.id, reason, "invalid-task")
+                    await self._fail(client, task, reason, "invalid-task")
                     reservation.cancel()
                     return
                 if self._claimed_lines is not None:
@@ -326,7 +327,7 @@ class Claimer:
                         await self._claimed_lines.write(assignment_id)
                     else:
                         await StageLog(client, task.id, next_index=0).write(line)
-                    await self._fail(client, task.id, reason, "publish")
+                    await self._fail(client, task, reason, "publish")
                     reservation.cancel()
                     return
                 reservation.bind(assignment_id)
@@ -353,14 +354,16 @@ class Claimer:
                 await asyncio.sleep(0.2 * (attempt + 1))
         log.error("pool %s: could not remove spent runner %s from the store", self.pool, reg.name)
 
-    async def _fail(self, client: GiteaClient, task_id: int, reason: str, kind: str) -> None:
+    async def _fail(self, client: GiteaClient, task: Task, reason: str, kind: str) -> None:
+        """End a task none of whose steps ran: each is reported skipped."""
         self._metrics.finalized_failed.labels(pool=self.pool, reason=kind).inc()
+        steps = final_steps(len(step_names(task.workflow_payload)), (), datetime.now(UTC))
         try:
-            await finalize_failed(client, task_id, reason)
+            await finalize_failed(client, task.id, reason, steps)
         except GiteaError as err:
             # Gitea stays unreachable: its zombie reaper fails the task after ZOMBIE_TASK_TIMEOUT.
             self._error("finalize", err)
-            log.error("task %s could not be finalized (%s); Gitea will time it out", task_id, err)
+            log.error("task %s could not be finalized (%s); Gitea will time it out", task.id, err)
 
     # -- helpers ---------------------------------------------------------------------------
 

@@ -5,6 +5,13 @@ final UpdateTask — the final UpdateTask deletes the runner, whose credentials 
 call needs. Each step tolerates the task having been ended already by someone else (the
 executor, a user's cancel, Gitea's zombie reaper): an archived log, a task already final
 and a runner already deleted all count as done.
+
+The final UpdateTask carries a state for every step of the job (`final_steps`). Gitea's
+`UpdateTaskByState` (the same from v1.24.0 to main, models/actions/task.go) rewrites each
+step row: a step the request leaves out becomes `running` again if it ever started, so a
+finalize without steps left a failed job showing its started steps as running and the rest
+as waiting. Zero fields in a step (no start time, no log range) keep what Gitea stored
+(xorm writes only non-zero fields), so a result alone changes only the step's status.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from __future__ import annotations
 import enum
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from dynrunner.proto.gitea import (
@@ -20,6 +28,7 @@ from dynrunner.proto.gitea import (
     GiteaError,
     LogRow,
     Result,
+    StepState,
     TaskState,
     Unauthenticated,
 )
@@ -46,8 +55,34 @@ def rows(lines: Sequence[str], now: datetime | None = None) -> list[LogRow]:
     return [LogRow(time=stamp, content=LINE_PREFIX + line) for line in lines]
 
 
-async def finalize_task(client: GiteaClient, task_id: int, result: Result, lines: Sequence[str]) -> FinalizeOutcome:
-    """Append `lines`, close the log, then report `result` as the task's final state.
+def final_steps(count: int, reported: Sequence[StepState] | None, now: datetime) -> list[StepState]:
+    """The state of each of the job's `count` steps for a task the controller ends.
+
+    `reported`: the step states Gitea last accepted from the executor, when they can be had
+    (None: unknown). A step that finished is sent as it was; one that started and did not
+    finish is cancelled at `now`; one that never started is skipped. Without `reported`
+    nobody can tell which steps ran: every step is cancelled (its start and log range, if
+    Gitea has them, stay as they are)."""
+    if reported is None:
+        return [StepState(index, Result.CANCELLED) for index in range(count)]
+    known = {step.id: step for step in reported if step.id >= 0}
+    steps = []
+    for index in range(max(count, max(known, default=-1) + 1)):
+        step = known.get(index)
+        if step is not None and step.result is not Result.UNSPECIFIED:
+            steps.append(replace(step))
+        elif step is not None and step.started_at is not None:
+            steps.append(replace(step, result=Result.CANCELLED, stopped_at=step.stopped_at or now))
+        else:
+            steps.append(StepState(index, Result.SKIPPED))
+    return steps
+
+
+async def finalize_task(
+    client: GiteaClient, task_id: int, result: Result, lines: Sequence[str], steps: Sequence[StepState] = ()
+) -> FinalizeOutcome:
+    """Append `lines`, close the log, then report `result` as the task's final state, with
+    `steps` (`final_steps`).
 
     `client` carries the claiming runner's credentials. Raises GiteaError only for transient
     errors that outlasted the client's retries (the caller tries again later).
@@ -56,7 +91,7 @@ async def finalize_task(client: GiteaClient, task_id: int, result: Result, lines
     try:
         if not await _close_log(client, task_id, rows(lines or ["the task was ended by the controller"], now)):
             log.info("task %s: its log was already closed", task_id)
-        state = await client.update_task(TaskState(id=task_id, result=result, stopped_at=now))
+        state = await client.update_task(TaskState(id=task_id, result=result, stopped_at=now, steps=list(steps)))
     except Unauthenticated:
         log.info("task %s: its runner is gone, so the task had already ended", task_id)
         return FinalizeOutcome.RUNNER_GONE
@@ -71,10 +106,12 @@ async def finalize_task(client: GiteaClient, task_id: int, result: Result, lines
     return FinalizeOutcome.FINALIZED
 
 
-async def finalize_failed(client: GiteaClient, task_id: int, reason: str) -> FinalizeOutcome:
-    """End the task as failed and tell the user why, in its job log."""
+async def finalize_failed(
+    client: GiteaClient, task_id: int, reason: str, steps: Sequence[StepState] = ()
+) -> FinalizeOutcome:
+    """End the task as failed, with `steps` (`final_steps`), and tell the user why, in its job log."""
     first, *rest = reason.splitlines() or ["no reason was recorded"]
-    outcome = await finalize_task(client, task_id, Result.FAILURE, [f"the job failed: {first}", *rest])
+    outcome = await finalize_task(client, task_id, Result.FAILURE, [f"the job failed: {first}", *rest], steps)
     log.warning("task %s finalized as failed (%s): %s", task_id, outcome.value, first)
     return outcome
 

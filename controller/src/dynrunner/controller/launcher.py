@@ -34,8 +34,8 @@ from typing import Protocol
 
 from dynrunner.controller.backends.base import Backend
 from dynrunner.controller.capacity import Capacity
-from dynrunner.controller.finalize import finalize_failed
-from dynrunner.controller.finalize_records import FinalizeRecord, FinalizeRecords
+from dynrunner.controller.finalize import final_steps, finalize_failed
+from dynrunner.controller.finalize_records import FinalizeRecord, FinalizeRecords, step_names
 from dynrunner.controller.launched import LaunchRecord
 from dynrunner.controller.logs import log_context
 from dynrunner.controller.loops import Backoff
@@ -326,7 +326,8 @@ class Launcher:
         """Last attempt failed: tell the user why, remove what was made, never deliver again."""
         self._metrics.finalized_failed.labels(pool=self.pool, reason="launch").inc()
         await self._write_claimed_line(assignment.assignment_id)
-        await finalize_failed(client, assignment.task.id, reason)
+        steps = final_steps(len(step_names(assignment.task.workflow_payload)), (), datetime.now(UTC))
+        await finalize_failed(client, assignment.task.id, reason, steps)  # no step ran
         await self._remove(assignment.assignment_id)
         await self._done(delivery, assignment.assignment_id)
         await delivery.term()

@@ -6,7 +6,10 @@ every `RESYNC_INTERVAL_S` as a safety net):
 
 * succeeded (the executor finalized its task) → delete the environment, release the permit;
 * failed (ended — or stuck past its deadline — before the executor finalized) → finalize the
-  task failed with the diagnosis in the job log, then delete it and release the permit;
+  task failed with the diagnosis in the job log and a final state for each step (from the
+  executor's last accepted report when the backend has it, `finalize.final_steps`), then
+  delete it and release the permit; when that report shows the executor had finalized (its
+  wrapper died alone, say), nothing is sent;
 * gone (deleted behind our back, lost with its node; also one seen before and now missing)
   → finalize the task failed ("the environment disappeared …"), release the permit;
 * starting, and nobody follows its start (a controller restart) → hand it to the pool's
@@ -37,12 +40,12 @@ from datetime import UTC, datetime
 
 from dynrunner.controller.backends.base import Backend, Diagnosis, Environment, FailureReason, Observation, Phase
 from dynrunner.controller.capacity import Capacity
-from dynrunner.controller.finalize import FinalizeOutcome, finalize_failed
+from dynrunner.controller.finalize import FinalizeOutcome, final_steps, finalize_failed
 from dynrunner.controller.finalize_records import FinalizeRecord, FinalizeRecords
 from dynrunner.controller.logs import log_context
 from dynrunner.controller.metrics import Metrics
 from dynrunner.controller.sealing import SealingError
-from dynrunner.proto.gitea import GiteaClient, GiteaError, RunnerCredentials
+from dynrunner.proto.gitea import GiteaClient, GiteaError, Result, RunnerCredentials
 from dynrunner.proto.masking import Masker, add_mask_values
 
 log = logging.getLogger(__name__)
@@ -264,8 +267,17 @@ class Reaper:
         the next sweep (Gitea or NATS cannot be reached)."""
         phase = observation.phase
         name = env.name if env is not None else assignment_id
+        reported = observation.reported.result if observation.reported is not None else Result.UNSPECIFIED
         if phase is Phase.SUCCEEDED:
             self._metrics.results.labels(pool=pool.name, result="reported").inc()
+        elif reported is not Result.UNSPECIFIED:
+            self._metrics.results.labels(pool=pool.name, result="reported").inc()
+            log.info(
+                "environment %s: %s, but its executor had finalized the task (%s)",
+                name,
+                "ended without an exit status" if observation.diagnosis is None else observation.diagnosis.message,
+                reported.word,
+            )
         else:
             if phase is Phase.GONE and observation.diagnosis is None:
                 observation = Observation(Phase.GONE, VANISHED)
@@ -350,8 +362,10 @@ class Reaper:
             return True
         reason = observation.diagnosis.reason.value if observation.diagnosis else "unknown"
         client = self._gitea.with_credentials(RunnerCredentials(record.runner.uuid, record.runner.token))
+        reported = observation.reported.steps if observation.reported is not None else None
+        steps = final_steps(len(record.steps), reported, datetime.now(UTC))
         try:
-            outcome = await finalize_failed(client, record.task_id, failure_report(observation, record.masks))
+            outcome = await finalize_failed(client, record.task_id, failure_report(observation, record.masks), steps)
         except GiteaError as err:
             self._metrics.errors.labels(pool=pool.name, kind="finalize").inc()
             log.warning("task %s could not be finalized yet: %s", record.task_id, err)

@@ -38,6 +38,7 @@ from pathlib import Path
 from dynrunner.executor.job import JobResult, JobRunner, JobSettings
 from dynrunner.executor.masking import Masker
 from dynrunner.executor.reporter import Reporter, ReporterConfig
+from dynrunner.executor.reporter.accepted import STATE_FILE_ENV
 from dynrunner.executor.workflow import WorkflowError, parse_workflow
 from dynrunner.proto.assignment import Assignment, AssignmentError, decode, decode_envelope
 from dynrunner.proto.gitea import GiteaClient, GiteaError, Result, RunnerCredentials
@@ -62,8 +63,9 @@ def _version() -> str:
 
 def _reporter_config() -> ReporterConfig:
     """A 1 MiB log backlog before a chatty step is slowed down: the same throughput as 4 MiB
-    in the executor benchmark, and the executor stays under 60 MB resident."""
-    return ReporterConfig(max_backlog_bytes=1 << 20)
+    in the executor benchmark, and the executor stays under 60 MB resident. The accepted
+    state goes where the backend asked (`DYNRUNNER_STATE_FILE`)."""
+    return ReporterConfig(max_backlog_bytes=1 << 20, state_file=os.environ.get(STATE_FILE_ENV) or None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,10 +7,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from dynrunner.controller.finalize import FinalizeOutcome, finalize_failed
+from dynrunner.controller.finalize import FinalizeOutcome, final_steps, finalize_failed
 from dynrunner.controller.stagelog import LAST_STAGE_RETRY, ClaimedLines, Heartbeat, StageLog, TaskEnded
 from dynrunner.doubles.gitea import GiteaDouble
-from dynrunner.proto.gitea import GiteaClient, LogRow, Result, RunnerCredentials, Task, TaskState
+from dynrunner.proto.gitea import GiteaClient, LogRow, Result, RunnerCredentials, StepState, Task, TaskState
 from tests.fixtures.faults import fault_proxy
 
 WORKFLOW = """
@@ -79,6 +79,21 @@ async def test_finalize_after_the_executor_finished_changes_nothing(gitea: Gitea
     await client.update_task(TaskState(id=task.id, result=Result.SUCCESS))
     assert await finalize_failed(client, task.id, "too late") is FinalizeOutcome.RUNNER_GONE
     assert gitea.task(task.id).status == "success"
+
+
+async def test_a_finalize_gives_every_step_a_final_state(gitea: GiteaDouble) -> None:
+    """What the executor reported stays; the step it ran is cancelled (issue 10 item 6)."""
+    client, task = await claim(gitea)
+    now = datetime.now(UTC).replace(microsecond=0)
+    ack = await client.update_log(task.id, 0, [LogRow(time=now, content="one")])
+    reported = [StepState(0, Result.SUCCESS, now, now, 0, ack), StepState(1, Result.UNSPECIFIED, now, None, ack, 0)]
+    await client.update_task(TaskState(id=task.id, steps=reported))
+    assert [s.status for s in gitea.task(task.id).steps] == ["success", "running"]
+    steps = final_steps(2, reported, now)
+    assert await finalize_failed(client, task.id, "killed", steps) is FinalizeOutcome.FINALIZED
+    view = gitea.task(task.id)
+    assert [(s.status, s.log_index, s.log_length) for s in view.steps] == [("success", 0, 1), ("cancelled", 1, 0)]
+    assert view.steps[1].started > 0 and view.steps[1].stopped >= view.steps[1].started
 
 
 async def test_heartbeat_keeps_the_task_and_notices_a_cancel(gitea: GiteaDouble) -> None:

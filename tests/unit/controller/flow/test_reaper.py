@@ -4,6 +4,8 @@ reaped, and a Gitea outage costs one finalize attempt per round, not one per env
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import logging
 from collections.abc import Collection
 from datetime import UTC, datetime
 from typing import Any
@@ -16,7 +18,7 @@ from dynrunner.controller.capacity import Capacity
 from dynrunner.controller.finalize_records import FinalizeRecord, seal_record
 from dynrunner.controller.metrics import Metrics
 from dynrunner.controller.reaper import PoolWatch, Reaper
-from dynrunner.proto.gitea import Unavailable
+from dynrunner.proto.gitea import Result, TaskState, Unauthenticated, Unavailable
 from tests.fixtures.nats import MemoryFinalizeRecords
 from tests.integration.controller.infra.samples import make_assignment
 
@@ -306,3 +308,39 @@ async def test_an_environment_still_starting_that_nobody_follows_is_handed_over(
     )
     await Reaper([watch], gitea=TakingGitea(), metrics=Metrics()).sweep(watch)  # type: ignore[arg-type]
     assert handed == ["starting"]
+
+
+class RunnerGoneGitea(RecordingGitea):
+    """Gitea after the claiming runner was deleted: by Gitea with its task, or by an admin."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def update_log(self, *_args: Any, **_kwargs: Any) -> int:
+        self.calls += 1
+        raise Unauthenticated("unregistered runner")
+
+
+class ReportedBackend(Backend):
+    """The executor's accepted state shows it finalized before its environment failed."""
+
+    async def observe(self, env: Environment) -> Observation:
+        observation = await super().observe(env)
+        return dataclasses.replace(observation, reported=TaskState(id=1, result=Result.SUCCESS))
+
+
+async def test_an_environment_that_failed_after_its_executor_finalized_is_only_reaped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A wrapper killed alone, say: no exit status, but Gitea took the executor's final report."""
+    caplog.set_level(logging.INFO, logger="dynrunner")
+    backend = ReportedBackend({"failed": Phase.FAILED})
+    capacity = Capacity("p", 5)
+    gitea, metrics = RunnerGoneGitea(), Metrics()
+    watch = PoolWatch("p", backend, capacity, lambda: (), records=backend.records())  # type: ignore[arg-type]
+    await Reaper([watch], gitea=gitea, metrics=metrics).sweep(watch)  # type: ignore[arg-type]
+
+    assert gitea.calls == 0 and backend.deleted == ["failed"]
+    assert metrics.sample("dynrunner_job_results_total", pool="p", result="reported") == 1
+    assert "but its executor had finalized the task (success)" in caplog.text
+    assert "finalized as failed" not in caplog.text and "not finalized" not in caplog.text

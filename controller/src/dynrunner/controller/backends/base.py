@@ -32,6 +32,7 @@ from typing import Protocol, runtime_checkable
 
 from dynrunner.controller import contract
 from dynrunner.proto.assignment import Assignment
+from dynrunner.proto.gitea import TaskState
 
 
 class Phase(enum.Enum):
@@ -86,6 +87,10 @@ class Observation:
     exit_code: int | None = None
     ready_at: datetime | None = None
     """When the executor took over the task (reached Gitea), if the backend can tell."""
+    reported: TaskState | None = None
+    """What Gitea last accepted of the task's state from the executor (its result once it
+    finalized, every step it reported), if the backend can tell (the executor keeps it in
+    the file `DYNRUNNER_STATE_FILE` names). Read only for an environment that ended."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -69,3 +69,5 @@ class ReporterConfig:
     closing_line: bool = True
     clock: Callable[[], datetime] = field(default=utc_now)
     unreported_output: Callable[[str], None] = field(default=to_stderr)
+    state_file: str | None = None
+    """Where to keep the task state Gitea last accepted, for the controller (`accepted`)."""

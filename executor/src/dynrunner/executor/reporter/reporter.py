@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import NoReturn, TypeVar
 
+from dynrunner.executor.reporter.accepted import AcceptedState
 from dynrunner.executor.reporter.config import ReporterConfig
 from dynrunner.executor.reporter.logbuffer import ROW_OVERHEAD, LogBuffer
 from dynrunner.executor.reporter.outputs import Outputs
@@ -85,6 +86,7 @@ class Reporter:
         self._buffer = LogBuffer(retain_acked=config.retain_acked_rows)
         self._steps = StepTracker(0)
         self._outputs = Outputs()
+        self._accepted = AcceptedState(config.state_file)
         self._started_at: datetime | None = None
         self._handshaken = False
         self._wake = asyncio.Event()
@@ -392,6 +394,7 @@ class Reporter:
             self._state_due = True
             raise
         self._steps.confirm(receipt)
+        self._accepted.took(state)
         self._outputs.confirmed(answer.sent_outputs)
         if any(key not in outputs for key in self._outputs.pending):
             self._state_due = True  # more outputs than one request takes: the next report goes at once

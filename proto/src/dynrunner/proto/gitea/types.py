@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
+from google.protobuf.message import DecodeError
 
 from dynrunner.proto._gen.runner.v1 import messages_pb2 as pb
 
@@ -268,6 +269,18 @@ class TaskState:
             stopped_at=ts_from_proto(state, "stopped_at"),
             steps=[StepState.from_proto(s) for s in state.steps],
         )
+
+    def encode(self) -> bytes:
+        """The wire form, for keeping a state outside a request (the executor's accepted state)."""
+        return self.to_proto().SerializeToString()
+
+    @classmethod
+    def decode(cls, data: bytes) -> TaskState:
+        """The inverse of `encode`; ValueError when `data` is not a TaskState message."""
+        try:
+            return cls.from_proto(pb.TaskState.FromString(data))
+        except DecodeError as err:
+            raise ValueError(f"not a TaskState message: {err}") from err
 
 
 @functools.lru_cache(maxsize=1 << 16)

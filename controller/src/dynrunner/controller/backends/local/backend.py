@@ -257,7 +257,7 @@ class LocalBackend:
         aside = Layout(self.root / f"{CREATING}{layout.dir.name}.{uuid.uuid4().hex[:8]}")
         aside.dir.mkdir(mode=0o700)
         try:
-            for sub in (aside.workspace, aside.home, aside.tmp, aside.status_dir):
+            for sub in (aside.workspace, aside.home, aside.tmp, aside.status_dir, aside.reported_dir):
                 sub.mkdir(mode=0o700)
             cage = self.containment.cage(assignment.assignment_id)
             handed = assignment.replace(
@@ -340,6 +340,7 @@ class LocalBackend:
         env["HOME"] = str(layout.home)
         env["TMPDIR"] = str(layout.tmp)
         env["DYNRUNNER_READY_FILE"] = str(layout.ready_file)
+        env["DYNRUNNER_STATE_FILE"] = str(layout.state_file)
         return env
 
     def _list(self) -> list[Environment]:
@@ -389,6 +390,8 @@ class LocalBackend:
             if tail:
                 diagnosis = dataclasses.replace(observation.diagnosis, detail=tail)
                 observation = dataclasses.replace(observation, diagnosis=diagnosis)
+        if observation.phase is Phase.FAILED:
+            observation = dataclasses.replace(observation, reported=layout.reported())
         return observation
 
     async def _stop_processes(self, assignment_id: str, pid: int | None, layout: Layout) -> None:

@@ -199,7 +199,7 @@ class Sandbox:
         os.chmod(layout.dir, JOB_DIR_MODE)
         os.chown(layout.assignment_file, 0, gid)
         os.chmod(layout.assignment_file, ASSIGNMENT_MODE)
-        for sub in (layout.workspace, layout.home, layout.tmp, layout.status_dir):
+        for sub in (layout.workspace, layout.home, layout.tmp, layout.status_dir, layout.reported_dir):
             os.chown(sub, uid, gid)
 
     def describe(self) -> str:

@@ -4,6 +4,8 @@
     metadata.json   labels, creation time, deadline, command: the environment's "labels"
     workspace/      the job's workspace; home/ and tmp/ are its HOME and TMPDIR
     status/         the executor's signals to the controller (executor-ready)
+    reported/       the task state Gitea last accepted from the executor (`DYNRUNNER_STATE_FILE`),
+                    apart from status/, which the watch looks at: it changes with every report
     executor.log    the executor's stdout and stderr
     pid             written by the wrapper as it starts (its pid = the process group)
     executor-pid    written by the executor's process as it starts (before it execs the executor)
@@ -37,6 +39,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from dynrunner.proto.gitea import TaskState
 
 METADATA_VERSION = 1
 OUTPUT_TAIL_LINES = 20
@@ -139,6 +143,22 @@ class Layout:
         except FileExistsError:
             return False
         return True
+
+    @property
+    def reported_dir(self) -> Path:
+        return self.dir / "reported"
+
+    @property
+    def state_file(self) -> Path:
+        """The executor's accepted task state (`DYNRUNNER_STATE_FILE`), replaced on each report."""
+        return self.reported_dir / "accepted-state.pb"
+
+    def reported(self) -> TaskState | None:
+        """What the executor last had accepted by Gitea; None when it left nothing readable."""
+        try:
+            return TaskState.decode(self.state_file.read_bytes())
+        except (OSError, ValueError):
+            return None
 
     @property
     def ready_file(self) -> Path:
