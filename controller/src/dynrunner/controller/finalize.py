@@ -44,7 +44,9 @@ class FinalizeOutcome(enum.Enum):
     ALREADY_FINAL = "already-final"
     """The task had ended before (the log was archived or Gitea kept another result)."""
     RUNNER_GONE = "runner-gone"
-    """The claiming runner no longer exists: Gitea deletes it when the task ends."""
+    """The claiming runner no longer exists. Not proof that the task ended: Gitea deletes an
+    ephemeral runner when its task ends, but an admin may have deleted it while the task
+    ran, and then nobody can report for the task until Gitea's zombie reaper fails it."""
     REJECTED = "rejected"
     """Gitea refused for good (e.g. the task no longer exists); retrying cannot help."""
 
@@ -93,7 +95,6 @@ async def finalize_task(
             log.info("task %s: its log was already closed", task_id)
         state = await client.update_task(TaskState(id=task_id, result=result, stopped_at=now, steps=list(steps)))
     except Unauthenticated:
-        log.info("task %s: its runner is gone, so the task had already ended", task_id)
         return FinalizeOutcome.RUNNER_GONE
     except GiteaError as err:
         if err.transient:
@@ -112,7 +113,17 @@ async def finalize_failed(
     """End the task as failed, with `steps` (`final_steps`), and tell the user why, in its job log."""
     first, *rest = reason.splitlines() or ["no reason was recorded"]
     outcome = await finalize_task(client, task_id, Result.FAILURE, [f"the job failed: {first}", *rest], steps)
-    log.warning("task %s finalized as failed (%s): %s", task_id, outcome.value, first)
+    if outcome is FinalizeOutcome.FINALIZED:
+        log.warning("task %s finalized as failed: %s", task_id, first)
+    elif outcome is FinalizeOutcome.RUNNER_GONE:
+        log.warning(
+            "task %s not finalized: its runner no longer exists. Either the task had ended (Gitea deletes "
+            "an ephemeral runner with its task), or an admin deleted the runner, and then the task stays "
+            "running in Gitea until its zombie reaper fails it ([actions] ZOMBIE_TASK_TIMEOUT, 10 minutes "
+            "by default). It was to fail: %s",
+            task_id,
+            first,
+        )
     return outcome
 
 

@@ -19,7 +19,10 @@ Finalizing needs the claiming runner's credential and the values to mask: they c
 assignment's finalize record (`finalize_records`), never from the environment, so a vanished
 environment's task is finalized too. When Gitea cannot be reached the environment stays and
 the next sweep tries again (after one such failure a round finalizes nothing more, but still
-reaps what needs no Gitea). The record is deleted with the environment.
+reaps what needs no Gitea). The record is deleted with the environment. A runner that no
+longer exists is not a task that ended: Gitea deletes an ephemeral runner with its task, but
+an admin may delete it while the task runs, and then the task stays running in Gitea until
+its zombie reaper fails it; such a task is counted as `runner-gone`, not `reported`.
 
 A failed environment whose assignment JetStream still holds unacknowledged is left alone: the
 launch that made it was interrupted (a controller killed between creating it and
@@ -376,7 +379,10 @@ class Reaper:
             self._metrics.results.labels(pool=pool.name, result="vanished" if gone else "failed").inc()
             if gone:
                 log.error("environment %s disappeared; its task %s was finalized failed", name, record.task_id)
-        else:
+        elif outcome is FinalizeOutcome.ALREADY_FINAL:
             # The executor had reported after all (its exit status, or its absence, said otherwise).
             self._metrics.results.labels(pool=pool.name, result="reported").inc()
+        else:
+            # Runner gone (the task may still run in Gitea, see finalize_failed) or refused for good.
+            self._metrics.results.labels(pool=pool.name, result=outcome.value).inc()
         return True

@@ -79,11 +79,16 @@ class StageLog:
 
 
 class TaskEnded(Exception):
-    """The task ended while the controller held it (cancelled, or reaped by Gitea)."""
+    """The task ended while the controller held it (cancelled, or reaped by Gitea), or its
+    runner is gone (`result` None): Gitea deleted it with the task, or an admin deleted it,
+    and then no one can report for the task, which Gitea's zombie reaper fails later."""
 
     def __init__(self, task_id: int, result: Result | None) -> None:
-        word = result.word if result is not None else "ended (its runner is gone)"
-        super().__init__(f"task {task_id} was {word} before its executor started")
+        if result is not None:
+            text = f"task {task_id} was {result.word} before its executor started"
+        else:
+            text = f"task {task_id} lost its runner before its executor started (the task ended, or it was deleted)"
+        super().__init__(text)
         self.result = result
 
 

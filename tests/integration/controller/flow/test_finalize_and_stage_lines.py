@@ -81,6 +81,23 @@ async def test_finalize_after_the_executor_finished_changes_nothing(gitea: Gitea
     assert gitea.task(task.id).status == "success"
 
 
+async def test_a_runner_an_admin_deleted_leaves_its_task_running_and_says_so(
+    gitea: GiteaDouble, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 10 item 10: "runner gone" is not "task ended". Nothing can finalize the task;
+    Gitea's zombie reaper fails it once it has heard nothing for its timeout."""
+    client, task = await claim(gitea)
+    [runner] = [r for r in gitea.runners() if r.uuid == client.credentials.uuid]
+    gitea.delete_runner(runner.id)  # an admin, in Site Administration → Runners
+    assert await finalize_failed(client, task.id, "the environment died") is FinalizeOutcome.RUNNER_GONE
+    assert gitea.task(task.id).status == "running"
+    assert f"task {task.id} not finalized: its runner no longer exists" in caplog.text
+    assert "finalized as failed" not in caplog.text
+    gitea.advance_clock(15 * 60)
+    assert gitea.reap_zombies() == [task.id]
+    assert gitea.task(task.id).status == "failure"
+
+
 async def test_a_finalize_gives_every_step_a_final_state(gitea: GiteaDouble) -> None:
     """What the executor reported stays; the step it ran is cancelled (issue 10 item 6)."""
     client, task = await claim(gitea)

@@ -321,6 +321,27 @@ class RunnerGoneGitea(RecordingGitea):
         raise Unauthenticated("unregistered runner")
 
 
+async def test_a_task_whose_runner_is_gone_is_not_counted_as_ended(caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 10 item 10: an admin may delete the runner while its task runs; the task then
+    stays running in Gitea until its zombie reaper fails it. Nothing says the executor
+    reported: the task is counted as runner-gone, and the log line says what may be true."""
+    backend = Backend({"failed": Phase.FAILED})
+    [a] = backend.assignments.values()
+    capacity = Capacity("p", 5)
+    capacity.adopt(a.assignment_id)
+    gitea, metrics = RunnerGoneGitea(), Metrics()
+    watch = PoolWatch("p", backend, capacity, lambda: (), records=backend.records())  # type: ignore[arg-type]
+    await Reaper([watch], gitea=gitea, metrics=metrics).sweep(watch)  # type: ignore[arg-type]
+
+    assert gitea.calls == 1 and backend.deleted == ["failed"] and not capacity.holds(a.assignment_id)
+    assert metrics.sample("dynrunner_job_results_total", pool="p", result="runner-gone") == 1
+    assert metrics.sample("dynrunner_job_results_total", pool="p", result="reported") is None
+    assert metrics.sample("dynrunner_finalized_failed_total", pool="p", reason="start-failed") is None
+    assert "finalized as failed" not in caplog.text
+    assert f"task {a.task.id} not finalized: its runner no longer exists" in caplog.text
+    assert "zombie reaper" in caplog.text
+
+
 class ReportedBackend(Backend):
     """The executor's accepted state shows it finalized before its environment failed."""
 
