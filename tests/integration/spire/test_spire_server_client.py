@@ -1,6 +1,6 @@
 """The product's SPIRE Server API client (dynrunner.proto.spire) against the SPIRE Server API
-double: join tokens with an alias, the alias entry found by its SPIFFE ID, the agent and the
-entries removed; admin over the local socket or an admin X509-SVID, refused otherwise."""
+double: join tokens with an alias, the alias entry found by its SPIFFE ID, a job's entry made
+once and found by its parent, the agent and the entries removed; admin over the local socket or an admin X509-SVID, refused otherwise."""
 
 from __future__ import annotations
 
@@ -68,6 +68,24 @@ async def test_entries_are_listed_across_pages(spire_server: SpireServer) -> Non
             await client.create_join_token(60, agent_id=ALIAS)
         found = await client.entries_with_spiffe_id(ALIAS, page_size=2)
         assert len(found) == 3 and len({e.parent_id for e in found}) == 3
+
+
+async def test_a_job_entry_is_made_once_and_found_by_its_parent(spire_server: SpireServer) -> None:
+    job = f"spiffe://{TRUST_DOMAIN}/ci/owner/repo/build"
+    async with grpc.aio.insecure_channel(spire_server.admin_target) as channel:
+        client = SpireServerClient(channel)
+        made = await client.create_entry(job, ALIAS, [("unix", "uid:1001")], x509_svid_ttl_s=600)
+        again = await client.create_entry(job, ALIAS, [("unix", "uid:1001")], x509_svid_ttl_s=600)
+        assert again == made and (made.spiffe_id, made.parent_id) == (job, ALIAS)
+        [stored] = [e for e in spire_server.state.entries.entries() if e.id == made.id]
+        assert stored.selectors == frozenset({("unix", "uid:1001")}) and stored.x509_svid_ttl == dt.timedelta(
+            seconds=600
+        )
+        assert await client.entries_with_parent(ALIAS, page_size=1) == [made]
+        assert made in await client.all_entries(page_size=1)
+        with pytest.raises(SpireServerError) as refused:
+            await client.create_entry(job, ALIAS, [])
+        assert refused.value.code == "INVALID_ARGUMENT"
 
 
 async def test_the_admin_rpcs_need_an_admin_svid_over_tcp() -> None:

@@ -4,9 +4,10 @@ identity of a job that runs in a microVM (docs/opensandbox.md, "Identity").
 A microVM's SPIRE agent joins the trust domain with a one-time join token the controller
 mints (`Agent/CreateJoinToken`) together with an *alias*: the server then also makes an entry
 that gives the attested agent a second SPIFFE ID, known in advance, on which the job's entry
-is parented. When the VM goes, the controller finds that alias entry (`Entry/ListEntries` by
-its SPIFFE ID: its parent is the agent's join-token ID), deletes the agent
-(`Agent/DeleteAgent`) and the entry (`Entry/BatchDeleteEntry`).
+is parented. The job's own entry is registered with `Entry/BatchCreateEntry`. When the VM
+goes, the controller finds that alias entry (`Entry/ListEntries` by its SPIFFE ID: its parent
+is the agent's join-token ID) and the job's entry (by its parent, the alias), deletes the agent
+(`Agent/DeleteAgent`) and the entries (`Entry/BatchDeleteEntry`).
 
 Every RPC here requires a *local* caller (the server's admin socket) or an admin X509-SVID;
 the channel (which one) is the caller's. Wire types stay here: callers get small dataclasses.
@@ -27,7 +28,8 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 
 from dynrunner.proto._gen.spire.api.server.agent.v1 import agent_pb2, agent_pb2_grpc
 from dynrunner.proto._gen.spire.api.server.entry.v1 import entry_pb2, entry_pb2_grpc
-from dynrunner.proto._gen.spire.api.types import spiffeid_pb2
+from dynrunner.proto._gen.spire.api.types import entry_pb2 as types_entry_pb2
+from dynrunner.proto._gen.spire.api.types import selector_pb2, spiffeid_pb2
 
 __all__ = ["EntryRef", "JoinToken", "SpireServerClient", "SpireServerError", "parse_spiffe_id"]
 
@@ -37,6 +39,7 @@ DEFAULT_TIMEOUT_S = 10.0
 PAGE_SIZE = 100
 _NOT_FOUND = grpc.StatusCode.NOT_FOUND.value[0]
 _OK = grpc.StatusCode.OK.value[0]
+_ALREADY_EXISTS = grpc.StatusCode.ALREADY_EXISTS.value[0]
 
 
 class SpireServerError(Exception):
@@ -136,18 +139,51 @@ class SpireServerClient:
             raise
         return True
 
+    async def create_entry(
+        self, spiffe_id: str, parent_id: str, selectors: Sequence[tuple[str, str]], *, x509_svid_ttl_s: int = 0
+    ) -> EntryRef:
+        """Register a workload entry; an entry with the same SPIFFE ID, parent and selectors
+        already there is success (the server answers ALREADY_EXISTS with it)."""
+        entry = types_entry_pb2.Entry(
+            spiffe_id=parse_spiffe_id(spiffe_id),
+            parent_id=parse_spiffe_id(parent_id),
+            selectors=[selector_pb2.Selector(type=kind, value=value) for kind, value in selectors],
+            x509_svid_ttl=x509_svid_ttl_s,
+        )
+        request = entry_pb2.BatchCreateEntryRequest(entries=[entry])
+        answer = await self._call(
+            "BatchCreateEntry", lambda: self._entries.BatchCreateEntry(request, timeout=self._timeout_s)
+        )
+        [result] = answer.results
+        if result.status.code not in (_OK, _ALREADY_EXISTS):
+            raise SpireServerError(_code_name(result.status.code), result.status.message, "BatchCreateEntry")
+        made = result.entry
+        return EntryRef(made.id, _format(made.spiffe_id), _format(made.parent_id))
+
     async def entries_with_spiffe_id(self, spiffe_id: str, *, page_size: int = PAGE_SIZE) -> list[EntryRef]:
         """Every entry whose SPIFFE ID is `spiffe_id` (all pages)."""
+        request = entry_pb2.ListEntriesRequest(page_size=page_size)
+        request.filter.by_spiffe_id.CopyFrom(parse_spiffe_id(spiffe_id))
+        return await self._entries_listed(request)
+
+    async def entries_with_parent(self, parent_id: str, *, page_size: int = PAGE_SIZE) -> list[EntryRef]:
+        """Every entry parented on `parent_id` (all pages)."""
+        request = entry_pb2.ListEntriesRequest(page_size=page_size)
+        request.filter.by_parent_id.CopyFrom(parse_spiffe_id(parent_id))
+        return await self._entries_listed(request)
+
+    async def all_entries(self, *, page_size: int = PAGE_SIZE) -> list[EntryRef]:
+        """Every entry of the server (all pages; for collecting leftovers, not per job)."""
+        return await self._entries_listed(entry_pb2.ListEntriesRequest(page_size=page_size))
+
+    async def _entries_listed(self, request: entry_pb2.ListEntriesRequest) -> list[EntryRef]:
         found: list[EntryRef] = []
-        token = ""
         while True:
-            request = entry_pb2.ListEntriesRequest(page_size=page_size, page_token=token)
-            request.filter.by_spiffe_id.CopyFrom(parse_spiffe_id(spiffe_id))
             answer = await self._call("ListEntries", functools.partial(self._list_entries, request))
             found += [EntryRef(e.id, _format(e.spiffe_id), _format(e.parent_id)) for e in answer.entries]
-            token = answer.next_page_token
-            if not token:
+            if not answer.next_page_token:
                 return found
+            request.page_token = answer.next_page_token
 
     def _list_entries(self, request: entry_pb2.ListEntriesRequest) -> Awaitable[entry_pb2.ListEntriesResponse]:
         return self._entries.ListEntries(request, timeout=self._timeout_s)

@@ -26,7 +26,7 @@ from dynrunner.proto._gen.spire.api.types import selector_pb2 as spire_dot_api_d
 from dynrunner.proto._gen.spire.api.types import spiffeid_pb2 as spire_dot_api_dot_types_dot_spiffeid__pb2
 
 
-DESCRIPTOR = _POOL.AddSerializedFile(b'\n\x1bspire/api/types/entry.proto\x12\x0fspire.api.types\x1a\x1espire/api/types/selector.proto\x1a\x1espire/api/types/spiffeid.proto\"\x9d\x01\n\x05\x45ntry\x12\n\n\x02id\x18\x01 \x01(\t\x12,\n\tspiffe_id\x18\x02 \x01(\x0b\x32\x19.spire.api.types.SPIFFEID\x12,\n\tparent_id\x18\x03 \x01(\x0b\x32\x19.spire.api.types.SPIFFEID\x12,\n\tselectors\x18\x04 \x03(\x0b\x32\x19.spire.api.types.Selectorb\x06proto3')
+DESCRIPTOR = _POOL.AddSerializedFile(b'\n\x1bspire/api/types/entry.proto\x12\x0fspire.api.types\x1a\x1espire/api/types/selector.proto\x1a\x1espire/api/types/spiffeid.proto\"\xb4\x01\n\x05\x45ntry\x12\n\n\x02id\x18\x01 \x01(\t\x12,\n\tspiffe_id\x18\x02 \x01(\x0b\x32\x19.spire.api.types.SPIFFEID\x12,\n\tparent_id\x18\x03 \x01(\x0b\x32\x19.spire.api.types.SPIFFEID\x12,\n\tselectors\x18\x04 \x03(\x0b\x32\x19.spire.api.types.Selector\x12\x15\n\rx509_svid_ttl\x18\x05 \x01(\x05\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,5 +34,5 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'spire.api.types.entry_pb2',
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_ENTRY']._serialized_start=113
-  _globals['_ENTRY']._serialized_end=270
+  _globals['_ENTRY']._serialized_end=293
 # @@protoc_insertion_point(module_scope)

@@ -27,7 +27,7 @@ from dynrunner.proto._gen.spire.api.types import spiffeid_pb2 as spire_dot_api_d
 from dynrunner.proto._gen.spire.api.types import status_pb2 as spire_dot_api_dot_types_dot_status__pb2
 
 
-DESCRIPTOR = _POOL.AddSerializedFile(b'\n%spire/api/server/entry/v1/entry.proto\x12\x19spire.api.server.entry.v1\x1a\x1bspire/api/types/entry.proto\x1a\x1espire/api/types/spiffeid.proto\x1a\x1cspire/api/types/status.proto\"\xed\x01\n\x12ListEntriesRequest\x12\x44\n\x06\x66ilter\x18\x01 \x01(\x0b\x32\x34.spire.api.server.entry.v1.ListEntriesRequest.Filter\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\x1aj\n\x06\x46ilter\x12/\n\x0c\x62y_spiffe_id\x18\x01 \x01(\x0b\x32\x19.spire.api.types.SPIFFEID\x12/\n\x0c\x62y_parent_id\x18\x02 \x01(\x0b\x32\x19.spire.api.types.SPIFFEID\"W\n\x13ListEntriesResponse\x12\'\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x16.spire.api.types.Entry\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"&\n\x17\x42\x61tchDeleteEntryRequest\x12\x0b\n\x03ids\x18\x01 \x03(\t\"\xa6\x01\n\x18\x42\x61tchDeleteEntryResponse\x12K\n\x07results\x18\x01 \x03(\x0b\x32:.spire.api.server.entry.v1.BatchDeleteEntryResponse.Result\x1a=\n\x06Result\x12\'\n\x06status\x18\x01 \x01(\x0b\x32\x17.spire.api.types.Status\x12\n\n\x02id\x18\x02 \x01(\t2\xf2\x01\n\x05\x45ntry\x12l\n\x0bListEntries\x12-.spire.api.server.entry.v1.ListEntriesRequest\x1a..spire.api.server.entry.v1.ListEntriesResponse\x12{\n\x10\x42\x61tchDeleteEntry\x12\x32.spire.api.server.entry.v1.BatchDeleteEntryRequest\x1a\x33.spire.api.server.entry.v1.BatchDeleteEntryResponseb\x06proto3')
+DESCRIPTOR = _POOL.AddSerializedFile(b'\n%spire/api/server/entry/v1/entry.proto\x12\x19spire.api.server.entry.v1\x1a\x1bspire/api/types/entry.proto\x1a\x1espire/api/types/spiffeid.proto\x1a\x1cspire/api/types/status.proto\"\xed\x01\n\x12ListEntriesRequest\x12\x44\n\x06\x66ilter\x18\x01 \x01(\x0b\x32\x34.spire.api.server.entry.v1.ListEntriesRequest.Filter\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\x1aj\n\x06\x46ilter\x12/\n\x0c\x62y_spiffe_id\x18\x01 \x01(\x0b\x32\x19.spire.api.types.SPIFFEID\x12/\n\x0c\x62y_parent_id\x18\x02 \x01(\x0b\x32\x19.spire.api.types.SPIFFEID\"W\n\x13ListEntriesResponse\x12\'\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x16.spire.api.types.Entry\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"B\n\x17\x42\x61tchCreateEntryRequest\x12\'\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x16.spire.api.types.Entry\"\xc1\x01\n\x18\x42\x61tchCreateEntryResponse\x12K\n\x07results\x18\x01 \x03(\x0b\x32:.spire.api.server.entry.v1.BatchCreateEntryResponse.Result\x1aX\n\x06Result\x12\'\n\x06status\x18\x01 \x01(\x0b\x32\x17.spire.api.types.Status\x12%\n\x05\x65ntry\x18\x02 \x01(\x0b\x32\x16.spire.api.types.Entry\"&\n\x17\x42\x61tchDeleteEntryRequest\x12\x0b\n\x03ids\x18\x01 \x03(\t\"\xa6\x01\n\x18\x42\x61tchDeleteEntryResponse\x12K\n\x07results\x18\x01 \x03(\x0b\x32:.spire.api.server.entry.v1.BatchDeleteEntryResponse.Result\x1a=\n\x06Result\x12\'\n\x06status\x18\x01 \x01(\x0b\x32\x17.spire.api.types.Status\x12\n\n\x02id\x18\x02 \x01(\t2\xef\x02\n\x05\x45ntry\x12l\n\x0bListEntries\x12-.spire.api.server.entry.v1.ListEntriesRequest\x1a..spire.api.server.entry.v1.ListEntriesResponse\x12{\n\x10\x42\x61tchCreateEntry\x12\x32.spire.api.server.entry.v1.BatchCreateEntryRequest\x1a\x33.spire.api.server.entry.v1.BatchCreateEntryResponse\x12{\n\x10\x42\x61tchDeleteEntry\x12\x32.spire.api.server.entry.v1.BatchDeleteEntryRequest\x1a\x33.spire.api.server.entry.v1.BatchDeleteEntryResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,12 +40,18 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LISTENTRIESREQUEST_FILTER']._serialized_end=397
   _globals['_LISTENTRIESRESPONSE']._serialized_start=399
   _globals['_LISTENTRIESRESPONSE']._serialized_end=486
-  _globals['_BATCHDELETEENTRYREQUEST']._serialized_start=488
-  _globals['_BATCHDELETEENTRYREQUEST']._serialized_end=526
-  _globals['_BATCHDELETEENTRYRESPONSE']._serialized_start=529
-  _globals['_BATCHDELETEENTRYRESPONSE']._serialized_end=695
-  _globals['_BATCHDELETEENTRYRESPONSE_RESULT']._serialized_start=634
-  _globals['_BATCHDELETEENTRYRESPONSE_RESULT']._serialized_end=695
-  _globals['_ENTRY']._serialized_start=698
-  _globals['_ENTRY']._serialized_end=940
+  _globals['_BATCHCREATEENTRYREQUEST']._serialized_start=488
+  _globals['_BATCHCREATEENTRYREQUEST']._serialized_end=554
+  _globals['_BATCHCREATEENTRYRESPONSE']._serialized_start=557
+  _globals['_BATCHCREATEENTRYRESPONSE']._serialized_end=750
+  _globals['_BATCHCREATEENTRYRESPONSE_RESULT']._serialized_start=662
+  _globals['_BATCHCREATEENTRYRESPONSE_RESULT']._serialized_end=750
+  _globals['_BATCHDELETEENTRYREQUEST']._serialized_start=752
+  _globals['_BATCHDELETEENTRYREQUEST']._serialized_end=790
+  _globals['_BATCHDELETEENTRYRESPONSE']._serialized_start=793
+  _globals['_BATCHDELETEENTRYRESPONSE']._serialized_end=959
+  _globals['_BATCHDELETEENTRYRESPONSE_RESULT']._serialized_start=898
+  _globals['_BATCHDELETEENTRYRESPONSE_RESULT']._serialized_end=959
+  _globals['_ENTRY']._serialized_start=962
+  _globals['_ENTRY']._serialized_end=1329
 # @@protoc_insertion_point(module_scope)

@@ -34,6 +34,25 @@ class ListEntriesResponse(_message.Message):
     next_page_token: str
     def __init__(self, entries: _Optional[_Iterable[_Union[_entry_pb2.Entry, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
+class BatchCreateEntryRequest(_message.Message):
+    __slots__ = ("entries",)
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[_entry_pb2.Entry]
+    def __init__(self, entries: _Optional[_Iterable[_Union[_entry_pb2.Entry, _Mapping]]] = ...) -> None: ...
+
+class BatchCreateEntryResponse(_message.Message):
+    __slots__ = ("results",)
+    class Result(_message.Message):
+        __slots__ = ("status", "entry")
+        STATUS_FIELD_NUMBER: _ClassVar[int]
+        ENTRY_FIELD_NUMBER: _ClassVar[int]
+        status: _status_pb2.Status
+        entry: _entry_pb2.Entry
+        def __init__(self, status: _Optional[_Union[_status_pb2.Status, _Mapping]] = ..., entry: _Optional[_Union[_entry_pb2.Entry, _Mapping]] = ...) -> None: ...
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[BatchCreateEntryResponse.Result]
+    def __init__(self, results: _Optional[_Iterable[_Union[BatchCreateEntryResponse.Result, _Mapping]]] = ...) -> None: ...
+
 class BatchDeleteEntryRequest(_message.Message):
     __slots__ = ("ids",)
     IDS_FIELD_NUMBER: _ClassVar[int]

@@ -39,6 +39,11 @@ class EntryStub:
                 request_serializer=spire_dot_api_dot_server_dot_entry_dot_v1_dot_entry__pb2.ListEntriesRequest.SerializeToString,
                 response_deserializer=spire_dot_api_dot_server_dot_entry_dot_v1_dot_entry__pb2.ListEntriesResponse.FromString,
                 _registered_method=True)
+        self.BatchCreateEntry = channel.unary_unary(
+                '/spire.api.server.entry.v1.Entry/BatchCreateEntry',
+                request_serializer=spire_dot_api_dot_server_dot_entry_dot_v1_dot_entry__pb2.BatchCreateEntryRequest.SerializeToString,
+                response_deserializer=spire_dot_api_dot_server_dot_entry_dot_v1_dot_entry__pb2.BatchCreateEntryResponse.FromString,
+                _registered_method=True)
         self.BatchDeleteEntry = channel.unary_unary(
                 '/spire.api.server.entry.v1.Entry/BatchDeleteEntry',
                 request_serializer=spire_dot_api_dot_server_dot_entry_dot_v1_dot_entry__pb2.BatchDeleteEntryRequest.SerializeToString,
@@ -50,6 +55,12 @@ class EntryServicer:
     """Missing associated documentation comment in .proto file."""
 
     def ListEntries(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def BatchCreateEntry(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -68,6 +79,11 @@ def add_EntryServicer_to_server(servicer, server):
                     servicer.ListEntries,
                     request_deserializer=spire_dot_api_dot_server_dot_entry_dot_v1_dot_entry__pb2.ListEntriesRequest.FromString,
                     response_serializer=spire_dot_api_dot_server_dot_entry_dot_v1_dot_entry__pb2.ListEntriesResponse.SerializeToString,
+            ),
+            'BatchCreateEntry': grpc.unary_unary_rpc_method_handler(
+                    servicer.BatchCreateEntry,
+                    request_deserializer=spire_dot_api_dot_server_dot_entry_dot_v1_dot_entry__pb2.BatchCreateEntryRequest.FromString,
+                    response_serializer=spire_dot_api_dot_server_dot_entry_dot_v1_dot_entry__pb2.BatchCreateEntryResponse.SerializeToString,
             ),
             'BatchDeleteEntry': grpc.unary_unary_rpc_method_handler(
                     servicer.BatchDeleteEntry,
@@ -102,6 +118,33 @@ class Entry:
             '/spire.api.server.entry.v1.Entry/ListEntries',
             spire_dot_api_dot_server_dot_entry_dot_v1_dot_entry__pb2.ListEntriesRequest.SerializeToString,
             spire_dot_api_dot_server_dot_entry_dot_v1_dot_entry__pb2.ListEntriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BatchCreateEntry(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/spire.api.server.entry.v1.Entry/BatchCreateEntry',
+            spire_dot_api_dot_server_dot_entry_dot_v1_dot_entry__pb2.BatchCreateEntryRequest.SerializeToString,
+            spire_dot_api_dot_server_dot_entry_dot_v1_dot_entry__pb2.BatchCreateEntryResponse.FromString,
             options,
             channel_credentials,
             insecure,
