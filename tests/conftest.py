@@ -13,6 +13,7 @@ pytest_plugins = [
     "tests.fixtures.clients",
     "tests.fixtures.opensandbox",
     "tests.fixtures.spire_server",
+    "tests.fixtures.opensandbox_backend",
     "tests.fixtures.cache",
     "tests.fixtures.images",
     "tests.fixtures.local_backend",

@@ -29,6 +29,7 @@ from pydantic import (
 )
 
 from dynrunner.controller.backends.kubernetes.config import KubernetesBackendConfig
+from dynrunner.controller.backends.opensandbox.config import OpenSandboxBackendConfig, SpireServerConfig
 from dynrunner.controller.config_base import ConfigModel, ConfigPath, ExecutorNeeds, check_executor_command
 from dynrunner.controller.config_errors import ConfigError, format_validation_error
 from dynrunner.controller.config_sources import apply_env, default_state_dir, env_keys, read_yaml
@@ -290,7 +291,9 @@ class LocalBackendConfig(_Model):
         return ExecutorNeeds()
 
 
-BackendConfig = Annotated[LocalBackendConfig | KubernetesBackendConfig, Field(discriminator="kind")]
+BackendConfig = Annotated[
+    LocalBackendConfig | KubernetesBackendConfig | OpenSandboxBackendConfig, Field(discriminator="kind")
+]
 
 
 class PoolConfig(_Model):
@@ -455,6 +458,8 @@ class IdentityConfig(_Model):
     svid_timeout_s: int = Field(default=120, ge=1, le=3600)
     svid_ttl_s: int = Field(default=900, ge=60, le=7 * 24 * 3600)
     class_name: str = ""
+    spire_server: SpireServerConfig | None = None
+    """The SPIRE Server's admin API, for the join tokens and entries of microVM agents (opensandbox pools)."""
 
     @field_validator("parent_id_template")
     @classmethod
@@ -512,6 +517,16 @@ class ControllerConfig(_Model):
             pool.model_copy(update={"backend": pool.backend.resolved(self.state_dir, pool.name)}) for pool in self.pools
         ]
         return self.model_copy(update=updates)
+
+    @model_validator(mode="after")
+    def _check_identity(self) -> ControllerConfig:
+        vm = [p.name for p in self.pools if isinstance(p.backend, OpenSandboxBackendConfig) and p.backend.identity]
+        if vm and self.identity.spire_server is None:
+            raise ValueError(
+                f"pool {vm[0]} issues identities in its VMs (backend.identity): identity.spireServer must say "
+                "how to reach the SPIRE Server's admin API (or set backend.identity: false)"
+            )
+        return self
 
     def pool(self, name: str) -> PoolConfig:
         for pool in self.pools:

@@ -35,6 +35,9 @@ def env_keys(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> dict[str, 
         alias = info.alias or field_name
         path = (*prefix, alias)
         annotation = info.annotation
+        optional = [a for a in getattr(annotation, "__args__", ()) if a is not type(None)]
+        if type(None) in getattr(annotation, "__args__", ()) and len(optional) == 1:
+            annotation = optional[0]  # an optional section (`X | None`): its scalars all the same
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             names.update(env_keys(annotation, path))
             continue

@@ -26,9 +26,16 @@ def _kubernetes(pool: PoolConfig, config: ControllerConfig) -> Backend:
     return KubernetesBackend.from_config(pool, config)
 
 
+def _opensandbox(pool: PoolConfig, config: ControllerConfig) -> Backend:
+    from dynrunner.controller.backends.opensandbox.backend import OpenSandboxBackend
+
+    return OpenSandboxBackend.from_config(pool, config)
+
+
 FACTORIES: dict[str, Factory] = {
     "local": _local,
     "kubernetes": _kubernetes,
+    "opensandbox": _opensandbox,
 }
 
 

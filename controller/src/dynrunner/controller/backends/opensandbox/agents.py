@@ -1,5 +1,5 @@
-"""The SPIRE agents of a pool's microVMs: a one-time join token per VM, and the agent removed
-with its VM (docs/opensandbox.md, "Identity").
+"""The SPIRE side of a pool's microVMs: a one-time join token per VM, the job's entry, and both
+removed with the VM (docs/opensandbox.md, "Identity").
 
 Each token is minted with an *alias* (`CreateJoinToken`'s `agent_id`): the SPIRE server then
 makes an entry that gives whichever agent attests with the token a second SPIFFE ID, the
@@ -9,6 +9,11 @@ the controller's memory for a moment, in the SPIRE server, and in the VM until i
 attested (the entrypoint deletes it then; SPIRE accepts a token once). A controller that
 restarts needs no token it minted before: it finds the agent through the alias entry (whose
 parent is the agent's join-token ID) when the VM goes.
+
+The job's entry (its SPIFFE ID, parent the alias, selector `unix:uid:<executor uid>`) is made
+through SPIRE's Entry API, with the same admin access the tokens need: a VM pool needs no
+Kubernetes API. A spire-controller-manager that manages the same server deletes entries it
+did not make unless it runs with `entryIDPrefix` (docs/opensandbox.md says so).
 
 The controller reaches the server's admin API through its admin socket or with mTLS and an
 admin X509-SVID from files (rotated by whatever keeps them fresh, e.g. spiffe-helper: the
@@ -118,15 +123,32 @@ class Agents:
                 )
         return JoinGrant(token.value, bundle)
 
-    async def remove(self, alias: str) -> list[str]:
-        """Delete every agent that joined under `alias`, and the alias entries (of tokens
-        used or not); returns the agents deleted."""
+    async def register(self, spiffe_id: str, alias: str, uid: int, ttl_s: int) -> None:
+        """The job's entry: `spiffe_id` for the process of user `uid` under the VM's agent."""
         client = await self.client()
+        await client.create_entry(spiffe_id, alias, [("unix", f"uid:{uid}")], x509_svid_ttl_s=ttl_s)
+
+    async def remove(self, alias: str) -> list[str]:
+        """Delete the job's entries, every agent that joined under `alias`, and the alias
+        entries (of tokens used or not); returns the agents deleted."""
+        client = await self.client()
+        await client.delete_entries([entry.id for entry in await client.entries_with_parent(alias)])
         aliases = await client.entries_with_spiffe_id(alias)
         agents = [entry.parent_id for entry in aliases if "/spire/agent/join_token/" in entry.parent_id]
         deleted = [agent for agent in agents if await client.delete_agent(agent)]
         await client.delete_entries([entry.id for entry in aliases])
         return deleted
+
+    async def aliases_under(self, prefix: str) -> set[str]:
+        """The aliases (`prefix` + assignment id) that entries are parented on or named, for
+        finding leftovers: one listing of every entry."""
+        client = await self.client()
+        found = set()
+        for entry in await client.all_entries():
+            for spiffe_id in (entry.parent_id, entry.spiffe_id):
+                if spiffe_id.startswith(prefix) and "/" not in spiffe_id.removeprefix(prefix):
+                    found.add(spiffe_id)
+        return found
 
     async def probe(self) -> None:
         await (await self.client()).probe()

@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from dynrunner.controller import contract
 from dynrunner.controller.backends.opensandbox.config import NetworkPolicy, OpenSandboxBackendConfig
 from dynrunner.controller.config import ControllerConfig, PoolConfig
-from dynrunner.proto.assignment import Assignment, IdentityWait
+from dynrunner.proto.assignment import Assignment
 
 METADATA_PREFIX = "dynrunner-"
 KEY_STAGE = "dynrunner-stage"
@@ -50,9 +50,7 @@ class VmSettings:
     pool: str
     backend: OpenSandboxBackendConfig
     trust_domain: str
-    svid_timeout_s: int = 120
     svid_ttl_s: int = 900
-    class_name: str = ""
     join_token_ttl_s: int = 900
 
     @classmethod
@@ -63,9 +61,7 @@ class VmSettings:
             pool=pool.name,
             backend=pool.backend,
             trust_domain=ident.trust_domain,
-            svid_timeout_s=ident.svid_timeout_s,
             svid_ttl_s=ident.svid_ttl_s,
-            class_name=ident.class_name,
             join_token_ttl_s=ident.spire_server.join_token_ttl_s if ident.spire_server else 900,
         )
 
@@ -154,19 +150,6 @@ def renewal_due(expiry: datetime | None, backend: OpenSandboxBackendConfig, now:
 
 
 # -- the sandbox ----------------------------------------------------------------------------------
-
-
-def handed(assignment: Assignment, settings: VmSettings) -> Assignment:
-    """The assignment as the executor in the VM receives it: its workspace in the VM, and
-    waiting for its identity on the in-VM agent's socket when the pool issues one."""
-    backend = settings.backend
-    wait = IdentityWait(
-        enabled=backend.identity,
-        workload_api_socket=backend.workload_api_socket if backend.identity else "",
-        timeout_seconds=settings.svid_timeout_s if backend.identity else 0,
-    )
-    executor = dataclasses.replace(assignment.executor, workspace=backend.workspace, identity=wait)
-    return assignment.replace(executor=executor)
 
 
 def sandbox_env(backend: OpenSandboxBackendConfig) -> dict[str, str]:

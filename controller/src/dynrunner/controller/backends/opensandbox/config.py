@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import posixpath
 import re
-from typing import Literal
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 
-from dynrunner.controller.config_base import ConfigModel, ConfigPath
+from dynrunner.controller.config_base import ConfigModel, ConfigPath, ExecutorNeeds
+from dynrunner.proto.assignment import IdentityWait
+
+if TYPE_CHECKING:
+    from dynrunner.controller.config import IdentityConfig
 
 VM_ENTRYPOINT = "/usr/local/bin/dynrunner-vm-entrypoint"
 DEFAULT_WORKLOAD_API_SOCKET = "/run/spire/agent/public/api.sock"
@@ -89,9 +94,20 @@ class OpenSandboxBackendConfig(ConfigModel):
     """Where the in-VM agent serves the Workload API (the image's SPIFFE_AGENT_SOCKET)."""
     workspace: str = DEFAULT_WORKSPACE
     """The job's workspace in the VM (under the executor user's home in the VM image)."""
-    kubeconfig: ConfigPath | None = None
-    """Where the jobs' ClusterStaticEntries are made (in-cluster configuration without it)."""
-    context: str | None = None
+
+    def resolved(self, state_dir: Path, pool: str) -> OpenSandboxBackendConfig:
+        """Nothing of it depends on the controller's state directory."""
+        return self
+
+    def executor_needs(self, identity: IdentityConfig) -> ExecutorNeeds:
+        """The workspace in the VM; with `identity`, the wait for the SVID on the in-VM agent's
+        Workload API socket."""
+        wait = IdentityWait(
+            enabled=self.identity,
+            workload_api_socket=self.workload_api_socket if self.identity else "",
+            timeout_seconds=identity.svid_timeout_s if self.identity else 0,
+        )
+        return ExecutorNeeds(workspace=self.workspace, identity=wait)
 
     @field_validator("url")
     @classmethod

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from dynrunner.controller.backends.base import Diagnosis, FailureReason, Observation, Phase
-from dynrunner.controller.backends.opensandbox.builders import STAGE_DELIVERED
+from dynrunner.controller.backends.opensandbox.builders import KEY_STAGE, STAGE_CREATED, STAGE_DELIVERED, stage_of
 
 EXIT_NOT_DELIVERED = 66
 EXIT_NO_AGENT = 69
@@ -51,7 +51,7 @@ class SandboxView:
 
     @property
     def delivered(self) -> bool:
-        return self.metadata.get("dynrunner-stage") == STAGE_DELIVERED
+        return self.metadata.get(KEY_STAGE) == STAGE_DELIVERED
 
     @property
     def exit_code(self) -> int | None:
@@ -122,6 +122,7 @@ def classify(
     now: datetime,
     start_timeout: timedelta,
     last_seen: SandboxView | None = None,
+    deadline_grace: timedelta = DEADLINE_SLACK,
 ) -> Observation:
     """The phase of a job's sandbox (`view`; None when the API says it does not exist, with
     `last_seen` what the backend saw of it before, if anything)."""
@@ -130,13 +131,15 @@ def classify(
     if view.ended:
         return ended(view)
     if view.delivered:
-        if deadline is not None and now > deadline + DEADLINE_SLACK:
+        if deadline is not None and now > deadline + deadline_grace:
             message = f"The job ran past its deadline ({deadline:%Y-%m-%d %H:%M:%S} UTC) and was stopped."
             return Observation(Phase.FAILED, Diagnosis(FailureReason.DEADLINE_EXCEEDED, message, _said(view)))
         return Observation(Phase.RUNNING)
-    if view.state == "Pending" and view.created_at is not None and now - view.created_at > start_timeout:
+    created = stage_of(view.metadata) == STAGE_CREATED
+    if created and view.created_at is not None and now - view.created_at > start_timeout:
         seconds = int(start_timeout.total_seconds())
-        message = f"The VM did not start within {seconds}s: {view.message or view.reason or 'still pending'}."
+        said = f"{view.state}: {view.message or view.reason}" if view.message or view.reason else view.state
+        message = f"The VM did not take its job within {seconds}s ({said})."
         return Observation(Phase.FAILED, Diagnosis(FailureReason.START_FAILED, message, _said(view)))
     return Observation(Phase.STARTING)
 

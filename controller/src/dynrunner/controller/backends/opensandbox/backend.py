@@ -1,0 +1,344 @@
+"""The `opensandbox` backend: one OpenSandbox sandbox — a microVM booting the VM image built from
+vm/ — per job (docs/opensandbox.md).
+
+- `create` finds the job's sandbox by its metadata (create takes no idempotency key; see
+  `selection` for duplicates), else makes the sandbox; waits, within `startTimeoutSeconds`,
+  until it runs and execd answers; registers the job's SPIRE entry (parented on the VM agent's
+  alias) and *stages* the delivery — the assignment, a one-time SPIRE join token and the trust
+  bundle — in `/run/dynrunner/delivery.partial` (stage `staged`). The assignment is in the VM
+  before the launcher acknowledges its message, so a controller that dies afterwards loses
+  nothing. A sandbox that fails meanwhile is returned as it is: its start reports why.
+- `follow_start` starts the executor: one rename makes the delivery appear to the VM's
+  entrypoint (execd refuses a rename onto an existing directory, so a VM is started once, by
+  whichever controller gets there first); stage `delivered`.
+- `observe` reads the sandbox (one GET) and classifies it (`diagnosis`).
+- `watch` lists the pool's sandboxes, wakes the reaper and renews leases (`watch`).
+- `delete` removes the sandbox (and any duplicate), the VM's SPIRE agent and its alias entry,
+  and the job's entry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Collection
+from datetime import timedelta
+
+from dynrunner.controller import contract
+from dynrunner.controller.backends.base import (
+    BackendError,
+    Environment,
+    Observation,
+    StartEvent,
+    StartStage,
+    Wake,
+)
+from dynrunner.controller.backends.opensandbox import builders, selection
+from dynrunner.controller.backends.opensandbox.agents import Agents
+from dynrunner.controller.backends.opensandbox.api import NotFound, OpenSandboxApi, OpenSandboxError, SandboxFiles
+from dynrunner.controller.backends.opensandbox.builders import VmSettings
+from dynrunner.controller.backends.opensandbox.diagnosis import DEADLINE_SLACK, SandboxView, classify
+from dynrunner.controller.backends.opensandbox.watch import Clock, PoolWatch, utcnow
+from dynrunner.controller.config import ControllerConfig, PoolConfig
+from dynrunner.proto.assignment import Assignment, encode
+from dynrunner.proto.spire import SpireServerError
+
+log = logging.getLogger(__name__)
+
+NAME = "opensandbox"
+EXECD_WAIT_S = 10.0
+"""How long one attempt to reach execd in a running sandbox may take."""
+
+
+class OpenSandboxBackend:
+    name = NAME
+
+    def __init__(
+        self,
+        settings: VmSettings,
+        api: OpenSandboxApi,
+        *,
+        agents: Agents | None = None,
+        clock: Clock = utcnow,
+        deadline_grace: timedelta = DEADLINE_SLACK,
+    ) -> None:
+        self.settings = settings
+        self.api = api
+        self.agents = agents
+        self.pool = settings.pool
+        self.watcher = PoolWatch(api, settings, clock, deadline_grace)
+        self._clock = clock
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._started_in: dict[str, float] = {}
+        """Assignment id → how long its sandbox took to accept the job (for the start line)."""
+
+    @classmethod
+    def from_config(cls, pool: PoolConfig, config: ControllerConfig) -> OpenSandboxBackend:
+        settings = VmSettings.from_config(pool, config)
+        backend = settings.backend
+        api = OpenSandboxApi.connect(
+            backend.url,
+            api_key_file=backend.api_key_file,
+            request_timeout_s=backend.request_timeout_s,
+            use_server_proxy=backend.use_server_proxy,
+        )
+        agents = Agents(config.identity.spire_server) if backend.identity and config.identity.spire_server else None
+        return cls(settings, api, agents=agents)
+
+    @property
+    def _start_timeout(self) -> timedelta:
+        return timedelta(seconds=self.settings.backend.start_timeout_s)
+
+    def _alias(self, assignment_id: str) -> str:
+        return builders.agent_alias(self.settings.trust_domain, self.pool, assignment_id)
+
+    def _environment(self, view: SandboxView) -> Environment:
+        labels = builders.labels_of(view.metadata)
+        return Environment(
+            backend=NAME,
+            name=contract.environment_name(labels[contract.LABEL_ASSIGNMENT_ID]),
+            labels=labels,
+            created_at=view.created_at or self._clock(),
+            deadline=builders.deadline_of(view.metadata),
+            extra={"sandbox": view.id, "url": self.api.url},
+        )
+
+    # -- create ---------------------------------------------------------------------------------
+
+    async def create(self, assignment: Assignment, *, stream_seq: int | None = None) -> Environment:
+        aid = assignment.assignment_id
+        lock = self._locks.setdefault(aid, asyncio.Lock())
+        try:
+            async with lock:
+                view = await self._sandbox(assignment, stream_seq)
+                if builders.stage_of(view.metadata) == builders.STAGE_CREATED and not view.ended:
+                    view = await self._stage(assignment, view)
+                self.watcher.note(aid, view)
+                return self._environment(view)
+        finally:
+            if not lock.locked():
+                self._locks.pop(aid, None)
+
+    async def _job_sandboxes(self, assignment_id: str) -> list[SandboxView]:
+        listed = await self.api.list({builders.metadata_key(contract.LABEL_ASSIGNMENT_ID): assignment_id})
+        return selection.by_assignment(listed, self.pool).get(assignment_id, [])
+
+    async def _keep_one(self, views: list[SandboxView]) -> SandboxView:
+        kept, duplicates = selection.keeper(views)
+        for duplicate in duplicates:
+            log.warning("sandbox %s duplicates %s of the same job: deleting it", duplicate.id, kept.id)
+            await self.api.delete(duplicate.id)
+        return kept
+
+    async def _sandbox(self, assignment: Assignment, stream_seq: int | None) -> SandboxView:
+        """The job's sandbox, made if there is none."""
+        found = await self._job_sandboxes(assignment.assignment_id)
+        if found:
+            return await self._keep_one(found)
+        request = builders.sandbox_request(assignment, self.settings, now=self._clock(), stream_seq=stream_seq)
+        try:
+            sandbox_id = await self.api.create(request)
+        except OpenSandboxError as err:
+            if not err.transient:
+                raise BackendError(f"OpenSandbox refused the VM: {err.message}") from err
+            # A lost answer may hide a sandbox that was made: only listing can tell.
+            found = await self._job_sandboxes(assignment.assignment_id)
+            if not found:
+                raise BackendError(f"OpenSandbox could not make the VM: {err.message}") from err
+            log.info("the create answer was lost, but the sandbox exists: %s", found[0].id)
+        else:
+            log.info("sandbox %s created for %s", sandbox_id, assignment.assignment_id)
+            found = await self._job_sandboxes(assignment.assignment_id)
+            if not found:  # listed before it shows (eventually consistent runtime): read it
+                found = [await self.api.get(sandbox_id)]
+        return await self._keep_one(found)
+
+    async def _stage(self, assignment: Assignment, view: SandboxView) -> SandboxView:
+        """Wait until the sandbox takes files, then put the delivery in it."""
+        began = time.monotonic()
+        reached = await self._reach(view)
+        if isinstance(reached, SandboxView):
+            return reached  # it ended, or never accepted the job within the start timeout
+        view, files = reached
+        token, bundle = "", b""
+        if self.agents is not None:
+            alias = self._alias(assignment.assignment_id)
+            uid, ttl = self.settings.backend.executor_uid, self.settings.svid_ttl_s
+            try:
+                if assignment.spiffe_id:
+                    await self.agents.register(assignment.spiffe_id, alias, uid, ttl)
+                grant = await self.agents.grant(alias)
+            except SpireServerError as err:
+                raise BackendError(f"the VM's SPIRE agent and the job's entry could not be set up: {err}") from err
+            token, bundle = grant.token, grant.bundle_pem
+        delivery = builders.delivery_files(encode(assignment), join_token=token, bundle_pem=bundle)
+        await files.write(builders.PARTIAL_DIR, delivery, builders.FILE_MODE)
+        staged = await self.api.patch_metadata(view.id, {builders.KEY_STAGE: builders.STAGE_STAGED})
+        self._started_in[assignment.assignment_id] = time.monotonic() - began
+        return staged
+
+    async def _reach(self, view: SandboxView) -> tuple[SandboxView, SandboxFiles] | SandboxView:
+        """The sandbox's file API once it runs and execd answers; or the sandbox as it is when
+        it ended, or when the start timeout passed."""
+        interval = self.settings.backend.poll_interval_s
+        while True:
+            now = self._clock()
+            if view.ended:
+                return view
+            timeout_left = (view.created_at or now) + self._start_timeout - now
+            if timeout_left <= timedelta(0):
+                log.warning("sandbox %s did not accept its job within the start timeout: %s", view.id, view.message)
+                return view
+            if view.state == "Running":
+                try:
+                    wait = min(EXECD_WAIT_S, max(1.0, timeout_left.total_seconds()))
+                    return view, await self.api.files(view.id, wait)
+                except OpenSandboxError as err:
+                    log.debug("execd in sandbox %s does not answer yet: %s", view.id, err)
+            else:
+                await asyncio.sleep(interval)
+            try:
+                view = await self.api.get(view.id)
+            except NotFound:
+                raise BackendError(f"sandbox {view.id} disappeared while it started") from None
+
+    # -- the start ----------------------------------------------------------------------------
+
+    async def follow_start(self, env: Environment) -> AsyncIterator[StartEvent]:
+        aid = env.assignment_id
+        view = await self._read(env)
+        interval = self.settings.backend.poll_interval_s
+        while True:
+            observed = self._observation(env, view)
+            if view is None or observed.phase.finished:
+                yield StartEvent(StartStage.FAILED, diagnosis=observed.diagnosis)
+                return
+            if view.delivered:
+                yield StartEvent(StartStage.STARTED, f"executor started in sandbox {view.id}")
+                return
+            if builders.stage_of(view.metadata) == builders.STAGE_STAGED:
+                break
+            await asyncio.sleep(interval)  # a create still staging it (bounded: the start timeout)
+            view = await self._read(env)
+        sandbox = view.id
+        took = self._started_in.pop(aid, None)
+        yield StartEvent(
+            StartStage.PROGRESS,
+            f"VM {sandbox} is running" + (f" (it took {took:.1f}s to accept the job)" if took is not None else ""),
+        )
+        yield StartEvent(StartStage.STARTING, f"handing the job to VM {sandbox}; starting the executor")
+        files = await self.api.files(sandbox, EXECD_WAIT_S)
+        if not await files.rename(builders.PARTIAL_DIR, builders.DELIVERY_DIR):
+            log.info("sandbox %s was started already (by another controller)", sandbox)
+        view = await self.api.patch_metadata(sandbox, {builders.KEY_STAGE: builders.STAGE_DELIVERED})
+        self.watcher.note(aid, view)
+        yield StartEvent(StartStage.STARTED, f"executor started in sandbox {sandbox}")
+
+    # -- observing ----------------------------------------------------------------------------
+
+    async def _read(self, env: Environment) -> SandboxView | None:
+        """The job's sandbox now (None: it does not exist)."""
+        view: SandboxView | None
+        try:
+            view = await self.api.get(env.extra.get("sandbox", "")) if env.extra.get("sandbox") else None
+        except NotFound:
+            view = None
+        if view is None:  # not the one the handle names (a duplicate kept elsewhere), or gone
+            found = await self._job_sandboxes(env.assignment_id)
+            view = selection.keeper(found)[0] if found else None
+        self.watcher.note(env.assignment_id, view)
+        return view
+
+    def _observation(self, env: Environment, view: SandboxView | None) -> Observation:
+        return classify(
+            view,
+            deadline=env.deadline,
+            now=self._clock(),
+            start_timeout=self._start_timeout,
+            last_seen=self.watcher.gone.get(env.assignment_id),
+            deadline_grace=self.watcher.deadline_grace,
+        )
+
+    async def observe(self, env: Environment) -> Observation:
+        return self._observation(env, await self._read(env))
+
+    async def find(self, assignment_id: str) -> Environment | None:
+        found = await self._job_sandboxes(assignment_id)
+        if found:
+            kept = selection.keeper(found)[0]
+            self.watcher.note(assignment_id, kept)
+            visible = selection.is_environment(kept, now=self._clock(), start_timeout=self._start_timeout)
+            return self._environment(kept) if visible else None
+        self.watcher.note(assignment_id, None)
+        tombstone = self.watcher.gone.get(assignment_id)
+        return self._environment(tombstone) if tombstone is not None else None
+
+    async def list_owned(self) -> list[Environment]:
+        listed = await self.api.list({builders.metadata_key(contract.LABEL_POOL): self.pool})
+        now = self._clock()
+        envs = []
+        groups = selection.by_assignment(listed, self.pool)
+        for aid, views in groups.items():
+            kept = selection.keeper(views)[0]
+            self.watcher.note(aid, kept)
+            if selection.is_environment(kept, now=now, start_timeout=self._start_timeout):
+                envs.append(self._environment(kept))
+        for aid in [a for a in self.watcher.seen if a not in groups]:
+            self.watcher.note(aid, None)
+        envs += [self._environment(v) for aid, v in self.watcher.gone.items() if aid not in groups]
+        return envs
+
+    # -- deleting -------------------------------------------------------------------------------
+
+    async def delete(self, env: Environment) -> None:
+        aid = env.assignment_id
+        ids = {v.id for v in await self._job_sandboxes(aid)}
+        if env.extra.get("sandbox"):
+            ids.add(env.extra["sandbox"])
+        for sandbox_id in sorted(ids):
+            if await self.api.delete(sandbox_id):
+                log.info("sandbox %s of %s deleted", sandbox_id, aid)
+        await self._remove_identity(aid)
+        self.watcher.forget(aid)
+
+    async def _remove_identity(self, assignment_id: str) -> None:
+        if self.agents is not None:
+            removed = await self.agents.remove(self._alias(assignment_id))
+            if removed:
+                log.info("SPIRE agent %s of %s deleted", ", ".join(removed), assignment_id)
+
+    async def collect_orphans(self, launching: Collection[str]) -> list[str]:
+        """Duplicate sandboxes of one job (a create raced another), and the SPIRE agents and
+        entries of jobs without a sandbox."""
+        listed = await self.api.list({builders.metadata_key(contract.LABEL_POOL): self.pool})
+        groups = selection.by_assignment(listed, self.pool)
+        removed = []
+        for views in groups.values():
+            kept, duplicates = selection.keeper(views)
+            for duplicate in duplicates:
+                if await self.api.delete(duplicate.id):
+                    removed.append(f"sandbox {duplicate.id} (a duplicate of {kept.id})")
+        if self.agents is not None:
+            prefix = self._alias("")
+            for alias in sorted(await self.agents.aliases_under(prefix)):
+                aid = alias.removeprefix(prefix)
+                if aid not in groups and aid not in launching:
+                    await self.agents.remove(alias)
+                    removed.append(f"the SPIRE agent and entries of {aid} ({alias})")
+        return removed
+
+    # -- the watch ------------------------------------------------------------------------------
+
+    async def watch(self, wake: Wake) -> None:
+        await self.watcher.run(wake)
+
+    async def aclose(self) -> None:
+        """Release clients; sandboxes go on running (and expire unless renewed)."""
+        await self.api.aclose()
+        if self.agents is not None:
+            await self.agents.aclose()
+        calls = dict(sorted(self.api.requests.items()))
+        log.info(
+            "pool %s: %d OpenSandbox API requests since start", self.pool, sum(calls.values()), extra={"calls": calls}
+        )

@@ -1,0 +1,136 @@
+"""The pool's sandboxes, listed every `pollIntervalSeconds` (OpenSandbox has no watch API):
+what changed wakes the reaper, and every lease is renewed while its job runs.
+
+Each list is one request per 200 sandboxes. A sandbox whose phase changed since the last list
+(a new one, one that started, ended or vanished; one whose deadline or start timeout passed)
+wakes the reaper for its assignment. A sandbox that has not ended and whose expiry is less
+than half a lease away is renewed to one lease from now — never past its job's deadline plus
+the grace — so a controller that dies lets its VMs expire on their own within a lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+from dynrunner.controller.backends.base import Phase, Wake
+from dynrunner.controller.backends.opensandbox import builders, selection
+from dynrunner.controller.backends.opensandbox.api import OpenSandboxApi, OpenSandboxError
+from dynrunner.controller.backends.opensandbox.builders import VmSettings
+from dynrunner.controller.backends.opensandbox.diagnosis import DEADLINE_SLACK, SandboxView, classify
+
+log = logging.getLogger(__name__)
+
+RENEW_CONCURRENCY = 8
+RENEW_MIN_GAIN = timedelta(seconds=5)
+Clock = Callable[[], datetime]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class PoolWatch:
+    def __init__(
+        self,
+        api: OpenSandboxApi,
+        settings: VmSettings,
+        clock: Clock = utcnow,
+        deadline_grace: timedelta = DEADLINE_SLACK,
+    ) -> None:
+        self._api = api
+        self._settings = settings
+        self._clock = clock
+        self.deadline_grace = deadline_grace
+        self.seen: dict[str, SandboxView] = {}
+        """Assignment id → the job's sandbox as last listed or read."""
+        self.gone: dict[str, SandboxView] = {}
+        """Assignment id → the last view of a job's sandbox that no longer exists."""
+        self._phases: dict[str, Phase] = {}
+        self.synced = asyncio.Event()
+        self.renewals = 0
+
+    @property
+    def start_timeout(self) -> timedelta:
+        return timedelta(seconds=self._settings.backend.start_timeout_s)
+
+    def note(self, assignment_id: str, view: SandboxView | None) -> None:
+        """What a read found (None: it does not exist), between two lists, and the phase the
+        caller was told: the watch wakes the reaper only for changes nobody has been told of
+        (a wake for a change already seen would send the reaper to look at a phase that has
+        changed again since, or not at all)."""
+        if view is not None:
+            self.seen[assignment_id] = view
+            self.gone.pop(assignment_id, None)
+        elif assignment_id in self.seen:
+            self.gone[assignment_id] = self.seen.pop(assignment_id)
+        if view is not None or assignment_id in self._phases:
+            self._phases[assignment_id] = self.phase(view, self.gone.get(assignment_id))
+
+    def forget(self, assignment_id: str) -> None:
+        self.seen.pop(assignment_id, None)
+        self.gone.pop(assignment_id, None)
+        self._phases.pop(assignment_id, None)
+
+    def phase(self, view: SandboxView | None, last_seen: SandboxView | None = None) -> Phase:
+        deadline = builders.deadline_of((view or last_seen or SandboxView("", "")).metadata)
+        return classify(
+            view,
+            deadline=deadline,
+            now=self._clock(),
+            start_timeout=self.start_timeout,
+            last_seen=last_seen,
+            deadline_grace=self.deadline_grace,
+        ).phase
+
+    async def run(self, wake: Wake) -> None:
+        interval = self._settings.backend.poll_interval_s
+        while True:
+            try:
+                await self.sync(wake)
+            except OpenSandboxError as err:
+                log.warning("pool %s: the sandboxes cannot be listed: %s", self._settings.pool, err)
+            await asyncio.sleep(interval)
+
+    async def sync(self, wake: Wake) -> None:
+        """One list: update what is seen, wake for what changed, renew what is due."""
+        listed = await self._api.list({builders.metadata_key("dynrunner.io/pool"): self._settings.pool})
+        groups = selection.by_assignment(listed, self._settings.pool)
+        current = {aid: selection.keeper(views)[0] for aid, views in groups.items()}
+        for aid in [a for a in self.seen if a not in current]:
+            self.gone[aid] = self.seen.pop(aid)
+        self.seen.update(current)
+        for aid in set(self._phases) | set(current):
+            view = current.get(aid)
+            phase = self.phase(view, self.gone.get(aid))
+            if self._phases.get(aid) != phase:
+                self._phases[aid] = phase
+                wake(aid)
+            if view is None and phase is Phase.GONE:
+                self._phases.pop(aid, None)
+        self.synced.set()
+        await self.renew_due(list(current.values()))
+
+    async def renew_due(self, views: list[SandboxView]) -> None:
+        now = self._clock()
+        backend = self._settings.backend
+        due = []
+        for view in views:
+            if view.ended or not builders.renewal_due(view.expires_at, backend, now):
+                continue
+            target = builders.expires_at(builders.deadline_of(view.metadata), backend, now)
+            if view.expires_at is not None and target - view.expires_at >= RENEW_MIN_GAIN:
+                due.append((view, target))
+        slots = asyncio.Semaphore(RENEW_CONCURRENCY)
+
+        async def renew(view: SandboxView, target: datetime) -> None:
+            async with slots:
+                try:
+                    await self._api.renew(view.id, target)
+                    self.renewals += 1
+                except OpenSandboxError as err:
+                    log.warning("sandbox %s could not be renewed (tried again next time): %s", view.id, err)
+
+        await asyncio.gather(*(renew(v, t) for v, t in due))

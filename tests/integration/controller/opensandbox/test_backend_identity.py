@@ -1,0 +1,88 @@
+"""The job's identity in the VM, as the backend arranges it: a join token minted with the job's
+alias and delivered with the trust bundle; the VM's agent (the join-token agent double) attests
+with it; the job's entry, which the backend registers parented on the alias with the executor's
+uid, reaches the real executor, which waits for exactly its SPIFFE ID; deleting the environment
+removes the agent, the alias and the job's entry."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import pytest
+
+from dynrunner.controller.backends.base import Phase, StartStage
+from dynrunner.controller.backends.opensandbox.builders import agent_alias
+from dynrunner.controller.backends.opensandbox.config import SpireServerConfig
+from dynrunner.doubles.spire.server import SpireServer
+from dynrunner.proto.gitea import Result
+from tests.fixtures.executor import ExecutorHarness
+from tests.fixtures.opensandbox import VM_IMAGE, OpenSandboxFactory, vm_image
+from tests.fixtures.opensandbox_backend import POOL, as_built_for, vm_backend
+from tests.fixtures.spire_server import TRUST_DOMAIN
+
+JOB_ID = f"spiffe://{TRUST_DOMAIN}/ci/owner/repo/build"
+WORKFLOW = """
+on: push
+jobs:
+  build:
+    runs-on: [self-hosted, vm]
+    steps:
+      - run: echo "the job ran with its identity"
+"""
+
+
+def _image(spire: SpireServer) -> object:
+    return vm_image(
+        DYNRUNNER_SPIRE_AGENT_COMMAND=f"dynrunner-spire-agent-double run --server-mtls-port {spire.port}",
+        SPIRE_SERVER_ADDRESS="localhost",
+        SPIRE_SERVER_PORT=str(spire.attest_port),
+        SPIRE_TRUST_DOMAIN=TRUST_DOMAIN,
+    )
+
+
+@pytest.mark.slow
+async def test_the_job_gets_its_spiffe_id_from_the_agent_that_joined_with_the_delivered_token(
+    spire_server: SpireServer,
+    opensandbox_factory: OpenSandboxFactory,
+    executor_harness: ExecutorHarness,
+    tmp_path: Path,
+) -> None:
+    bundle = tmp_path / "bundle.pem"
+    bundle.write_bytes(spire_server.bundle_pem)
+    spire = SpireServerConfig(socket_path=spire_server.socket_path, bundle_file=bundle, join_token_ttl_s=120)
+    claimed = await executor_harness.claim(WORKFLOW, labels=("self-hosted", "vm"), spiffe_id=JOB_ID)
+    alias = agent_alias(TRUST_DOMAIN, POOL, claimed.assignment.assignment_id)
+
+    async with (
+        opensandbox_factory(images={VM_IMAGE: _image(spire_server)}) as osb,
+        vm_backend(osb, tmp_path, spire=spire, identity=True, executor_uid=os.getuid()) as backend,
+    ):
+        config = backend.settings.backend
+        assignment = as_built_for(dataclasses.replace(claimed.assignment, pool=POOL), config)
+        env = await backend.create(assignment)
+        [entry] = [e for e in spire_server.state.entries.entries() if e.spiffe_id == JOB_ID]
+        assert entry.parent_id == alias and entry.selectors == frozenset({("unix", f"uid:{os.getuid()}")})
+        [box] = osb.listed()
+        partial = box.rootfs / "run/dynrunner/delivery.partial"
+        assert sorted(p.name for p in partial.iterdir()) == ["assignment.pb", "bundle.pem", "join-token"]
+        token = (partial / "join-token").read_text()
+        assert token not in str(box.metadata) and token not in str(box.env)
+        assert (partial / "bundle.pem").read_bytes() == spire_server.bundle_pem
+
+        events = [e async for e in backend.follow_start(env)]
+        assert events[-1].stage is StartStage.STARTED
+        await osb.wait_for_state(box.id, "Terminated", "Failed", timeout_s=60)
+        console = box.console.read_text()
+        assert (await backend.observe(env)).phase is Phase.SUCCEEDED, console
+        task = executor_harness.gitea.task(claimed.task_id)
+        assert task.result == Result.SUCCESS, task.log_rows
+        assert "the job ran with its identity" in task.log_rows
+        agent = f"spiffe://{TRUST_DOMAIN}/spire/agent/join_token/{token}"
+        assert spire_server.agent_ids() == [agent]
+        assert not (box.rootfs / "run/dynrunner/delivery/join-token").exists()
+
+        await backend.delete(env)
+        assert spire_server.agent_ids() == []
+        assert [e for e in spire_server.state.entries.entries() if alias in (e.spiffe_id, e.parent_id)] == []

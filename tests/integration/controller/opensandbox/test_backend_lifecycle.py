@@ -1,0 +1,162 @@
+"""The `opensandbox` backend against the OpenSandbox double: a job's sandbox made once, its
+delivery staged before `create` returns and started by `follow_start`, observed, deleted."""
+
+from __future__ import annotations
+
+import asyncio
+import stat
+from pathlib import Path
+
+import pytest
+
+from dynrunner.controller import contract
+from dynrunner.controller.backends.base import FailureReason, Phase, StartEvent, StartStage
+from dynrunner.controller.backends.opensandbox.backend import OpenSandboxBackend
+from dynrunner.doubles.opensandbox import CreateFailure, OpenSandboxDouble
+from dynrunner.proto.assignment import decode
+from tests.fixtures.opensandbox import VM_IMAGE, OpenSandboxFactory
+from tests.fixtures.opensandbox_backend import stand_in_image, vm_assignment, vm_backend
+
+RUN = """
+    echo "executor: $*"
+    cat "$3" > /dev/null
+    sleep 600
+"""
+
+
+async def _start(backend: OpenSandboxBackend, env: object) -> list[StartEvent]:
+    return [event async for event in backend.follow_start(env)]  # type: ignore[arg-type]
+
+
+async def _phase(backend: OpenSandboxBackend, env: object, *phases: Phase, within: float = 20) -> object:
+    async with asyncio.timeout(within):
+        while True:
+            obs = await backend.observe(env)  # type: ignore[arg-type]
+            if obs.phase in phases:
+                return obs
+            await asyncio.sleep(0.05)
+
+
+async def _console(box: object, text: str, within: float = 20) -> None:
+    async with asyncio.timeout(within):
+        while True:
+            if text in box.console.read_text():  # type: ignore[attr-defined]
+                return
+            await asyncio.sleep(0.05)
+
+
+async def test_create_stages_the_delivery_and_the_start_hands_it_over(
+    opensandbox_factory: OpenSandboxFactory, tmp_path: Path
+) -> None:
+    image = stand_in_image(tmp_path, RUN)
+    async with opensandbox_factory(images={VM_IMAGE: image}) as osb, vm_backend(osb, tmp_path) as backend:
+        a = vm_assignment()
+        env = await backend.create(a, stream_seq=11)
+        assert env.name == contract.environment_name(a.assignment_id)
+        assert dict(env.labels) == contract.environment_labels(a, 11)
+        [box] = osb.listed()
+        assert box.metadata["dynrunner-stage"] == "staged"
+        assert box.metadata["dynrunner-assignment-id"] == a.assignment_id
+        assert env.extra["sandbox"] == box.id and env.deadline is None
+        partial = box.rootfs / "run/dynrunner/delivery.partial"
+        handed = decode((partial / "assignment.pb").read_bytes())
+        assert stat.S_IMODE((partial / "assignment.pb").stat().st_mode) == 0o600
+        assert handed == a  # as the controller built it: the runner's credential is only in here
+        assert sorted(p.name for p in partial.iterdir()) == ["assignment.pb"]  # no identity: no token
+        for secret in ("runner-token", "s3cr3t", "tt"):
+            assert secret not in str(box.metadata) and secret not in str(box.env)
+        assert (await backend.observe(env)).phase is Phase.STARTING
+
+        events = await _start(backend, env)
+        assert [e.stage for e in events] == [StartStage.PROGRESS, StartStage.STARTING, StartStage.STARTED]
+        assert "took" in events[0].line and box.id in events[1].line
+        assert osb.sandbox(box.id).metadata["dynrunner-stage"] == "delivered"
+        assert (await _phase(backend, env, Phase.RUNNING)).phase is Phase.RUNNING  # type: ignore[attr-defined]
+        await _console(box, "executor: run --assignment /run/dynrunner/delivery/assignment.pb")
+
+        again = await _start(backend, env)
+        assert [e.stage for e in again] == [StartStage.STARTED]
+        await backend.delete(env)
+        assert osb.listed() == [] and await backend.find(a.assignment_id) is None
+        assert (await backend.observe(env)).phase is Phase.GONE
+
+
+@pytest.mark.parametrize(
+    ("body", "phase", "reason", "code"),
+    [
+        ("exit 0", Phase.SUCCEEDED, None, 0),
+        ("exit 3", Phase.FAILED, FailureReason.EXECUTOR_FAILED, 3),
+        ("kill -9 $$", Phase.FAILED, FailureReason.KILLED, 137),
+    ],
+)
+async def test_how_the_executor_ended_is_the_observation(
+    opensandbox_factory: OpenSandboxFactory, tmp_path: Path, body: str, phase: Phase, reason: object, code: int
+) -> None:
+    async with (
+        opensandbox_factory(images={VM_IMAGE: stand_in_image(tmp_path, body)}) as osb,
+        vm_backend(osb, tmp_path) as backend,
+    ):
+        env = await backend.create(vm_assignment())
+        await _start(backend, env)
+        obs = await _phase(backend, env, Phase.SUCCEEDED, Phase.FAILED)
+        assert obs.phase is phase  # type: ignore[attr-defined]
+        assert (obs.diagnosis.reason if obs.diagnosis else None) is reason  # type: ignore[attr-defined]
+        assert obs.exit_code == code  # type: ignore[attr-defined]
+
+
+async def test_a_create_answer_lost_after_the_sandbox_was_made_makes_no_second_one(
+    opensandbox_factory: OpenSandboxFactory, tmp_path: Path
+) -> None:
+    async with (
+        opensandbox_factory(images={VM_IMAGE: stand_in_image(tmp_path, RUN)}) as osb,
+        vm_backend(osb, tmp_path) as backend,
+    ):
+        osb.fail_next_create(CreateFailure(status=504, after_create=True))
+        a = vm_assignment()
+        env = await backend.create(a)
+        again = await backend.create(a)
+        assert len(osb.listed()) == 1 and env.extra["sandbox"] == again.extra["sandbox"]
+        assert [e.assignment_id for e in await backend.list_owned()] == [a.assignment_id]
+
+
+async def test_a_refused_create_says_why(opensandbox: OpenSandboxDouble, tmp_path: Path) -> None:
+    async with vm_backend(opensandbox, tmp_path, image="registry.test/unknown:1") as backend:
+        with pytest.raises(Exception, match=r"could not make the VM|refused the VM") as refused:
+            await backend.create(vm_assignment())
+        assert "pull" in str(refused.value).lower() or "image" in str(refused.value).lower()
+        assert opensandbox.listed() == []
+
+
+async def test_concurrent_creates_keep_one_sandbox(opensandbox_factory: OpenSandboxFactory, tmp_path: Path) -> None:
+    async with (
+        opensandbox_factory(images={VM_IMAGE: stand_in_image(tmp_path, RUN)}) as osb,
+        vm_backend(osb, tmp_path) as one,
+        vm_backend(osb, tmp_path) as other,
+    ):
+        a = vm_assignment()
+        envs = await asyncio.gather(one.create(a), other.create(a), one.create(a))
+        assert len({e.extra["sandbox"] for e in envs}) == 1
+        assert len(osb.listed()) == 1
+        followed = await asyncio.gather(_start(one, envs[0]), _start(other, envs[1]))
+        assert all(events[-1].stage is StartStage.STARTED for events in followed)
+        await _phase(one, envs[0], Phase.RUNNING)
+        [box] = osb.listed()
+        await _console(box, "executor: run")
+        await asyncio.sleep(0.5)
+        assert box.console.read_text().count("executor: run") == 1
+
+
+async def test_a_pending_sandbox_is_waited_for_on_the_kubernetes_runtime(
+    opensandbox_factory: OpenSandboxFactory, tmp_path: Path
+) -> None:
+    image = stand_in_image(tmp_path, RUN)
+    async with (
+        opensandbox_factory(images={VM_IMAGE: image}, runtime="kubernetes", boot_delay_s=0.5) as osb,
+        vm_backend(osb, tmp_path) as backend,
+    ):
+        env = await backend.create(vm_assignment())
+        [box] = osb.listed()
+        assert box.metadata["dynrunner-stage"] == "staged"
+        events = await _start(backend, env)
+        assert events[-1].stage is StartStage.STARTED
+        await _phase(backend, env, Phase.RUNNING)
