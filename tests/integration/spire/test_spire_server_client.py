@@ -1,6 +1,7 @@
 """The product's SPIRE Server API client (dynrunner.proto.spire) against the SPIRE Server API
 double: join tokens with an alias, the alias entry found by its SPIFFE ID, a job's entry made
-once and found by its parent, the agent and the entries removed; admin over the local socket or an admin X509-SVID, refused otherwise."""
+once and found by its parent, the agent and the entries removed; admin over the local socket
+or an admin X509-SVID, refused otherwise."""
 
 from __future__ import annotations
 

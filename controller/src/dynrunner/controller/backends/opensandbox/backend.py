@@ -74,7 +74,7 @@ class OpenSandboxBackend:
         """Assignment id → how long its sandbox took to accept the job (for the start line)."""
 
     @classmethod
-    def from_config(cls, pool: PoolConfig, config: ControllerConfig) -> OpenSandboxBackend:
+    def from_config(cls, pool: PoolConfig, config: ControllerConfig, *, clock: Clock = utcnow) -> OpenSandboxBackend:
         settings = VmSettings.from_config(pool, config)
         backend = settings.backend
         api = OpenSandboxApi.connect(
@@ -84,7 +84,7 @@ class OpenSandboxBackend:
             use_server_proxy=backend.use_server_proxy,
         )
         agents = Agents(config.identity.spire_server) if backend.identity and config.identity.spire_server else None
-        return cls(settings, api, agents=agents)
+        return cls(settings, api, agents=agents, clock=clock)
 
     @property
     def _start_timeout(self) -> timedelta:
