@@ -1,7 +1,8 @@
 """One request suite against the real opensandbox-server 1.1.1 app (its routes, models,
 validators and auth, with the double's engine as the runtime: see serve_real.py) and against
 the double's own HTTP layer. Every answer must agree in status code and error shape, and the
-SDK's own requests must be accepted by the real server's schema."""
+SDK's own requests, and the `opensandbox` backend's, must be accepted by the real server's
+schema."""
 
 from __future__ import annotations
 
@@ -21,7 +22,13 @@ from opensandbox.config import ConnectionConfig
 from opensandbox.models.sandboxes import NetworkPolicy, NetworkRule, SandboxFilter, SandboxImageSpec
 from opensandbox.transport import RetryPolicy
 
+from dynrunner.controller import contract
+from dynrunner.controller.backends.opensandbox import builders
+from dynrunner.controller.backends.opensandbox.api import OpenSandboxApi
+from dynrunner.controller.backends.opensandbox.builders import VmSettings
+from dynrunner.controller.backends.opensandbox.config import OpenSandboxBackendConfig
 from dynrunner.doubles.opensandbox import OpenSandboxDouble
+from tests.fixtures.opensandbox_backend import vm_assignment
 
 SERVE_REAL = Path(__file__).with_name("serve_real.py")
 IMAGE = "registry.test/dynrunner-vm:1"
@@ -234,3 +241,43 @@ async def test_the_sdks_requests_fit_the_real_schema_and_get_the_same_answers(bo
         )
     assert results[0] == results[1]
     assert results[0][0] is True
+
+
+async def test_the_backends_requests_fit_the_real_schema(real_server: Target, tmp_path: Path) -> None:
+    """What the `opensandbox` backend sends (its builders through its API module): the create
+    of a job's VM with every option a pool can set, the metadata filter, the stage patch, a
+    renewal to a time it computed, the delete; the real server accepts each, and the labels
+    come back as the backend reads them."""
+    url, key = real_server
+    key_file = tmp_path / "key"
+    key_file.write_text(key)
+    pool = OpenSandboxBackendConfig(
+        url=url,
+        api_key_file=key_file,
+        image=IMAGE,
+        env={"SPIRE_SERVER_ADDRESS": "spire.example.org", "SPIRE_SERVER_PORT": "8081"},
+        resources={"cpu": "2", "memory": "4Gi"},
+        resource_requests={"cpu": "1"},
+        network_policy={"egress": [{"target": "gitea.example.org"}, {"target": "*.pypi.org"}]},
+        timeout_s=600,
+    )
+    settings = VmSettings(pool="vm", backend=pool, trust_domain="example.org")
+    now = datetime.now(UTC)
+    assignment = vm_assignment(deadline=now + timedelta(hours=3))
+    api = OpenSandboxApi.connect(url, api_key_file=key_file, headers={"OPEN-SANDBOX-CLIENT-IP": "127.0.0.1"})
+    try:
+        sandbox_id = await api.create(builders.sandbox_request(assignment, settings, now=now, stream_seq=12))
+        aid_key = builders.metadata_key("dynrunner.io/assignment-id")
+        [listed] = await api.list({aid_key: assignment.assignment_id})
+        assert listed.id == sandbox_id and listed.expires_at is not None
+        assert builders.labels_of(listed.metadata) == contract.environment_labels(assignment, 12)
+        assert builders.deadline_of(listed.metadata) == assignment.deadline.replace(microsecond=0)  # type: ignore[union-attr]
+        staged = await api.patch_metadata(sandbox_id, {builders.KEY_STAGE: builders.STAGE_STAGED})
+        assert builders.stage_of(staged.metadata) == builders.STAGE_STAGED
+        target = builders.expires_at(assignment.deadline, pool, datetime.now(UTC))
+        assert abs((await api.renew(sandbox_id, target) - target).total_seconds()) < 1
+        assert await api.delete(sandbox_id) is True
+        assert await api.delete(sandbox_id) is False
+        assert await api.list({aid_key: assignment.assignment_id}) == []
+    finally:
+        await api.aclose()
