@@ -51,6 +51,8 @@ class PoolWatch:
         self._phases: dict[str, Phase] = {}
         self.synced = asyncio.Event()
         self.renewals = 0
+        self.lists = 0
+        """Lists made by `sync` (for benchmarks)."""
 
     @property
     def start_timeout(self) -> timedelta:
@@ -96,6 +98,7 @@ class PoolWatch:
 
     async def sync(self, wake: Wake) -> None:
         """One list: update what is seen, wake for what changed, renew what is due."""
+        self.lists += 1
         listed = await self._api.list({builders.metadata_key("dynrunner.io/pool"): self._settings.pool})
         groups = selection.by_assignment(listed, self._settings.pool)
         current = {aid: selection.keeper(views)[0] for aid, views in groups.items()}
