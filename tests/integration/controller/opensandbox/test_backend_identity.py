@@ -18,8 +18,8 @@ from dynrunner.controller.backends.opensandbox.config import SpireServerConfig
 from dynrunner.doubles.spire.server import SpireServer
 from dynrunner.proto.gitea import Result
 from tests.fixtures.executor import ExecutorHarness
-from tests.fixtures.opensandbox import VM_IMAGE, OpenSandboxFactory, vm_image
-from tests.fixtures.opensandbox_backend import POOL, as_built_for, vm_backend
+from tests.fixtures.opensandbox import VM_IMAGE, OpenSandboxFactory
+from tests.fixtures.opensandbox_backend import POOL, as_built_for, joining_vm_image, vm_backend
 from tests.fixtures.spire_server import TRUST_DOMAIN
 
 JOB_ID = f"spiffe://{TRUST_DOMAIN}/ci/owner/repo/build"
@@ -31,15 +31,6 @@ jobs:
     steps:
       - run: echo "the job ran with its identity"
 """
-
-
-def _image(spire: SpireServer) -> object:
-    return vm_image(
-        DYNRUNNER_SPIRE_AGENT_COMMAND=f"dynrunner-spire-agent-double run --server-mtls-port {spire.port}",
-        SPIRE_SERVER_ADDRESS="localhost",
-        SPIRE_SERVER_PORT=str(spire.attest_port),
-        SPIRE_TRUST_DOMAIN=TRUST_DOMAIN,
-    )
 
 
 @pytest.mark.slow
@@ -56,7 +47,7 @@ async def test_the_job_gets_its_spiffe_id_from_the_agent_that_joined_with_the_de
     alias = agent_alias(TRUST_DOMAIN, POOL, claimed.assignment.assignment_id)
 
     async with (
-        opensandbox_factory(images={VM_IMAGE: _image(spire_server)}) as osb,
+        opensandbox_factory(images={VM_IMAGE: joining_vm_image(spire_server)}) as osb,
         vm_backend(osb, tmp_path, spire=spire, identity=True, executor_uid=os.getuid()) as backend,
     ):
         config = backend.settings.backend
