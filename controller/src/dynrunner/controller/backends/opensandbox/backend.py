@@ -29,6 +29,7 @@ from dynrunner.controller import contract
 from dynrunner.controller.backends.base import (
     BackendError,
     Environment,
+    Isolation,
     Observation,
     StartEvent,
     StartStage,
@@ -85,6 +86,19 @@ class OpenSandboxBackend:
         )
         agents = Agents(config.identity.spire_server) if backend.identity and config.identity.spire_server else None
         return cls(settings, api, agents=agents, clock=clock)
+
+    def isolation(self) -> Isolation:
+        """What `check` and the start say about this pool's VMs."""
+        backend = self.settings.backend
+        source = f"template {backend.template_id}" if backend.template_id else f"image {backend.image}"
+        identity = "a SPIRE join token per VM" if self.agents is not None else "no workload identity"
+        warnings = []
+        if backend.network_policy is None or backend.network_policy.default_action == "allow":
+            warnings.append(
+                "the VMs' egress is not restricted (backend.networkPolicy): a job can reach any host "
+                "the OpenSandbox runtime can, other jobs' services included"
+            )
+        return Isolation(f"one microVM per job on {self.api.url} ({source}), {identity}", tuple(warnings))
 
     @property
     def _start_timeout(self) -> timedelta:
