@@ -36,14 +36,13 @@ from dynrunner.controller.backends.base import (
     Wake,
 )
 from dynrunner.controller.backends.opensandbox import builders, selection
-from dynrunner.controller.backends.opensandbox.agents import Agents
+from dynrunner.controller.backends.opensandbox.agents import Agents, SpireServerError
 from dynrunner.controller.backends.opensandbox.api import NotFound, OpenSandboxApi, OpenSandboxError, SandboxFiles
 from dynrunner.controller.backends.opensandbox.builders import VmSettings
 from dynrunner.controller.backends.opensandbox.diagnosis import DEADLINE_SLACK, SandboxView, classify
 from dynrunner.controller.backends.opensandbox.watch import Clock, PoolWatch, utcnow
 from dynrunner.controller.config import ControllerConfig, PoolConfig
 from dynrunner.proto.assignment import Assignment, encode
-from dynrunner.proto.spire import SpireServerError
 
 log = logging.getLogger(__name__)
 
