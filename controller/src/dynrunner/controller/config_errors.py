@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-BACKEND_KINDS = ("local", "kubernetes")
+BACKEND_KINDS = ("local", "kubernetes", "opensandbox")
 _SECRET_HINTS = ("token", "password", "secret", "key", "url", "credential")
 
 

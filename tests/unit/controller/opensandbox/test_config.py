@@ -65,7 +65,7 @@ def test_a_pool_of_vms_with_its_defaults(tmp_path: Path) -> None:
         ({"leaseSeconds": 60}, "leaseSeconds: must be ≥ 120"),
         ({"workloadApiSocket": "relative.sock"}, "absolute path"),
         ({"workspace": "/"}, "absolute path below /"),
-        ({"bogus": 1}, "backend.opensandbox.bogus: unknown key"),
+        ({"bogus": 1}, "backend.bogus: unknown key"),
     ],
 )
 def test_refused_settings_name_their_key(tmp_path: Path, change: dict[str, Any], expected: str) -> None:
