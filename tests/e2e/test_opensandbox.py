@@ -181,5 +181,5 @@ async def test_a_vm_that_expired_mid_job_fails_its_task_with_the_reason(
     [failed] = [row for row in rows if "the job failed" in row]
     assert "the job failed: The job's VM expired at" in failed and "not renewed in time" in failed, rows[-5:]
     assert failed.endswith("[vanished]"), failed
-    assert rows[-1].startswith("[dynrunner] sandbox ") and "Running" in rows[-1]  # the detail: what was last seen
+    assert rows[-1].startswith("[dynrunner] sandbox ")  # the detail: the VM as last seen (Running, or Stopping)
     assert_only_armed_runners(gitea)
