@@ -57,7 +57,7 @@ async def test_the_controller_runs_jobs_through_the_bundled_servers_permissions(
         assert Counter(recorded(ran)) == Counter(f"job{i}" for i in range(JOBS))
         assert "violation" not in server.log_tail(500).lower()
     finally:
-        server.stop()
+        server.close()
 
 
 async def test_the_bundled_server_admits_only_the_controller_and_only_to_its_subjects(
@@ -87,4 +87,4 @@ async def test_the_bundled_server_admits_only_the_controller_and_only_to_its_sub
             await nc.close()
         assert [str(e) for e in errors] == ['nats: permissions violation for publish to "elsewhere.secrets"']
     finally:
-        server.stop()
+        server.close()

@@ -31,7 +31,7 @@ def started(tmp_path: Path) -> Iterator[list[NatsServer]]:
     servers: list[NatsServer] = []
     yield servers
     for server in servers:
-        server.stop()
+        server.close()
 
 
 def serve(started: list[NatsServer], directory: Path, conf: str) -> NatsServer:
