@@ -49,6 +49,7 @@ async def test_the_demo_examples_run_in_pods_each_with_its_own_identity(
                 within=30,
                 what="every environment reaped",
             )
+            waits = running.controller.metrics.sample("dynrunner_identity_wait_seconds_count", pool="pod")
         await wait_for(
             lambda: left_over(executor_cluster) == NOTHING_LEFT,
             within=20,
@@ -58,6 +59,7 @@ async def test_the_demo_examples_run_in_pods_each_with_its_own_identity(
     assert not any(problems.values()), (problems, {e.name: e.logs for e in examples if problems[e.name]})
     node_uid = executor_cluster.node_uid("node-a")
     jobs = [job for example in examples for job in example.jobs if job["task_id"]]
+    assert waits == len(jobs), waits  # each executor's own figure, from its Pod's termination message
     missing = {
         name: [(v["type"], v["metadata"].get("annotations", {}).get("dynrunner.io/job-name")) for v in versions]
         for name, versions in seen.pods.items()

@@ -273,6 +273,8 @@ class Reaper:
         reported = observation.reported.result if observation.reported is not None else Result.UNSPECIFIED
         if phase is Phase.SUCCEEDED:
             self._metrics.results.labels(pool=pool.name, result="reported").inc()
+            if observation.identity_wait_s is not None:
+                self._metrics.identity_wait.labels(pool=pool.name).observe(observation.identity_wait_s)
         elif reported is not Result.UNSPECIFIED:
             self._metrics.results.labels(pool=pool.name, result="reported").inc()
             log.info(

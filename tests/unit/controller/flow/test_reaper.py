@@ -100,6 +100,26 @@ async def test_a_gitea_outage_costs_one_finalize_per_round_and_spares_the_rest()
     assert metrics.sample("dynrunner_errors_total", pool="p", kind="finalize") == 1
 
 
+async def test_the_identity_wait_a_backend_observed_is_a_metric() -> None:
+    class Waited(Backend):
+        async def observe(self, env: Environment) -> Observation:
+            return Observation(Phase.SUCCEEDED, identity_wait_s=2.5 if env.name == "waited" else None)
+
+    backend = Waited({"waited": Phase.SUCCEEDED, "local": Phase.SUCCEEDED})
+    metrics = Metrics()
+    reaper = Reaper(
+        [PoolWatch("p", backend, Capacity("p", 5), lambda: (), records=backend.records())],
+        gitea=DownGitea(),
+        metrics=metrics,
+    )  # type: ignore[arg-type]
+
+    await reaper.sweep(reaper._pools[0])
+
+    assert sorted(backend.deleted) == ["local", "waited"]
+    assert metrics.sample("dynrunner_identity_wait_seconds_count", pool="p") == 1
+    assert metrics.sample("dynrunner_identity_wait_seconds_sum", pool="p") == 2.5
+
+
 async def test_one_environment_that_cannot_be_deleted_does_not_stop_the_round() -> None:
     backend = Backend({"stuck": Phase.SUCCEEDED, "done": Phase.SUCCEEDED}, broken_delete={"stuck"})
     capacity = Capacity("p", 5)

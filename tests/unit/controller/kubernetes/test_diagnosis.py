@@ -43,6 +43,25 @@ def test_succeeded_is_the_executors_exit_0() -> None:
     assert observation.ready_at == parse_time("2026-12-01T17:30:28Z") or observation.ready_at is not None
 
 
+@pytest.mark.parametrize(
+    ("message", "wait"),
+    [
+        ('{"identityWaitSeconds": 2.25}', 2.25),
+        ('{"identityWaitSeconds": 0}', 0.0),
+        ("", None),
+        ("not json", None),
+        ('{"identityWaitSeconds": "3"}', None),
+        ("[1]", None),
+        ('{"identityWaitSeconds": -1}', None),
+    ],
+)
+def test_the_identity_wait_comes_from_the_executors_termination_message(message: str, wait: float | None) -> None:
+    done = pod("succeeded")
+    done["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = message
+    assert classify(facts(done)).identity_wait_s == wait
+    assert classify(facts(essentials(done))).identity_wait_s == wait
+
+
 def test_a_sidecar_keeping_the_pod_running_does_not_hold_the_job() -> None:
     p = pod("succeeded")
     p["status"]["phase"] = "Running"

@@ -91,6 +91,9 @@ class Observation:
     """What Gitea last accepted of the task's state from the executor (its result once it
     finalized, every step it reported), if the backend can tell (the executor keeps it in
     the file `DYNRUNNER_STATE_FILE` names). Read only for an environment that ended."""
+    identity_wait_s: float | None = None
+    """How long the executor waited for its workload identity, if the backend can tell (for
+    `dynrunner_identity_wait_seconds`)."""
 
 
 @dataclass(frozen=True, slots=True)

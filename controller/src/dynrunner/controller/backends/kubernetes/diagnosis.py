@@ -14,6 +14,7 @@ cannot be mounted, a sandbox that cannot be created: `startTimeoutSeconds`).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -110,7 +111,7 @@ def classify(facts: PodFacts) -> Observation:
     terminated = state.get("terminated")
     ready_at = parse_time((state.get("running") or terminated or {}).get("startedAt"))
     if terminated is not None and terminated.get("exitCode") == 0:
-        return Observation(Phase.SUCCEEDED, exit_code=0, ready_at=ready_at)
+        return Observation(Phase.SUCCEEDED, exit_code=0, ready_at=ready_at, identity_wait_s=_identity_wait(terminated))
     ended = _pod_ended(facts)
     if ended is not None:
         code = terminated.get("exitCode") if terminated else None
@@ -127,6 +128,17 @@ def classify(facts: PodFacts) -> Observation:
     if stuck is not None:
         return Observation(Phase.FAILED, stuck)
     return Observation(Phase.STARTING)
+
+
+def _identity_wait(terminated: Mapping[str, Any]) -> float | None:
+    """The executor's `{"identityWaitSeconds": x}` termination message, written once it
+    finalized its task (docs/kubernetes.md, "The wait's duration")."""
+    try:
+        said = json.loads(str(terminated.get("message") or ""))
+    except ValueError:
+        return None
+    wait = said.get("identityWaitSeconds") if isinstance(said, dict) else None
+    return float(wait) if isinstance(wait, int | float) and not isinstance(wait, bool) and wait >= 0 else None
 
 
 def _pod_ended(facts: PodFacts) -> Diagnosis | None:
