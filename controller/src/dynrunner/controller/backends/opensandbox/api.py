@@ -41,6 +41,9 @@ PAGE_SIZE = 200
 """The largest page opensandbox-server serves."""
 
 
+CLOSED = "CLIENT_CLOSED"
+
+
 class OpenSandboxError(Exception):
     """A request the server refused or did not answer; `status` 0 is no answer at all."""
 
@@ -52,7 +55,7 @@ class OpenSandboxError(Exception):
 
     @property
     def transient(self) -> bool:
-        return self.status in (0, 429, 500, 502, 503, 504)
+        return self.status in (0, 429, 500, 502, 503, 504) and self.code != CLOSED
 
 
 class NotFound(OpenSandboxError):
@@ -107,6 +110,7 @@ class OpenSandboxApi:
         self._transport = transport
         self._sandboxes = AdapterFactory(config).create_sandbox_service()
         self.url = config.domain or ""
+        self._closed = False
         self.requests: Counter[str] = Counter()
         """Requests sent, by kind (for benchmarks and `check`)."""
 
@@ -133,13 +137,21 @@ class OpenSandboxApi:
         return cls(base.model_copy(update={"transport": transport}), transport)
 
     async def aclose(self) -> None:
+        self._closed = True
         await self._transport.aclose()
+
+    def _sending(self, kind: str) -> None:
+        """Count a request, and refuse one after `aclose`: the closed transport would open a
+        connection that nobody closes."""
+        if self._closed:
+            raise OpenSandboxError(0, CLOSED, f"the OpenSandbox client of {self.url} is closed")
+        self.requests[kind] += 1
 
     # -- the lifecycle API ----------------------------------------------------------------------
 
     async def create(self, request: SandboxRequest) -> str:
         """POST one sandbox; its id. Not retried (see the module's docstring)."""
-        self.requests["create"] += 1
+        self._sending("create")
         timeout = timedelta(seconds=request.timeout_s)
         try:
             if request.template_id:
@@ -168,7 +180,7 @@ class OpenSandboxApi:
         return created.id
 
     async def get(self, sandbox_id: str) -> SandboxView:
-        self.requests["get"] += 1
+        self._sending("get")
         try:
             return view(await self._sandboxes.get_sandbox_info(sandbox_id))
         except Exception as err:
@@ -179,7 +191,7 @@ class OpenSandboxApi:
         found: list[SandboxView] = []
         page = 1
         while True:
-            self.requests["list"] += 1
+            self._sending("list")
             try:
                 paged = await self._sandboxes.list_sandboxes(
                     SandboxFilter(metadata=dict(metadata), page=page, page_size=PAGE_SIZE)
@@ -193,7 +205,7 @@ class OpenSandboxApi:
 
     async def delete(self, sandbox_id: str) -> bool:
         """Terminate and remove; False if it did not exist."""
-        self.requests["delete"] += 1
+        self._sending("delete")
         try:
             await self._sandboxes.kill_sandbox(sandbox_id)
         except Exception as err:
@@ -204,7 +216,7 @@ class OpenSandboxApi:
         return True
 
     async def renew(self, sandbox_id: str, expires_at: datetime) -> datetime:
-        self.requests["renew"] += 1
+        self._sending("renew")
         try:
             renewed = await self._sandboxes.renew_sandbox_expiration(sandbox_id, expires_at)
         except Exception as err:
@@ -212,7 +224,7 @@ class OpenSandboxApi:
         return _utc(renewed.expires_at) or expires_at
 
     async def patch_metadata(self, sandbox_id: str, patch: Mapping[str, str | None]) -> SandboxView:
-        self.requests["patch"] += 1
+        self._sending("patch")
         try:
             return view(await self._sandboxes.patch_sandbox_metadata(sandbox_id, dict(patch)))
         except Exception as err:
@@ -222,7 +234,7 @@ class OpenSandboxApi:
 
     async def files(self, sandbox_id: str, timeout_s: float) -> SandboxFiles:
         """The sandbox's file API, once execd answers (within `timeout_s`)."""
-        self.requests["connect"] += 1
+        self._sending("connect")
         try:
             sandbox = await Sandbox.connect(
                 sandbox_id, connection_config=self._config, connect_timeout=timedelta(seconds=timeout_s)
