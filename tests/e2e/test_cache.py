@@ -5,12 +5,17 @@ of another repository finds nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import signal
 from pathlib import Path
 
+from dynrunner.controller.backends.local.layout import Layout
 from dynrunner.controller.config import ControllerConfig
 from dynrunner.doubles.gitea import GiteaDouble
-from tests.e2e.harness import REAL_EXECUTOR, config_data, in_process, wait_run_done
+from tests.e2e.harness import REAL_EXECUTOR, config_data, in_process, wait_for, wait_run_done
+from tests.fixtures.cache import lookup_status
 from tests.fixtures.clients import ActionClients
 
 WORKFLOW = """
@@ -56,3 +61,47 @@ async def test_a_cache_saved_by_one_run_is_restored_by_the_next_and_only_in_its_
     assert "cold" in logs[2]
     saved = [json.loads(r) for r in logs[1] if r.startswith('{"cacheId"')]
     assert saved and saved[0]["cacheId"] > 0
+
+
+KEPT_TOKEN = """
+on: push
+jobs:
+  build:
+    runs-on: [self-hosted, local]
+    steps:
+      - run: |
+          echo "$ACTIONS_RUNTIME_TOKEN" > {out}
+          echo "working"
+          sleep 60
+"""
+
+
+async def test_a_killed_executors_token_stops_opening_the_cache_when_its_job_is_finalized(
+    gitea: GiteaDouble, nats_url: str, tmp_path: Path
+) -> None:
+    """A step keeps its job's runtime token, then the executor dies (as by the OOM killer)
+    before it could revoke its cache registration: the reaper that finalizes the job revokes
+    it, so the kept token no longer opens the cache (before: until the job's deadline)."""
+    cfg = _config(gitea, nats_url, tmp_path)
+    root = cfg.pools[0].backend.root_dir
+    assert root is not None
+    kept = tmp_path / "kept-token"
+    async with in_process(cfg) as running:
+        url = running.controller.cache_url
+        run = gitea.submit("acme/app", KEPT_TOKEN.format(out=kept))
+        job = await wait_for(lambda: (j := gitea.jobs(run.id)[0]).task_id and j, what="claim")
+        await wait_for(lambda: "working" in gitea.task(job.task_id).log_rows, what="the step ran")
+        token = kept.read_text().strip()
+        assert await lookup_status(url, token) == 204  # registered while the job runs
+        [env_dir] = list(root.iterdir())
+        layout = Layout(env_dir)
+        executor = layout.read_int(layout.executor_pid_file)
+        assert executor is not None
+        os.kill(executor, signal.SIGKILL)
+        done = await wait_run_done(gitea, run.id)
+        assert done.status == "failure"
+        for _ in range(100):  # the revocation follows the finalize that failed the run
+            if await lookup_status(url, token) == 401:
+                break
+            await asyncio.sleep(0.05)
+        assert await lookup_status(url, token) == 401

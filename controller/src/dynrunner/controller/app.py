@@ -22,6 +22,7 @@ from dynrunner.controller.assignments import AssignmentLog
 from dynrunner.controller.backends.base import Backend, BackendError, Environment, ReportsIsolation, Watches
 from dynrunner.controller.backends.registry import create_backend
 from dynrunner.controller.cache.grants import CacheGrants
+from dynrunner.controller.cache.revoke import CacheRevoker
 from dynrunner.controller.capacity import Capacity
 from dynrunner.controller.claim_assignment import ClaimSettings
 from dynrunner.controller.claimer import Claimer, pool_pacer
@@ -162,6 +163,7 @@ class Controller:
         self._claimed_lines = ClaimedLines()
         self._token = RegistrationToken.from_config(cfg.gitea)
         self._cache_grants: CacheGrants | None = None
+        self._cache_revoker: CacheRevoker | None = None
         self.cache_url = ""
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -209,6 +211,7 @@ class Controller:
                 ],
                 gitea=gitea,
                 metrics=self.metrics,
+                revoke_cache=self._cache_revoker,
             )
             if cfg.metrics.enabled:
                 health = HealthServer(cfg.metrics.address, self.metrics, self.readiness, self.liveness)
@@ -223,10 +226,11 @@ class Controller:
 
         cache = self.cfg.cache
         self.cache_url = cache.url
-        if cache.serve:
-            server = await stack.enter_async_context(serve_cache(cache))
-            self.cache_url = server.public_url
+        served = await stack.enter_async_context(serve_cache(cache)) if cache.serve else None
+        if served is not None:
+            self.cache_url = served.public_url
         self._cache_grants = CacheGrants(url=self.cache_url, v2=cache.v2, key=cache_key(cache, create=cache.serve))
+        self._cache_revoker = CacheRevoker(self.cache_url, served.service if served is not None else None)
 
     async def _probe_gitea(self) -> None:
         """Ping Gitea once. A Gitea that does not answer (down, restarting, a proxy's 502) does

@@ -8,8 +8,9 @@ a *finalize record* before it creates the environment, and the reaper deletes it
 environment is reaped (a TTL collects records a crash left behind).
 
 A record holds the runner (id, uuid, token), the task id, the values to mask in what the
-controller quotes of the executor's output, and the job's steps as Gitea knows them at
-claim (so a controller that finalizes can say what became of each step). It is sealed
+controller quotes of the executor's output, the job's steps as Gitea knows them at claim (so
+a controller that finalizes can say what became of each step) and the runtime token the job
+registered with the actions cache (so that registration can be revoked). It is sealed
 whole with the controller's key, bound to its assignment id (a record copied under another
 id does not open), in the JetStream KV bucket `nats.finalizeBucket`.
 
@@ -33,6 +34,7 @@ from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
 from dynrunner.controller.assignments import open_bucket, stored
+from dynrunner.controller.cache.grants import runtime_token
 from dynrunner.controller.sealing import Sealer, SealingError, dump_sealed, load_sealed
 from dynrunner.proto.assignment import Assignment, ClaimingRunner
 from dynrunner.proto.masking import assignment_values
@@ -66,6 +68,9 @@ class FinalizeRecord:
     """Every credential the assignment carries (`masking.assignment_values`)."""
     steps: tuple[str, ...] = ()
     """The job's steps by index, named as Gitea names them at claim."""
+    cache_token: str = field(default="", repr=False)
+    """The runtime token the job registers with the actions cache ("" without a cache): the
+    controller revokes that registration when it finalizes the job in its executor's place."""
 
     @classmethod
     def of(cls, assignment: Assignment) -> FinalizeRecord:
@@ -76,6 +81,7 @@ class FinalizeRecord:
             runner=assignment.runner,
             masks=tuple(assignment_values(assignment)),
             steps=tuple(step_names(assignment.task.workflow_payload)),
+            cache_token=runtime_token(assignment.task) if assignment.executor.cache.grant else "",
         )
 
     def to_json(self) -> bytes:
@@ -92,6 +98,7 @@ class FinalizeRecord:
                 },
                 "masks": list(self.masks),
                 "steps": list(self.steps),
+                "cache_token": self.cache_token,
             },
             separators=(",", ":"),
         ).encode()
@@ -109,6 +116,7 @@ class FinalizeRecord:
             ),
             masks=tuple(str(v) for v in raw["masks"]),
             steps=tuple(str(v) for v in raw["steps"]),
+            cache_token=str(raw.get("cache_token", "")),
         )
 
 

@@ -119,8 +119,12 @@ class Reaper:
         interval_s: float = SWEEP_INTERVAL_S,
         resync_s: float = RESYNC_INTERVAL_S,
         orphan_interval_s: float = ORPHAN_INTERVAL_S,
+        revoke_cache: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
+        """`revoke_cache`: ends the cache registration of a job the reaper finalizes (its
+        executor, which would have revoked it, did not get there)."""
         self._pools = list(pools)
+        self._revoke_cache = revoke_cache
         self._gitea = gitea
         self._metrics = metrics
         self._interval_s = interval_s
@@ -311,6 +315,16 @@ class Reaper:
         except Exception as err:
             log.warning("the finalize record of %s stays until it expires: %s", assignment_id, err)
 
+    async def _end_cache_registration(self, pool: PoolWatch, record: FinalizeRecord) -> None:
+        """`revoke_cache`: ends the cache registration the job's executor would have ended."""
+        if self._revoke_cache is None or not record.cache_token:
+            return
+        try:
+            await self._revoke_cache(record.cache_token)
+        except Exception as err:  # best effort: the grant expires at the job's deadline anyway
+            self._metrics.errors.labels(pool=pool.name, kind="cache").inc()
+            log.warning("task %s: its cache registration could not be revoked: %s", record.task_id, err)
+
     async def _redelivery_pending(self, pool: PoolWatch, env: Environment) -> bool:
         """The environment's assignment is still unacknowledged in JetStream: the launch that
         made it was interrupted (the controller was killed between creating it and
@@ -387,4 +401,5 @@ class Reaper:
         else:
             # Runner gone (the task may still run in Gitea, see finalize_failed) or refused for good.
             self._metrics.results.labels(pool=pool.name, result=outcome.value).inc()
+        await self._end_cache_registration(pool, record)
         return True

@@ -3,6 +3,8 @@ store the launcher and reaper tests use, keep and refuse alike."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -13,6 +15,7 @@ from nats.js import JetStreamContext
 from dynrunner.controller.config import NatsConfig
 from dynrunner.controller.finalize_records import RECORD_TTL, FinalizeRecord, FinalizeRecords, FinalizeRecordStore
 from dynrunner.controller.sealing import Sealer, SealingError
+from dynrunner.proto.assignment import CacheServiceOptions
 from tests.fixtures.nats import MemoryFinalizeRecords, NatsServer
 from tests.integration.controller.infra.samples import RUNNER_TOKEN, TASK_SECRET, make_assignment
 
@@ -108,3 +111,19 @@ async def test_the_bucket_collects_what_a_crash_left_behind(
         assert status.ttl == pytest.approx(RECORD_TTL.total_seconds())
     finally:
         await nc.close()
+
+
+def test_a_jobs_cache_token_is_kept_only_with_a_cache_and_older_records_still_read() -> None:
+    """The record keeps the runtime token a job registered with the actions cache (the reaper
+    revokes it when it finalizes the job), and only when the job was given a cache; a record
+    written before the field existed reads as one without."""
+    a = make_assignment("pod", task_id=3)
+    assert FinalizeRecord.of(a).cache_token == ""
+    task = dataclasses.replace(a.task, context={**a.task.context, "gitea_runtime_token": "rt-3"})
+    cached = a.replace(task=task, executor=dataclasses.replace(a.executor, cache=CacheServiceOptions(grant="g")))
+    record = FinalizeRecord.of(cached)
+    assert record.cache_token == "rt-3" and "rt-3" not in repr(record)
+    assert FinalizeRecord.from_json(record.to_json()) == record
+    older = json.loads(record.to_json())
+    del older["cache_token"]
+    assert FinalizeRecord.from_json(json.dumps(older).encode()).cache_token == ""

@@ -18,6 +18,7 @@ from dynrunner.controller.capacity import Capacity
 from dynrunner.controller.finalize_records import FinalizeRecord, seal_record
 from dynrunner.controller.metrics import Metrics
 from dynrunner.controller.reaper import PoolWatch, Reaper
+from dynrunner.proto.assignment import CacheServiceOptions
 from dynrunner.proto.gitea import Result, TaskState, Unauthenticated, Unavailable
 from tests.fixtures.nats import MemoryFinalizeRecords
 from tests.integration.controller.infra.samples import make_assignment
@@ -385,3 +386,30 @@ async def test_an_environment_that_failed_after_its_executor_finalized_is_only_r
     assert metrics.sample("dynrunner_job_results_total", pool="p", result="reported") == 1
     assert "but its executor had finalized the task (success)" in caplog.text
     assert "finalized as failed" not in caplog.text and "not finalized" not in caplog.text
+
+
+async def test_a_finalized_jobs_cache_registration_is_revoked_and_a_failed_revocation_stops_nothing() -> None:
+    """The executor of a failed environment did not revoke its cache registration; the reaper
+    does after finalizing, with the token its finalize record keeps. A revocation that fails
+    is counted and logged; the environment is reaped all the same (the grant expires at the
+    job's deadline)."""
+    backend = Backend({"failed-1": Phase.FAILED, "failed-2": Phase.FAILED, "done": Phase.SUCCEEDED})
+    for name, a in backend.assignments.items():
+        task = dataclasses.replace(a.task, context={**a.task.context, "gitea_runtime_token": f"token-of-{name}"})
+        cache = CacheServiceOptions(url="http://cache", v2=True, grant="dcg1.x.y")
+        backend.assignments[name] = a.replace(task=task, executor=dataclasses.replace(a.executor, cache=cache))
+    capacity = Capacity("p", 5)
+    revoked: list[str] = []
+
+    async def revoke(token: str) -> None:
+        revoked.append(token)
+        if len(revoked) == 1:
+            raise OSError("connection refused")
+
+    metrics = Metrics()
+    watch = PoolWatch("p", backend, capacity, lambda: (), records=backend.records())  # type: ignore[arg-type]
+    reaper = Reaper([watch], gitea=RecordingGitea(), metrics=metrics, revoke_cache=revoke)  # type: ignore[arg-type]
+    await reaper.sweep(watch)
+    assert sorted(revoked) == ["token-of-failed-1", "token-of-failed-2"]  # not the one whose executor reported
+    assert sorted(backend.deleted) == ["done", "failed-1", "failed-2"]
+    assert metrics.sample("dynrunner_errors_total", pool="p", kind="cache") == 1

@@ -93,6 +93,12 @@ def verify(text: str, key: bytes, *, token: str, now: float) -> Grant:
     return grant
 
 
+def runtime_token(task: Task) -> str:
+    """The token a job's cache clients send (`ACTIONS_RUNTIME_TOKEN`): Gitea's runtime token,
+    or the task token for a Gitea that sends none."""
+    return str(task.context_get("gitea_runtime_token") or task.context_get("token") or "")
+
+
 def grant_for_task(
     context: Mapping[str, Any], *, runtime_token: str, task_id: int, expires: int, results_url: str
 ) -> Grant:
@@ -128,7 +134,7 @@ class CacheGrants:
     key: bytes
 
     def options_for(self, task: Task, *, gitea_url: str, deadline: datetime) -> CacheServiceOptions:
-        token = str(task.context_get("gitea_runtime_token") or task.context_get("token") or "")
+        token = runtime_token(task)
         if not token:
             return CacheServiceOptions()  # a task without a token cannot authenticate to the cache
         grant = grant_for_task(
