@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import random
 import signal
 import stat
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -166,6 +170,42 @@ async def test_a_create_interrupted_before_the_start_is_resumed(tmp_path: Path) 
     await observe_until(restarted, env, Phase.SUCCEEDED)
     assert (restarted.root / "starts").read_text().count("start") == 1
     await restarted.delete(env)
+
+
+async def test_a_start_stopped_while_its_spawn_waits_for_a_thread_is_started_by_the_next_follower(
+    tmp_path: Path,
+) -> None:
+    """A controller stopped (its follower cancelled) while the executor's spawn still waits for
+    a worker thread — all of them busy on a loaded controller — must leave the start untaken:
+    the next controller's follower starts it, instead of finding it taken, waiting out the
+    start grace and failing the job as start-failed."""
+    cmd = script(tmp_path, 'echo start >> "$HOME/../../starts"\n')
+    b = backend(tmp_path, cmd, start_grace=timedelta(seconds=1))
+    a = assignment()
+    env = await b.create(a)
+    loop = asyncio.get_running_loop()
+    busy = threading.Event()
+    with ThreadPoolExecutor(max_workers=1) as workers:
+        loop.set_default_executor(workers)
+        blocker = loop.run_in_executor(None, busy.wait)  # the only thread is taken
+        events = b.follow_start(env)
+        assert (await anext(events)).stage is StartStage.STARTING
+        spawning = asyncio.ensure_future(anext(events))
+        await asyncio.sleep(0.1)  # the spawn is queued behind the blocker
+        assert not spawning.done()
+        spawning.cancel()  # the controller stops
+        with contextlib.suppress(asyncio.CancelledError):
+            await spawning
+        await events.aclose()
+        busy.set()
+        await blocker
+
+        restarted = backend(tmp_path, cmd, start_grace=timedelta(seconds=1))
+        stages = [e.stage async for e in restarted.follow_start(env)]
+        assert stages == [StartStage.STARTING, StartStage.STARTED]
+        await observe_until(restarted, env, Phase.SUCCEEDED)
+        assert (restarted.root / "starts").read_text().count("start") == 1
+        await restarted.delete(env)
 
 
 async def test_orphans_are_collected(tmp_path: Path) -> None:

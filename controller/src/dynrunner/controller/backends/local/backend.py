@@ -148,13 +148,12 @@ class LocalBackend:
             return
         if layout.started_at() is None:
             yield StartEvent(StartStage.STARTING, f"environment {env.name} created ({NAME}); starting the executor")
-            if layout.claim_start():
-                try:
-                    await asyncio.to_thread(self._spawn, layout, env.assignment_id)
-                except BackendError as err:
-                    _write_text(layout.start_error_file, str(err))
-                    yield StartEvent(StartStage.FAILED, diagnosis=Diagnosis(FailureReason.START_FAILED, str(err)))
-                    return
+            try:
+                await asyncio.to_thread(self._claim_and_spawn, layout, env.assignment_id)
+            except BackendError as err:
+                _write_text(layout.start_error_file, str(err))
+                yield StartEvent(StartStage.FAILED, diagnosis=Diagnosis(FailureReason.START_FAILED, str(err)))
+                return
         # Spawned (here, or by another follower or a controller before this one): STARTED once
         # the wrapper recorded itself (within milliseconds; at most the start grace).
         while True:
@@ -293,6 +292,13 @@ class LocalBackend:
             deadline=assignment.deadline,
             extra={"path": str(layout.dir)},
         )
+
+    def _claim_and_spawn(self, layout: Layout, assignment_id: str) -> None:
+        """Take the start and spawn, in one worker thread: a follower cancelled while the call
+        still waits for a thread (a shutdown on a loaded controller) has taken nothing, so the
+        next follower starts it; once running, the thread does both."""
+        if layout.claim_start():
+            self._spawn(layout, assignment_id)
 
     def _spawn(self, layout: Layout, assignment_id: str) -> None:
         """Start the wrapper in a session of its own (posix_spawn: no Popen object to outlive
