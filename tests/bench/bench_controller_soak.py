@@ -6,7 +6,7 @@ soak test asserts the controller's structures return to their idle sizes).
 
     .venv/bin/python -m tests.bench.bench_controller_soak
     .venv/bin/python -m pytest -q -s tests/bench/bench_controller_soak.py
-Environment: DYNRUNNER_BENCH_HOURS (default 96).
+Environment: DYNRUNNER_BENCH_HOURS (default 72).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 from tests.fixtures.controller_soak import ControllerSoak
 from tests.fixtures.virtual_time import virtual_time
 
-HOURS = float(os.environ.get("DYNRUNNER_BENCH_HOURS", "96"))
+HOURS = float(os.environ.get("DYNRUNNER_BENCH_HOURS", "72"))
 TOP = 12
 CONTROLLER = "/dynrunner/controller/"
 
@@ -37,7 +37,7 @@ def soak_memory(tmp: Path, hours: float = HOURS) -> None:
             snapshots.append((soak.checkpoints[-1].at_h if soak.checkpoints else 0.0, tracemalloc.take_snapshot()))
         return {}
 
-    tracemalloc.start(10)
+    tracemalloc.start(1)
     started = time.perf_counter()
     try:
         checkpoint = soak.checkpoint
