@@ -205,6 +205,9 @@ class Reaper:
             if not await self._guarded(pool, assignment_id, None):
                 present.add(assignment_id)  # not finalized yet (Gitea down): try again
         self._reaped.pop(pool.name, None)
+        # One that vanished while its launcher or start follower holds it is judged once they
+        # let go (their wake): forgetting it now would take it for one never ours then.
+        present |= seen & launching
         self._seen[pool.name] = present
         self._ready_noted[pool.name] &= present
         self._awaiting_redelivery[pool.name] &= present

@@ -413,3 +413,28 @@ async def test_a_finalized_jobs_cache_registration_is_revoked_and_a_failed_revoc
     assert sorted(revoked) == ["token-of-failed-1", "token-of-failed-2"]  # not the one whose executor reported
     assert sorted(backend.deleted) == ["done", "failed-1", "failed-2"]
     assert metrics.sample("dynrunner_errors_total", pool="p", kind="cache") == 1
+
+
+async def test_an_environment_that_vanished_while_its_start_was_followed_is_finalized_after_a_sweep() -> None:
+    """A Pod deleted (a node lost) during a long image pull: the full sweep that runs while its
+    follower still waits must not forget it. Before, the sweep dropped it from what the reaper
+    had seen, and when the follower let go the reaper took the environment for one never ours:
+    its task was never finalized and its permit never released (four of them starve a pool of
+    four). Found by the controller soak."""
+    backend = Backend({"pulling": Phase.STARTING})
+    [a] = backend.assignments.values()
+    capacity = Capacity("p", 4)
+    capacity.adopt(a.assignment_id)
+    following = {a.assignment_id}
+    gitea = TakingGitea()
+    watch = PoolWatch("p", backend, capacity, lambda: following, records=backend.records(), watched=True)  # type: ignore[arg-type]
+    reaper = Reaper([watch], gitea=gitea, metrics=Metrics())  # type: ignore[arg-type]
+
+    await reaper.look_at(watch, [a.assignment_id])  # the watch: created (its launcher holds it)
+    del backend.phases["pulling"]  # lost with its node while the image is pulled
+    await reaper.sweep(watch)  # the periodic full sweep, while the follower still waits
+    following.clear()  # the follower's start ends (FAILED, or the backend raised)
+    await reaper.look_at(watch, [a.assignment_id])  # its on_end wake
+
+    assert not capacity.holds(a.assignment_id)
+    assert any("the job's environment disappeared" in row for row in gitea.rows), gitea.rows
