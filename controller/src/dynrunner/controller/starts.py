@@ -86,6 +86,8 @@ class Starts:
         self._on_end = on_end
         self._followers: dict[str, asyncio.Task[None]] = {}
         self._retry_after: dict[str, float] = {}
+        """Assignment id → when a follower that failed may be started again (kept only until
+        then: an environment reaped meanwhile is never handed over again)."""
         self._closed = False
 
     def __contains__(self, assignment_id: object) -> bool:
@@ -117,7 +119,7 @@ class Starts:
             if heartbeat is not None:
                 heartbeat.cancel()
             return False
-        self._retry_after.pop(aid, None)
+        self._retry_after = {key: at for key, at in self._retry_after.items() if at > loop.time()}
         task = asyncio.create_task(self._run(env, record, heartbeat, fresh), name=f"start-{aid}")
         self._followers[aid] = task
         task.add_done_callback(lambda _: self._done(aid))
