@@ -6,7 +6,8 @@
 * `ClaimedLines` holds the claimer's line of each claim for a moment, so the launcher's first
   line takes it along: a fast launch costs Gitea one UpdateLog, not two. A line nobody took
   within `CLAIMED_LINE_DELAY_S` is written on its own (a slow launch still shows the claim);
-  if Gitea does not take it then, it is kept for the launcher's line.
+  if Gitea does not take it then, it is kept for the launcher's line and tried again now and
+  then, for at most `CLAIMED_LINE_KEEP_S`.
 * `Heartbeat` sends a non-final UpdateTask every few seconds, so Gitea's zombie reaper never
   fails a slow start, and notices when the task ended meanwhile (a user cancelled the run).
 
@@ -36,6 +37,12 @@ LAST_STAGE_RETRY = RetryPolicy(attempts=100, max_delay_s=60.0, initial_s=0.2, ma
 Gitea answers either, so waiting out a short Gitea outage here costs nothing and keeps them."""
 HEARTBEAT_INTERVAL_S = 5.0
 CLAIMED_LINE_DELAY_S = 1.0
+CLAIMED_LINE_RETRY_S = 30.0
+CLAIMED_LINE_KEEP_S = 15 * 60.0
+"""A held-back line Gitea did not take is tried again every `CLAIMED_LINE_RETRY_S` and given up
+(logged) this long after its claim. A launcher takes it within seconds, so one still held then
+belongs to an assignment never launched here (refused, or its start failed before any line):
+kept, it would stay for the life of the controller."""
 
 
 class StageLog:
@@ -165,6 +172,8 @@ class _Pending:
     client: GiteaClient
     task_id: int
     rows: list[LogRow]
+    claimed_at: float = 0.0
+    """The loop's time of the claim."""
     timer: asyncio.TimerHandle | None = None
     writing: asyncio.Task[None] | None = field(default=None, repr=False)
 
@@ -188,8 +197,9 @@ class ClaimedLines:
         return len(self._pending)
 
     def defer(self, key: str, client: GiteaClient, task_id: int, line: str) -> None:
-        pending = _Pending(client, task_id, rows([line]))
-        pending.timer = asyncio.get_running_loop().call_later(self._delay_s, self._write_now, key)
+        loop = asyncio.get_running_loop()
+        pending = _Pending(client, task_id, rows([line]), claimed_at=loop.time())
+        pending.timer = loop.call_later(self._delay_s, self._write_now, key)
         self._pending[key] = pending
 
     async def take(self, key: str) -> list[LogRow]:
@@ -240,5 +250,11 @@ class ClaimedLines:
         finally:
             if written:
                 self._pending.pop(key, None)
-            else:
-                pending.writing = None  # kept: the launcher's write takes it along
+            elif self._pending.get(key) is pending:
+                pending.writing = None  # kept: the launcher's write takes it along, or a retry
+                loop = asyncio.get_running_loop()
+                if loop.time() - pending.claimed_at < CLAIMED_LINE_KEEP_S:
+                    pending.timer = loop.call_later(CLAIMED_LINE_RETRY_S, self._write_now, key)
+                else:
+                    del self._pending[key]
+                    log.warning("task %s: the claim's stage line was given up (Gitea did not take it)", pending.task_id)

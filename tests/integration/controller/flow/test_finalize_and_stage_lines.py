@@ -4,14 +4,26 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
 from dynrunner.controller.finalize import FinalizeOutcome, final_steps, finalize_failed
-from dynrunner.controller.stagelog import LAST_STAGE_RETRY, ClaimedLines, Heartbeat, StageLog, TaskEnded
+from dynrunner.controller.stagelog import (
+    CLAIMED_LINE_DELAY_S,
+    CLAIMED_LINE_KEEP_S,
+    CLAIMED_LINE_RETRY_S,
+    LAST_STAGE_RETRY,
+    ClaimedLines,
+    Heartbeat,
+    StageLog,
+    TaskEnded,
+)
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.proto.gitea import GiteaClient, LogRow, Result, RunnerCredentials, StepState, Task, TaskState
 from tests.fixtures.faults import fault_proxy
+from tests.fixtures.gitea_inprocess import InProcessGitea
+from tests.fixtures.virtual_time import virtual_time
 
 WORKFLOW = """
 on: push
@@ -223,3 +235,39 @@ async def test_a_claim_line_gitea_did_not_take_is_taken_along_by_the_launcher(gi
         await proxy.up()
         assert await writing
     assert gitea.task(task.id).log_rows == ["[dynrunner] claimed", "[dynrunner] environment created"]
+
+
+def test_a_claim_line_nobody_takes_is_retried_and_given_up_after_a_while(tmp_path: Path) -> None:
+    """An assignment never launched here (refused, or its start failed before any line) while
+    Gitea was down when its line was due: the line is written once Gitea is back, and one Gitea
+    never takes is given up. Before, such a line stayed held for the life of the controller
+    (one per claim, found by reading what the controller soak measures). Virtual time."""
+
+    async def scenario() -> tuple[list[str], int, int]:
+        gitea = InProcessGitea(double, asyncio.get_running_loop())
+        base = gitea.client()
+        info = await base.register(
+            name="t", registration_token=double.registration_token, labels=["self-hosted"], ephemeral=True
+        )
+        client = base.with_credentials(RunnerCredentials(info.uuid, info.token))
+        double.submit("owner/repo", WORKFLOW)
+        task = (await client.fetch_task(0)).task
+        assert task is not None
+        lines = ClaimedLines()
+        gitea.outage(120.0)
+        lines.defer("back-soon", client, task.id, "claimed")  # type: ignore[arg-type]
+        lines.defer("never", gitea.client(RunnerCredentials(info.uuid, "not-its-token")), task.id, "claimed")  # type: ignore[arg-type]
+        await asyncio.sleep(CLAIMED_LINE_DELAY_S + 0.1)
+        held_during_outage = len(lines)
+        await asyncio.sleep(CLAIMED_LINE_KEEP_S + CLAIMED_LINE_RETRY_S)
+        return double.task(task.id).log_rows, held_during_outage, len(lines)
+
+    double = GiteaDouble(tmp_path / "gitea", pbkdf2_iterations=1)
+    try:
+        with virtual_time() as runner:
+            rows, held_during_outage, held_after = runner.run(scenario())
+    finally:
+        double.close()
+    assert held_during_outage == 2
+    assert rows == ["[dynrunner] claimed"]
+    assert held_after == 0
