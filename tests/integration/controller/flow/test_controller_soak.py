@@ -9,7 +9,8 @@ Asserted: every job ended exactly once with the result its kind calls for, no pe
 no supervised loop restarted, and at every idle checkpoint (nights, 6 h apart) every
 in-memory structure of the launcher, the start followers, the reaper, the claim loops and
 their registrations, the claimed-line buffer, the capacity, the metrics' label sets and the
-task list is back to its idle size — the same at the last idle checkpoint as at the first.
+task list is back to its idle size (within a few label values first seen later, and the
+reaper's wait futures that come and go).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from dynrunner.controller.app import CLAIM_LOOPS
 from tests.fixtures.controller_soak import ControllerSoak
 from tests.fixtures.virtual_time import virtual_time
 
@@ -40,6 +42,8 @@ PER_JOB = (
     "world.environments",
 )
 """Structures that hold something per job in flight: empty when the controller is idle."""
+LATE_LABELS = 16
+WAITERS = 3
 
 
 def test_the_whole_job_path_stays_bounded_through_three_days_of_mixed_traffic(tmp_path: Path) -> None:
@@ -78,8 +82,10 @@ def test_the_whole_job_path_stays_bounded_through_three_days_of_mixed_traffic(tm
     for c in idle:
         grown = {k: c.sizes[k] for k in PER_JOB if c.sizes[k]}
         assert grown == {}, f"at {c.at_h:.0f} h, idle: {grown}"
-    # A day apart, once every kind of job and failure has been seen (new label values came then).
-    day_before = next(c for c in idle if c.at_h == idle[-1].at_h - 24)
-    for key in ("registrations.spent", "metrics.samples", "tasks"):
-        before, after = day_before.sizes[key], idle[-1].sizes[key]
-        assert after <= before, f"{key}: {before} at {day_before.at_h:.0f} h, {after} at {idle[-1].at_h:.0f} h"
+    # Per-job growth would be hundreds over the run; what may vary is a few label values seen
+    # late (a result or reason first met on day 2) and the reaper's wait futures coming and going.
+    first = idle[0].sizes
+    for c in idle:
+        assert c.sizes["registrations.spent"] <= CLAIM_LOOPS, c
+        assert c.sizes["metrics.samples"] <= first["metrics.samples"] + LATE_LABELS, c
+        assert c.sizes["tasks"] <= first["tasks"] + WAITERS, c
