@@ -95,6 +95,24 @@ async def test_runner_deleted_while_a_report_is_in_flight_loses_none_of_its_rows
     assert await rep.close(Result.CANCELLED)
 
 
+@pytest.mark.parametrize("closing_line", [True, False])
+async def test_runner_deleted_after_the_log_was_completed_counts_as_ended(fake, reporter, sink, closing_line) -> None:
+    """The cancel lands between the completed log and the final UpdateTask."""
+    rep = reporter(closing_line=closing_line)
+    await rep.start(0)
+    rep.log("all sent")
+    update_task = fake.update_task
+
+    async def cancelled_just_before(*args, **kwargs):
+        fake.runner_deleted = True
+        return await update_task(*args, **kwargs)
+
+    fake.update_task = cancelled_just_before
+    assert await rep.close(Result.SUCCESS) is True
+    assert rep.unreported
+    assert fake.contents[0] == "all sent" and sink.rows(7) == []
+
+
 async def test_runner_deleted_while_closing_counts_as_ended(fake, reporter, sink) -> None:
     rep = reporter()
     await rep.start(1)
@@ -104,6 +122,26 @@ async def test_runner_deleted_while_closing_counts_as_ended(fake, reporter, sink
     assert await rep.close(Result.SUCCESS) is True
     assert rep.unreported
     assert sink.rows(7) == ["last words", "Job succeeded"]
+
+
+@pytest.mark.parametrize("closing_line", [True, False])
+async def test_runner_deleted_as_the_log_is_completed_writes_the_closing_row_once(
+    fake, reporter, sink, closing_line: bool
+) -> None:
+    rep = reporter(closing_line=closing_line)
+    await rep.start(0)
+    rep.log("sent before the end")
+    update_log = fake.update_log
+
+    async def cancelled_before_the_last_request(*args, no_more: bool = False, **kwargs):
+        if no_more:
+            fake.runner_deleted = True
+        return await update_log(*args, no_more=no_more, **kwargs)
+
+    fake.update_log = cancelled_before_the_last_request
+    assert await rep.close(Result.SUCCESS) is True
+    assert fake.contents == ["sent before the end"]
+    assert sink.rows(7) == (["Job succeeded"] if closing_line else [])
 
 
 @pytest.mark.parametrize(

@@ -105,6 +105,7 @@ class Reporter:
         self._deadline: float | None = None  # while closing: when to give up
         self._finalized: bool | None = None
         self._unreported: UnreportedOutput | None = None
+        self._closing_row_buffered = False
 
     @property
     def ended_by_gitea(self) -> bool:
@@ -256,7 +257,10 @@ class Reporter:
         # Gitea ended the task: nothing can be sent, and nothing is left for anyone to end.
         out = self._unreported
         assert out is not None
-        out.rows([row.content for row in self._buffer.give_up()] + ([closing] if closing else []))
+        rows = [row.content for row in self._buffer.give_up()]
+        if closing and not self._closing_row_buffered:  # else it went with the rows Gitea refused
+            rows.append(closing)
+        out.rows(rows)
         self._finalized = True
         return True
 
@@ -482,12 +486,21 @@ class Reporter:
             return False
         out = UnreportedOutput(self.task_id, self._masker, self._cfg.unreported_output)
         self._unreported = out
+        if self._closing:
+            after = "the job had ended; what Gitea did not take of its log follows here, marked 'not reported'."
+        else:
+            after = (
+                "the job goes on as cancelled (the running step is stopped; if: always() and cancelled() steps "
+                "and post stages run), and its output follows here, marked 'not reported'."
+            )
         out.say(
-            f"task {self.task_id}: Gitea ended the task under the job: {why_ended(err)}. Nothing more reaches "
-            "the job's log: the job goes on as cancelled (the running step is stopped; if: always() and "
-            "cancelled() steps and post stages run), and its output follows here, marked 'not reported'."
+            f"task {self.task_id}: Gitea ended the task under the job: {why_ended(err)}. "
+            f"Nothing more reaches the job's log: {after}"
         )
-        out.rows([row.content for row in self._buffer.give_up()])
+        pending = [row.content for row in self._buffer.give_up()]
+        if pending and self._closing_row_buffered and not self._cfg.closing_line:
+            pending.pop()  # the empty row that only carried no_more
+        out.rows(pending)
         return True
 
     async def _stop_pump(self) -> None:
@@ -549,6 +562,7 @@ class Reporter:
             while self._buffer.pending:  # what that had to say
                 await self._retrying("sending the log", self._send_logs, deadline)
             self._buffer.append(LogRow(time=self._clock(), content=closing), utf8_size(closing) + ROW_OVERHEAD)
+            self._closing_row_buffered = True
             done = False
             while not done:
                 done = await self._retrying("completing the log", lambda: self._send_logs(no_more=True), deadline)
