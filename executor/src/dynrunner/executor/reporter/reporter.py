@@ -188,8 +188,14 @@ class Reporter:
     async def throttle(self) -> None:
         """Wait while more than `max_backlog_bytes` of rows await Gitea (until half of it is
         left), so a step that prints faster than Gitea takes it is slowed down through its
-        own output pipe instead of growing the executor's memory. Returns at once when
-        reporting cannot make progress any more (not started, failed, closing)."""
+        own output pipe instead of growing the executor's memory. Does not wait when
+        reporting cannot make progress any more (not started, failed, closing, ended by Gitea).
+
+        Always lets the event loop run once: a step's pipe that never runs dry is read without
+        ever suspending otherwise, and nothing else would run — not even what stops that step
+        (a cancel seen while its output goes to stderr kept a step printing without pause
+        running for ever)."""
+        await asyncio.sleep(0)
         limit = self._cfg.max_backlog_bytes
         if self._buffer.pending_bytes <= limit:
             return
