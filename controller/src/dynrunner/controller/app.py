@@ -32,12 +32,14 @@ from dynrunner.controller.finalize_records import FinalizeRecordStore
 from dynrunner.controller.health import HealthServer
 from dynrunner.controller.launched import LaunchedRecord
 from dynrunner.controller.launcher import Launcher
+from dynrunner.controller.leases import Lease, open_lease_bucket, replica_alive, replica_key
 from dynrunner.controller.loops import Backoff, supervise
 from dynrunner.controller.metrics import Metrics
 from dynrunner.controller.nats_auth import client_options
+from dynrunner.controller.permits import LedgerFactory, PermitLedger, ledger_factory, open_permits_bucket
 from dynrunner.controller.reaper import PoolWatch, Reaper
 from dynrunner.controller.registration_token import RegistrationToken
-from dynrunner.controller.registrations import Registrations
+from dynrunner.controller.registrations import Registrations, Replica
 from dynrunner.controller.registrations_store import RegistrationStore
 from dynrunner.controller.sealing import Sealer, SealingError, ensure_key_file
 from dynrunner.controller.stagelog import ClaimedLines
@@ -52,8 +54,8 @@ READY_ERROR_LIMIT = 5
 while it has not reached Gitea since the start."""
 GITEA_PROBE_TIMEOUT_S = 10.0
 CLAIM_LOOPS = 2
-"""Claim loops per pool in ephemeral mode, each with its own armed runner: while one waits
-for Gitea, the other claims. Fixed, so a restarted controller finds every armed runner."""
+"""Claim loops per pool and replica in ephemeral mode, each with its own armed runner: while
+one waits for Gitea, the other claims."""
 
 
 def claim_loop_backoff() -> Backoff:
@@ -165,6 +167,8 @@ class Controller:
         self._cache_grants: CacheGrants | None = None
         self._cache_revoker: CacheRevoker | None = None
         self.cache_url = ""
+        self.replica = Replica.alone(cfg.replica)
+        self._new_ledger: LedgerFactory | None = None
 
     async def run(self, stop: asyncio.Event) -> None:
         cfg = self.cfg
@@ -182,6 +186,7 @@ class Controller:
             stack.push_async_callback(self._log.close)
             self.metrics.nats_connected.set_function(lambda: float(self._log is not None and self._log.nc.is_connected))
             store = await RegistrationStore.open(self._log, sealer)
+            await self._join_replicas(stack)
             record = await LaunchedRecord.open(self._log.js, cfg.nats.launched_bucket, replicas=cfg.nats.replicas)
             records = await FinalizeRecordStore.open(
                 self._log.js, sealer, cfg.nats.finalize_bucket, replicas=cfg.nats.replicas
@@ -219,6 +224,44 @@ class Controller:
                 self.health_url = health.url
             await self._run_loops(stop, reaper)
         log.info("controller stopped")
+
+    async def _join_replicas(self, stack: contextlib.AsyncExitStack) -> None:
+        """Hold this replica's lease (docs/operations.md#several-replicas): taken before any
+        claim, renewed by a loop of the task group, released after a graceful stop."""
+        assert self._log is not None
+        kv = await open_lease_bucket(self._log.js, self.cfg.nats.replicas_bucket, replicas=self.cfg.nats.replicas)
+        permits = await open_permits_bucket(self._log.js, self.cfg.nats.permits_bucket, replicas=self.cfg.nats.replicas)
+        name = self.cfg.replica
+        lease = Lease(kv, replica_key(name), name, exclusive=False)
+        await lease.renew()
+        stack.push_async_callback(lease.release)
+
+        async def alive(other: str) -> bool:
+            return await replica_alive(kv, other)
+
+        self.replica = Replica(name, lease=lease, alive=alive)
+        self._new_ledger = ledger_factory(permits, kv, replica=name, incarnation=lease.incarnation)
+        log.info("running as replica %s", name, extra={"replica": name})
+
+    def _ledger(self, pool: str, limit: int, backend: Backend, record: LaunchedRecord) -> PermitLedger | None:
+        """The pool's permits shared with the other replicas (`maxConcurrency` is per pool)."""
+        if self._new_ledger is None:
+            return None
+
+        async def over(assignment_ids: set[str]) -> set[str]:
+            """Launched and finished: the launch record says done (written once the environment
+            existed, or the task was ended without one), then no environment is seen."""
+            launching = self.pools[pool].launcher.launching if pool in self.pools else set()
+            done = set()
+            for assignment_id in assignment_ids - set(launching):
+                launched = await record.state(assignment_id)
+                if launched is not None and launched.state == "done":
+                    done.add(assignment_id)
+            if not done:
+                return done
+            return done - {env.assignment_id for env in await backend.list_owned()}
+
+        return self._new_ledger(pool, limit, over)
 
     async def _start_cache(self, stack: contextlib.AsyncExitStack) -> None:
         """Serve the actions cache here (`cache.serve`), or only sign grants for the one at `cache.url`."""
@@ -264,7 +307,8 @@ class Controller:
             log.info("pool %s: %s", name, isolation.summary)
             for warning in isolation.warnings:
                 log.warning("pool %s: %s", name, warning)
-        capacity = Capacity(name, pool_cfg.max_concurrency)
+        ledger = self._ledger(name, pool_cfg.max_concurrency, backend, record)
+        capacity = Capacity(name, pool_cfg.max_concurrency, ledger)
         if pool_cfg.job_timeout_minutes > GITEA_ENDLESS_TASK_MINUTES:
             log.warning(
                 "pool %s: jobTimeoutMinutes is %d, but Gitea stops every task that runs longer than its [actions] "
@@ -277,7 +321,7 @@ class Controller:
                 GITEA_ENDLESS_TASK_MINUTES + 30,
             )
         self.metrics.capacity.labels(pool=name).set(pool_cfg.max_concurrency)
-        self.metrics.capacity_in_use.labels(pool=name).set_function(lambda: capacity.in_use)
+        self.metrics.capacity_in_use.labels(pool=name).set_function(lambda: capacity.pool_in_use)
         settings = claim_settings(self.cfg, pool_cfg, cache=self._cache_grants)
         loops = CLAIM_LOOPS if self.cfg.gitea.credential_mode == "ephemeral" else 1
         pacer = pool_pacer(settings)
@@ -293,7 +337,7 @@ class Controller:
                     mode=self.cfg.gitea.credential_mode,
                     name_prefix=self.cfg.gitea.runner_name_prefix,
                     metrics=self.metrics,
-                    slot=slot,
+                    replica=self.replica,
                 ),
                 capacity=capacity,
                 publisher=self._log,
@@ -302,7 +346,7 @@ class Controller:
                 pacer=pacer,
                 claimed_lines=self._claimed_lines,
             )
-            for slot in range(loops)
+            for _ in range(loops)
         ]
         launcher = Launcher(
             name,
@@ -324,6 +368,13 @@ class Controller:
             return lambda err: self.metrics.errors.labels(pool=pool, kind=kind).inc()
 
         async with asyncio.TaskGroup() as tg:
+            lease = self.replica.lease
+            renewing = tg.create_task(supervise("replica lease", lease.run), name="replica-lease") if lease else None
+            ledgers = [
+                tg.create_task(supervise(f"permits {name}", p.capacity.ledger.run), name=f"permits-{name}")
+                for name, p in self.pools.items()
+                if p.capacity.ledger is not None
+            ]
             watching = [
                 tg.create_task(
                     supervise(
@@ -374,6 +425,11 @@ class Controller:
             await self._claimed_lines.flush()  # claims published but not launched: their first line
             reaper.stop()
             await reaping
+            await asyncio.gather(*(p.capacity.ledger.flush() for p in self.pools.values() if p.capacity.ledger))
+            for task in ledgers:
+                task.cancel()
+            if renewing is not None:
+                renewing.cancel()
             for task in watching:
                 task.cancel()
             await asyncio.gather(*watching, return_exceptions=True)

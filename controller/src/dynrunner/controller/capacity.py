@@ -12,6 +12,11 @@ A permit goes through three states:
 
 Assignments already claimed always get a permit (`adopt` may overcommit, e.g. after
 `maxConcurrency` was lowered): refusing would strand a claimed task. Only new claims wait.
+
+With a `PermitLedger` (the controller always has one) `maxConcurrency` bounds the pool across
+all replicas: a reservation also takes one of the pool's shared permits (`permits`), and
+binding, releasing and adopting change it there as well. The counts above stay this
+replica's view (what it claimed, launched and sees running).
 """
 
 from __future__ import annotations
@@ -19,13 +24,18 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 
+from dynrunner.controller.permits import Permit, PermitLedger
+
 
 class Capacity:
-    def __init__(self, pool: str, limit: int) -> None:
+    def __init__(self, pool: str, limit: int, ledger: PermitLedger | None = None) -> None:
         if limit < 1:
             raise ValueError("limit must be at least 1")
         self.pool = pool
         self.limit = limit
+        self.ledger = ledger
+        self._bound: dict[str, Permit] = {}
+        """Shared permits this replica bound, by assignment (the mirror may not show them yet)."""
         self._held: set[str] = set()
         self._reserved = 0
         self._recovered = 0
@@ -37,6 +47,13 @@ class Capacity:
     def in_use(self) -> int:
         """Permits taken by assignments (held or recovered); the capacity metric."""
         return len(self._held) + self._recovered
+
+    @property
+    def pool_in_use(self) -> int:
+        """Permits bound to assignments in the whole pool (all replicas), else `in_use`."""
+        if self.ledger is None:
+            return self.in_use
+        return sum(1 for p in self.ledger.entries() if p.assignment is not None)
 
     @property
     def taken(self) -> int:
@@ -66,7 +83,14 @@ class Capacity:
                 if fut in self._waiters:
                     self._waiters.remove(fut)
         self._reserved += 1
-        return Reservation(self)
+        if self.ledger is None:
+            return Reservation(self)
+        try:
+            permit = await self.ledger.acquire()
+        except BaseException:
+            self._cancel()
+            raise
+        return Reservation(self, permit)
 
     def restore(self, assignment_ids: Iterable[str], pending: int) -> None:
         """After a restart: permits for environments that exist and for `pending` assignments
@@ -82,9 +106,14 @@ class Capacity:
         if self._recovered > 0:
             self._recovered -= 1
         self._held.add(assignment_id)
+        if self.ledger is not None:
+            self.ledger.adopt(assignment_id, still=lambda: assignment_id in self._held)
 
     def release(self, assignment_id: str) -> bool:
-        """The assignment is over (environment deleted or task finalized); True if it held one."""
+        """The assignment is over (environment deleted or task finalized); True if it held one
+        here. Its shared permit goes too, whichever replica holds it."""
+        if self.ledger is not None:
+            self.ledger.release(assignment_id, bound_here=self._bound.pop(assignment_id, None))
         if assignment_id not in self._held:
             return False
         self._held.discard(assignment_id)
@@ -116,8 +145,9 @@ class Capacity:
 class Reservation:
     """One reserved permit; `bind` it to the claimed assignment or `cancel` it. Once."""
 
-    def __init__(self, capacity: Capacity) -> None:
+    def __init__(self, capacity: Capacity, permit: Permit | None = None) -> None:
         self._capacity = capacity
+        self._permit = permit
         self._done = False
 
     @property
@@ -127,10 +157,17 @@ class Reservation:
     def bind(self, assignment_id: str) -> None:
         self._finish()
         self._capacity._bind(assignment_id)
+        ledger = self._capacity.ledger
+        if ledger is not None and self._permit is not None:
+            self._capacity._bound[assignment_id] = self._permit
+            ledger.bind(self._permit, assignment_id)
 
     def cancel(self) -> None:
         self._finish()
         self._capacity._cancel()
+        ledger = self._capacity.ledger
+        if ledger is not None and self._permit is not None:
+            ledger.cancel(self._permit)
 
     def _finish(self) -> None:
         if self._done:

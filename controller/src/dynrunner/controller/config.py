@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
@@ -65,6 +66,15 @@ GITEA_ENDLESS_TASK_MINUTES = 180
 """Gitea's `[actions] ENDLESS_TASK_TIMEOUT` default: it stops any task running longer (checked
 every 30 min), whatever the job's `timeout-minutes` (`services/actions/clear_tasks.go`)."""
 STREAM_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+REPLICA_NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]{0,251}[A-Za-z0-9])?$")
+"""A controller replica's name: a Pod name (a DNS subdomain) or a host name fits."""
+
+
+def default_replica_name() -> str:
+    """The host name up to its first dot (a Pod's host name is the Pod's name)."""
+    return socket.gethostname().split(".")[0] or "dynrunner"
+
+
 MIN_GITEA_REQUEST_TIMEOUT_S = 55.0
 
 
@@ -173,6 +183,8 @@ class NatsConfig(_Model):
     registrations_bucket: str = Field(default="DYNRUNNER_REGISTRATIONS", pattern=STREAM_NAME_RE.pattern)
     launched_bucket: str = Field(default="DYNRUNNER_LAUNCHED", pattern=STREAM_NAME_RE.pattern)
     finalize_bucket: str = Field(default="DYNRUNNER_FINALIZE", pattern=STREAM_NAME_RE.pattern)
+    replicas_bucket: str = Field(default="DYNRUNNER_REPLICAS", pattern=STREAM_NAME_RE.pattern)
+    permits_bucket: str = Field(default="DYNRUNNER_PERMITS", pattern=STREAM_NAME_RE.pattern)
     replicas: int = Field(default=1, ge=1, le=5)
     ack_wait_s: float = Field(default=60.0, ge=1, le=3600)
     max_deliver: int = Field(default=5, ge=1, le=100)
@@ -486,6 +498,7 @@ class ControllerConfig(_Model):
     identity: IdentityConfig = Field(default_factory=IdentityConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     state_dir: ConfigPath = Field(default_factory=lambda: default_state_dir(os.environ))
+    replica: str = Field(default_factory=default_replica_name, pattern=REPLICA_NAME_RE.pattern)
 
     _source: Path | None = PrivateAttr(default=None)
 

@@ -119,6 +119,10 @@ class LaunchedRecord:
     async def done(self, assignment_id: str, stream_seq: int) -> None:
         await self._kv.put(assignment_id, Launched("done", stream_seq).to_json())
 
+    async def state(self, assignment_id: str) -> Launched | None:
+        """The entry of `assignment_id` (None: none, or expired)."""
+        return await self._get(assignment_id)
+
     async def _get(self, assignment_id: str) -> Launched | None:
         try:
             entry = await self._kv.get(assignment_id)

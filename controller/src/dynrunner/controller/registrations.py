@@ -7,6 +7,12 @@ receives can report on its one task only. The armed (registered, not yet used) r
 kept sealed in the KV store: Gitea never deletes an ephemeral runner that claimed nothing,
 so a restarted controller reuses it instead of leaving it behind.
 
+Several controller replicas serve a pool at once (docs/operations.md#several-replicas): each
+armed runner is stored under its own key and owned by one replica (`Replica`); a replica
+claims only with runners it owns, takes ownership by compare-and-set, and does not claim
+while its lease is not held. The runners of a replica whose lease expired (killed, or a Pod
+that never comes back) are adopted by the others and used for their next claims.
+
 `shared` mode (older Gitea, less safe): one ordinary runner per pool, kept in the same
 store and reused for every claim; every executor of the pool receives its credential, which
 could claim further tasks or report on any task of that runner.
@@ -19,14 +25,22 @@ from __future__ import annotations
 
 import logging
 import secrets
+import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Literal
 
 from dynrunner.controller import contract
+from dynrunner.controller.leases import LEASE_TTL_S, Lease
 from dynrunner.controller.loops import Fatal
 from dynrunner.controller.metrics import Metrics
 from dynrunner.controller.registration_token import RegistrationToken
-from dynrunner.controller.registrations_store import ArmedRegistration, RegistrationStore
+from dynrunner.controller.registrations_store import (
+    ArmedRegistration,
+    RegistrationStore,
+    StoredRegistration,
+    runner_key,
+)
 from dynrunner.controller.sealing import SealingError
 from dynrunner.proto.gitea import ErrorPage, GiteaClient, RegistrationRefused, RunnerCredentials, Unauthenticated
 from dynrunner.proto.gitea.client import NO_RETRY, RetryPolicy
@@ -45,11 +59,9 @@ CredentialMode = Literal["ephemeral", "shared"]
 CONFIRM_RETRY = RetryPolicy(attempts=3, max_delay_s=5.0)
 """`confirm`'s Declare: a passing failure is tried again a little, a lasting one decides."""
 
-
-def store_key(pool: str, slot: int) -> str:
-    """The KV key of a pool's claim loop `slot`: the pool's name, then `<pool>.<slot>` (a dot
-    never occurs in a pool name, so keys of different pools never collide)."""
-    return pool if slot == 0 else f"{pool}.{slot}"
+LOOK_INTERVAL_S = LEASE_TTL_S
+"""How often a claim loop that keeps claiming looks at the store again for runners to adopt
+(between looks, the next runner after a claim is registered without reading the store)."""
 
 
 class StoreUnreachable(RuntimeError):
@@ -61,11 +73,53 @@ class GiteaTooOld(Fatal):
     """Gitea registered an ordinary runner although an ephemeral one was asked for."""
 
 
+class Replica:
+    """This controller replica as its claim loops see it: its name, its lease (no claim
+    without it), whether another replica is alive, and the stored runners its loops hold
+    (so two loops of one replica never take the same one)."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        lease: Lease | None = None,
+        alive: Callable[[str], Awaitable[bool]] | None = None,
+    ) -> None:
+        self.name = name
+        self.lease = lease
+        self._alive = alive
+        self.holding: set[str] = set()
+        self.spent: set[int] = set()
+        """Runners of this replica that claimed a task while the store may still hold them."""
+
+    @classmethod
+    def alone(cls, name: str = "dynrunner") -> Replica:
+        """A replica that needs no lease: the only one (tests, tools). Pass one object to all
+        claim loops of the process."""
+        return cls(name)
+
+    @property
+    def term(self) -> int:
+        return 0 if self.lease is None else self.lease.term
+
+    @property
+    def held(self) -> bool:
+        return self.lease is None or self.lease.held
+
+    async def wait_held(self) -> None:
+        if self.lease is not None:
+            await self.lease.wait_held()
+
+    async def alive(self, name: str) -> bool:
+        if name == self.name:
+            return True
+        return False if self._alive is None else await self._alive(name)
+
+
 class Registrations:
     """The armed registration of one claim loop of a pool. Used by that loop only: two
     concurrent FetchTasks on one ephemeral runner can each win a job before Gitea records
-    the first. A pool runs a fixed number of claim loops (`app.CLAIM_LOOPS`), so the set of
-    keys is the same across restarts and every armed registration is found again."""
+    the first."""
 
     def __init__(
         self,
@@ -78,13 +132,12 @@ class Registrations:
         mode: CredentialMode = "ephemeral",
         name_prefix: str = "dynrunner",
         metrics: Metrics | None = None,
-        slot: int = 0,
+        replica: Replica,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._gitea = gitea
         self._store = store
         self.pool = pool
-        self.key = store_key(pool, slot)
-        """Where this claim loop's armed registration is kept (one key per claim loop)."""
         self.labels = list(labels)
         self.token = (
             registration_token
@@ -95,12 +148,14 @@ class Registrations:
         self.mode = mode
         self._name_prefix = name_prefix
         self._metrics = metrics
-        self._current: ArmedRegistration | None = None
-        self._spent: set[int] = set()
-        """Runners of this loop that claimed a task, while the store may still hold one of them
-        (cleared once a newer registration is stored over them)."""
-        self._store_empty = False
-        """The store holds nothing this loop may arm again: the next arm need not read it."""
+        self.replica = replica
+        """Shared by every claim loop of this process (it knows which runners they hold)."""
+        self._clock = clock
+        self._current: StoredRegistration | None = None
+        self._term = 0
+        """The replica's lease term `_current` was taken under."""
+        self._next_look: float | None = None
+        """When the store is read again for runners to reuse or adopt (None: at the next arm)."""
         self._unstored: ArmedRegistration | None = None
         """Registered in Gitea, but the store did not take it (NATS down): the next arm stores
         this one instead of registering another (Gitea never removes a runner that claimed
@@ -114,51 +169,153 @@ class Registrations:
         return self._gitea.with_credentials(RunnerCredentials(reg.uuid, reg.token))
 
     async def armed(self) -> ArmedRegistration:
-        """The registration to claim with: the current one, the stored one if Gitea still
-        knows it, or a newly registered one (stored before it is used)."""
+        """The registration to claim with: the current one, one of this replica's stored ones
+        or one adopted from a replica that is gone (if Gitea still knows it), or a newly
+        registered one (stored before it is used). Waits while the replica's lease is not held."""
+        if not self.ephemeral:
+            return await self._shared()
+        await self.replica.wait_held()
+        if self._current is not None and self._term != self.replica.term:
+            await self._take_again()
         if self._current is not None:
-            return self._current
+            return self._current.registration
         if self._unstored is not None:
-            await self._store_new(self._unstored)
-            self._current, self._unstored = self._unstored, None
-            return self._current
-        reg = None if self._store_empty else await self._stored()
-        if reg is not None and not await self._still_registered(reg):
-            await self._store.delete(self.key)
-            reg = None
-        if reg is None:
-            reg = await self._register()
-        self._current = reg
-        return reg
+            return self._hold(await self._add(self._unstored))
+        if self._next_look is None or self._clock() >= self._next_look:
+            self._next_look = self._clock() + LOOK_INTERVAL_S
+            found = await self._reuse_or_adopt()
+            if found is not None:
+                return found
+        return self._hold(await self._add(await self._register()))
 
     def spend(self) -> None:
         """The armed runner claimed a task: never hand it out again (in shared mode the runner
-        stays). The next `armed()` registers the next runner without reading the store, and
-        storing it replaces the spent one there; the claim also `forget`s the spent one once
-        its assignment is published, whichever comes first."""
-        if not self.ephemeral:
+        stays). The next `armed()` registers the next runner; the claim `forget`s the spent
+        one once its assignment is published."""
+        if not self.ephemeral or self._current is None:
             return
-        if self._current is not None:
-            self._spent.add(self._current.id)
-            self._current = None
-        self._store_empty = True
+        self.replica.spent.add(self._current.registration.id)
+        self._current = None
 
     async def forget(self, reg: ArmedRegistration) -> None:
-        """Remove the spent `reg` from the store if it is still the stored one (a newer armed
-        registration, even one stored between the read and the delete, is left alone)."""
-        await self._store.delete_if(self.key, reg.id)
+        """Remove the spent `reg` from the store."""
+        if not self.ephemeral:
+            return
+        key = runner_key(self.pool, reg.id)
+        await self._store.delete_if(key, reg.id)
+        self.replica.holding.discard(key)
+        self.replica.spent.discard(reg.id)
 
     async def lost(self) -> None:
         """Gitea no longer accepts the armed runner (deleted by an admin, or removed after a
         task): forget it, whatever the mode."""
-        self._current = None
-        self._store_empty = False
-        await self._store.delete(self.key)
-        self._store_empty = True
+        if not self.ephemeral:
+            await self._store.delete(self.pool)
+            return
+        current, self._current = self._current, None
+        self._next_look = None
+        if current is not None:
+            self.replica.holding.discard(current.key)
+            await self._store.delete(current.key)
 
-    async def _stored(self) -> ArmedRegistration | None:
+    # -- ephemeral -------------------------------------------------------------------------
+
+    def _hold(self, stored: StoredRegistration) -> ArmedRegistration:
+        self._current = stored
+        self._term = self.replica.term
+        self.replica.holding.add(stored.key)
+        return stored.registration
+
+    async def _take_again(self) -> None:
+        """The lease lapsed since the current runner was taken: another replica may have
+        adopted it. Take it again by compare-and-set, or leave it to whoever has it."""
+        current = self._current
+        assert current is not None
+        taken = await self._store.take(current, self.replica.name)
+        if taken is None:
+            log.warning(
+                "pool %s: runner %s was adopted by another replica while this one's lease lapsed",
+                self.pool,
+                current.registration.name,
+            )
+            self.replica.holding.discard(current.key)
+            self._current = None
+            return
+        self._hold(taken)
+
+    async def _reuse_or_adopt(self) -> ArmedRegistration | None:
+        """A stored runner this replica owns and no loop of it holds, or one whose owner is gone
+        (its lease expired) or that was stored before replicas: taken by compare-and-set, then
+        checked with Gitea."""
+        alive: dict[str, bool] = {}
+        for stored in await self._store.listing(self.pool):
+            if stored.key in self.replica.holding or stored.registration.id in self.replica.spent:
+                continue
+            owner = stored.owner
+            if owner and owner not in alive:
+                alive[owner] = await self.replica.alive(owner)
+            if owner and owner != self.replica.name and alive[owner]:
+                continue
+            taken = await self._store.take(stored, self.replica.name)
+            if taken is None:
+                continue  # another replica took it first
+            if owner and owner != self.replica.name:
+                log.info(
+                    "pool %s: adopted runner %s (id %s) of replica %s, which is gone",
+                    self.pool,
+                    stored.registration.name,
+                    stored.registration.id,
+                    owner,
+                )
+            if not await self._still_registered(taken.registration):
+                await self._store.remove(taken)
+                continue
+            self._hold(taken)
+            return taken.registration
+        return None
+
+    async def _add(self, reg: ArmedRegistration) -> StoredRegistration:
+        """Store a newly registered runner before it is used. A failure keeps it in `_unstored`."""
+        self._unstored = reg
         try:
-            reg = await self._store.get(self.key)
+            stored = await self._store.add(self.pool, reg, self.replica.name)
+        except Exception as err:
+            log.warning(
+                "pool %s: runner %s (id %s) is registered but could not be stored (%s); it is stored, "
+                "not replaced, on the next attempt",
+                self.pool,
+                reg.name,
+                reg.id,
+                err or type(err).__name__,
+            )
+            raise
+        self._unstored = None
+        log.info("pool %s: registered %s runner %s (id %s)", self.pool, self.mode, reg.name, reg.id)
+        return stored
+
+    # -- shared ----------------------------------------------------------------------------
+
+    async def _shared(self) -> ArmedRegistration:
+        """Shared mode: one ordinary runner per pool under the pool's name, used by every claim
+        loop of every replica (concurrent FetchTasks are fine for an ordinary runner)."""
+        if self._current is not None:
+            return self._current.registration
+        reg = await self._stored_shared()
+        if reg is not None and not await self._still_registered(reg):
+            await self._store.delete(self.pool)
+            reg = None
+        if reg is None:
+            reg = self._unstored or await self._register()
+            self._unstored = reg
+            await self._store.put(self.pool, reg)
+            self._unstored = None
+            log.info("pool %s: registered %s runner %s (id %s)", self.pool, self.mode, reg.name, reg.id)
+        self._current = StoredRegistration(self.pool, reg, "", 0)
+        return reg
+
+    async def _stored_shared(self) -> ArmedRegistration | None:
+        try:
+            return await self._store.get(self.pool)
         except SealingError as err:
             log.error(
                 "the armed registration of pool %s cannot be opened (%s); registering a new one. "
@@ -167,9 +324,8 @@ class Registrations:
                 err,
             )
             return None
-        if reg is not None and reg.id in self._spent and self.ephemeral:
-            return None  # spent, its removal from the store failed: never claim with it again
-        return reg
+
+    # -- both ------------------------------------------------------------------------------
 
     async def _still_registered(self, reg: ArmedRegistration) -> bool:
         if not await self.confirm(reg):
@@ -204,7 +360,7 @@ class Registrations:
         return True
 
     async def _register(self) -> ArmedRegistration:
-        """Register a runner and store it before it is used."""
+        """Register a runner (the caller stores it before it is used)."""
         if not self._store.reachable:
             raise StoreUnreachable(f"pool {self.pool}: NATS is not connected; no runner is registered until it is")
         name = contract.runner_name(self._name_prefix, self.pool, secrets.token_hex(4))
@@ -230,7 +386,7 @@ class Registrations:
                 "upgrade Gitea, or set gitea.credentialMode: shared (less safe: every executor of a pool "
                 "receives one long-lived runner credential)"
             )
-        reg = ArmedRegistration(
+        return ArmedRegistration(
             id=info.id,
             uuid=info.uuid,
             token=info.token,
@@ -238,26 +394,3 @@ class Registrations:
             labels=tuple(self.labels),
             created_at=datetime.now(UTC),
         )
-        self._unstored = reg
-        await self._store_new(reg)
-        self._unstored = None
-        return reg
-
-    async def _store_new(self, reg: ArmedRegistration) -> None:
-        """Store a newly registered runner over whatever the key held (a spent runner whose
-        claim has not retired it yet). A failure leaves it in `_unstored`."""
-        self._store_empty = False  # a put whose answer was lost may still have stored it
-        try:
-            await self._store.put(self.key, reg)
-        except Exception as err:
-            log.warning(
-                "pool %s: runner %s (id %s) is registered but could not be stored (%s); it is stored, "
-                "not replaced, on the next attempt",
-                self.pool,
-                reg.name,
-                reg.id,
-                err or type(err).__name__,
-            )
-            raise
-        self._spent.clear()  # the key holds this one now, none of the spent ones
-        log.info("pool %s: registered %s runner %s (id %s)", self.pool, self.mode, reg.name, reg.id)

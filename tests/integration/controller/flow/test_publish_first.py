@@ -22,7 +22,7 @@ from dynrunner.controller.capacity import Capacity
 from dynrunner.controller.claim_assignment import ClaimSettings
 from dynrunner.controller.claimer import Claimer
 from dynrunner.controller.metrics import Metrics
-from dynrunner.controller.registrations import Registrations
+from dynrunner.controller.registrations import Registrations, Replica
 from dynrunner.controller.registrations_store import RegistrationStore
 from dynrunner.controller.sealing import Sealer
 from dynrunner.controller.stagelog import ClaimedLines
@@ -55,6 +55,10 @@ class StallingKeyValue(MemoryKeyValue):
     async def put(self, key: str, value: bytes, validate_keys: bool = True) -> int:
         await self._answer()
         return await super().put(key, value, validate_keys)
+
+    async def keys(self, filters: list[str] | None = None, **kwargs: object) -> list[str]:
+        await self._answer()
+        return await super().keys(filters, **kwargs)
 
     async def purge(self, key: str, msg_ttl: float | None = None) -> bool:
         await self._answer()
@@ -100,6 +104,7 @@ async def test_a_claim_is_published_before_the_store_answers(tmp_path: Path, cap
         pool="local",
         labels=["self-hosted", "local"],
         registration_token=double.registration_token,
+        replica=Replica.alone(),
     )
     publisher = Recorder(caplog)
     sealer = Sealer(secrets.token_bytes(32))
@@ -131,13 +136,14 @@ async def test_a_claim_is_published_before_the_store_answers(tmp_path: Path, cap
         assert kv.stalled_calls >= 1  # the retirement (and the next runner's store) wait for it
         kv.answering.set()  # back: the spent runner leaves, the next one is stored
         for _ in range(500):
-            if (stored := await store.get("local")) is not None and stored.id != spent.id:
+            stored = [s.registration.id for s in await store.listing("local")]
+            if stored and spent.id not in stored:
                 break
             await asyncio.sleep(0.01)
-        assert stored is not None and stored.id != spent.id  # the next runner, never deleted
+        assert len(stored) == 1 and spent.id not in stored  # the next runner, never deleted
     finally:
         kv.answering.set()
         claimer.stop()
         await asyncio.wait_for(running, 10)
         double.close()
-    assert (await store.get("local")) == stored
+    assert [s.registration.id for s in await store.listing("local")] == stored

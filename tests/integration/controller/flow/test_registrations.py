@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
 
-from dynrunner.controller.assignments import AssignmentLog
-from dynrunner.controller.config import NatsConfig
-from dynrunner.controller.registrations import GiteaTooOld, Registrations, StoreUnreachable
-from dynrunner.controller.registrations_store import ArmedRegistration, RegistrationStore
-from dynrunner.controller.sealing import Sealer
+from dynrunner.controller.registrations import GiteaTooOld, Registrations, Replica, StoreUnreachable
+from dynrunner.controller.registrations_store import ArmedRegistration, RegistrationStore, runner_key
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.proto.gitea import GiteaClient, RunnerInfo
 from tests.e2e.harness import live_runners
@@ -21,22 +17,25 @@ LABELS = ["self-hosted", "local"]
 
 
 @pytest.fixture
-async def store(nats_url: str, nats_config: NatsConfig) -> AsyncIterator[RegistrationStore]:
-    log = await AssignmentLog.connect(nats_url, nats_config, ["local"])
-    try:
-        yield await RegistrationStore.open(log, Sealer(b"k" * 32))
-    finally:
-        await log.close()
+def store(registration_store: RegistrationStore) -> RegistrationStore:
+    return registration_store
 
 
-def registrations(gitea: GiteaDouble, store: RegistrationStore, client: GiteaClient | None = None) -> Registrations:
+def registrations(
+    gitea: GiteaDouble, store: RegistrationStore, client: GiteaClient | None = None, replica: Replica | None = None
+) -> Registrations:
     return Registrations(
         client or GiteaClient(gitea.url),
         store,
         pool="local",
         labels=LABELS,
         registration_token=gitea.registration_token,
+        replica=replica or Replica.alone(),
     )
+
+
+async def stored_ids(store: RegistrationStore) -> list[int]:
+    return sorted(s.registration.id for s in await store.listing("local"))
 
 
 async def test_arms_one_ephemeral_runner_and_reuses_it_after_a_restart(
@@ -50,7 +49,7 @@ async def test_arms_one_ephemeral_runner_and_reuses_it_after_a_restart(
     again = await registrations(gitea, store).armed()
     assert again == first
     assert len(live_runners(gitea)) == 1
-    assert await store.get("local") == first
+    assert await store.get(runner_key("local", first.id)) == first
 
 
 async def test_a_spent_runner_is_forgotten_and_the_next_one_armed(gitea: GiteaDouble, store: RegistrationStore) -> None:
@@ -59,9 +58,9 @@ async def test_a_spent_runner_is_forgotten_and_the_next_one_armed(gitea: GiteaDo
     regs.spend()
     second = await regs.armed()
     assert second.id != first.id
-    assert await store.get("local") == second  # stored over the spent one
-    await regs.forget(first)  # the claim retires the spent one after publishing: too late to matter
-    assert await store.get("local") == second
+    assert await stored_ids(store) == [first.id, second.id]  # each under its own key
+    await regs.forget(first)  # the claim retires the spent one after publishing
+    assert await stored_ids(store) == [second.id]
 
 
 async def test_a_spent_runner_retired_before_the_next_one_is_stored(
@@ -71,9 +70,9 @@ async def test_a_spent_runner_retired_before_the_next_one_is_stored(
     first = await regs.armed()
     regs.spend()
     await regs.forget(first)
-    assert await store.get("local") is None
+    assert await stored_ids(store) == []
     second = await regs.armed()
-    assert second.id != first.id and await store.get("local") == second
+    assert second.id != first.id and await stored_ids(store) == [second.id]
 
 
 async def test_a_runner_gitea_forgot_is_replaced(gitea: GiteaDouble, store: RegistrationStore) -> None:
@@ -102,7 +101,7 @@ async def test_refuses_gitea_without_ephemeral_runners(gitea: GiteaDouble, store
     [runner] = live_runners(gitea)
     assert "1.24" in message and runner.name in message and f"id {runner.id}" in message
     assert "credentialMode: shared" in message
-    assert await store.get("local") is None
+    assert await stored_ids(store) == []
 
 
 async def test_shared_mode_keeps_one_ordinary_runner(gitea: GiteaDouble, store: RegistrationStore) -> None:
@@ -113,6 +112,7 @@ async def test_shared_mode_keeps_one_ordinary_runner(gitea: GiteaDouble, store: 
         labels=LABELS,
         registration_token=gitea.registration_token,
         mode="shared",
+        replica=Replica.alone(),
     )
     first = await regs.armed()
     regs.spend()
@@ -124,23 +124,35 @@ async def test_shared_mode_keeps_one_ordinary_runner(gitea: GiteaDouble, store: 
 async def test_the_next_arm_after_a_spent_runner_does_not_read_the_store(
     gitea: GiteaDouble, store: RegistrationStore
 ) -> None:
-    """The key holds only the spent runner, so arming again only registers (one NATS read less
-    per claim); a store it did not empty itself is still read."""
-    regs = registrations(gitea, store)
+    """Right after a claim, arming again only registers (no listing of the store per claim);
+    the store is looked at again after `LOOK_INTERVAL_S`, and by a fresh object."""
+    now = [0.0]
+    regs = Registrations(
+        GiteaClient(gitea.url),
+        store,
+        pool="local",
+        labels=LABELS,
+        registration_token=gitea.registration_token,
+        replica=Replica.alone(),
+        clock=lambda: now[0],
+    )
     await regs.armed()
     regs.spend()
-    reads: list[str] = []
-    original = store.get
+    listings: list[str] = []
+    original = store.listing
 
-    async def counting_get(key: str):  # type: ignore[no-untyped-def]
-        reads.append(key)
-        return await original(key)
+    async def counting(pool: str):  # type: ignore[no-untyped-def]
+        listings.append(pool)
+        return await original(pool)
 
-    store.get = counting_get  # type: ignore[method-assign]
+    store.listing = counting  # type: ignore[method-assign]
     second = await regs.armed()
-    assert reads == [] and await original("local") == second
-    assert await registrations(gitea, store).armed() == second  # a fresh object reads it
-    assert reads == ["local"]
+    assert listings == []
+    regs.spend()
+    now[0] += 11
+    await regs.armed()
+    assert listings == ["local"]
+    assert second.id in await stored_ids(store)
 
 
 async def test_a_runner_the_store_did_not_take_is_stored_later_not_registered_again(
@@ -151,22 +163,22 @@ async def test_a_runner_the_store_did_not_take_is_stored_later_not_registered_ag
     (Gitea never removes an ephemeral runner that claimed nothing), and it is used only
     once stored."""
     regs = registrations(gitea, store)
-    original = store.put
+    original = store.add
     failures = [3]
 
-    async def failing_put(key: str, reg: ArmedRegistration) -> int:
+    async def failing_add(pool: str, reg: ArmedRegistration, owner: str):  # type: ignore[no-untyped-def]
         if failures[0]:
             failures[0] -= 1
             raise TimeoutError("nats: timeout")
-        return await original(key, reg)
+        return await original(pool, reg, owner)
 
-    store.put = failing_put  # type: ignore[method-assign]
+    store.add = failing_add  # type: ignore[method-assign]
     for _ in range(3):
         with pytest.raises(TimeoutError):
             await regs.armed()
     armed = await regs.armed()
     assert [r.id for r in live_runners(gitea)] == [armed.id]
-    assert await store.get("local") == armed
+    assert await stored_ids(store) == [armed.id]
     # Also after a claim, while the spent runner is still stored.
     regs.spend()
     failures[0] = 2
@@ -176,7 +188,7 @@ async def test_a_runner_the_store_did_not_take_is_stored_later_not_registered_ag
     second = await regs.armed()
     assert second.id != armed.id
     assert [r.id for r in live_runners(gitea) if r.id != armed.id] == [second.id]
-    assert await store.get("local") == second
+    assert await stored_ids(store) == [armed.id, second.id]
 
 
 async def test_no_runner_is_registered_while_the_store_is_unreachable(
@@ -196,7 +208,7 @@ async def test_no_runner_is_registered_while_the_store_is_unreachable(
     nats_server.start()
     second = await asyncio.wait_for(_armed_once_connected(regs), 15)
     assert [r.id for r in live_runners(gitea)] == [first.id, second.id]
-    assert await store.get("local") == second
+    assert second.id in await stored_ids(store)
 
 
 async def _armed_once_connected(regs: Registrations) -> ArmedRegistration:

@@ -3,6 +3,7 @@ in-memory record the launcher tests use, decide alike."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import nats
@@ -52,3 +53,26 @@ async def test_the_bucket_keeps_entries_longer_than_any_job_runs(nats_server_mod
         assert opened.bucket == again.bucket
     finally:
         await nc.close()
+
+
+async def test_two_replicas_given_the_same_message_launch_it_once_between_them(
+    nats_server_module: NatsServer, nats_config: NatsConfig
+) -> None:
+    """Two controller replicas (two connections) get deliveries of one stream message at
+    once — the first replica stopped answering for ackWait, or both pulled a redelivery: one
+    launches, the other resumes the same launch (the backend's create is idempotent); once
+    either recorded it done, every further delivery is only acknowledged, and another message
+    of that assignment is a replay for both."""
+    connections = [await nats.connect(nats_server_module.url) for _ in range(2)]
+    try:
+        a, b = [await LaunchedRecord.open(nc.jetstream(), nats_config.launched_bucket) for nc in connections]
+        for round_ in range(20):
+            aid = f"both-{round_}"
+            verdicts = sorted(v for v, _ in await asyncio.gather(a.begin(aid, 7), b.begin(aid, 7)))
+            assert verdicts == ["launch", "resume"]
+            await asyncio.gather(a.done(aid, 7), b.done(aid, 7))
+            assert [v for v, _ in await asyncio.gather(a.begin(aid, 7), b.begin(aid, 7))] == ["answered"] * 2
+            assert [v for v, _ in await asyncio.gather(a.begin(aid, 8), b.begin(aid, 8))] == ["replayed"] * 2
+    finally:
+        for nc in connections:
+            await nc.close()

@@ -107,14 +107,14 @@ async def test_delete_if_leaves_a_registration_stored_after_its_read(
     log = await open_log(nats_server_module.url, nats_config)
     store = await RegistrationStore.open(log, sealer)
     await store.put("pod", registration(1))
-    entry = store._entry
+    entry = store.entry
 
     async def read_then_replaced(pool: str):  # type: ignore[no-untyped-def]
         stored = await entry(pool)
         await store.put("pod", registration(2))
         return stored
 
-    store._entry = read_then_replaced  # type: ignore[method-assign]
+    store.entry = read_then_replaced  # type: ignore[method-assign]
     assert await store.delete_if("pod", 1)
-    store._entry = entry  # type: ignore[method-assign]
+    store.entry = entry  # type: ignore[method-assign]
     assert await store.get("pod") == registration(2)

@@ -1,0 +1,219 @@
+"""End to end: three controller replicas serve one pool at once, and one is killed mid-burst.
+
+Three `dynrunner-controller run` processes (replicas `controller-0..2`, one sealing key) share
+one nats-server, the Gitea double (in this test's process) and the `local` backend's job
+directory — the three see every environment of the pool, as replicas in a cluster see every
+Pod of it through the API server (docs/operations.md#several-replicas says why this is the
+same for what is proven here). 300 jobs are queued; 1 in 10 crashes without reporting, so
+a reaper must finalize it. After 100 jobs ended, `controller-1` is killed (SIGKILL) and
+started again a second later.
+
+Asserted: every job ends once with its own result (success, or failed with the diagnosis
+written once), every task was started by exactly one executor, the pool never had more
+tasks running than its `maxConcurrency`, no environment, permit or unused registration is
+left behind, and no queued job waited for a free slot 30 s or longer. The figures are
+printed (see the note of the change that added this test).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import nats
+import nats.js.errors
+import pytest
+
+from dynrunner.controller.registrations_store import RegistrationStore
+from dynrunner.controller.sealing import Sealer, ensure_key_file
+from dynrunner.doubles.gitea import GiteaDouble
+from tests.e2e.harness import CLAIM_LOOPS, Subprocess, config_data, fake_executor_command, live_runners, wait_for
+
+pytestmark = pytest.mark.timeout(900)  # 300 executor processes: about 80 s alone, several minutes on a loaded machine
+
+REPLICAS = 3
+RUNS, JOBS_PER_RUN = 6, 50
+JOBS = RUNS * JOBS_PER_RUN
+LIMIT = 12
+KILL_AFTER = 100
+
+
+def workflow(run: int) -> str:
+    """`JOBS_PER_RUN` jobs; every tenth crashes (exit 3 without reporting)."""
+    jobs = []
+    for i in range(JOBS_PER_RUN):
+        behaviour = "crash" if (run * JOBS_PER_RUN + i) % 10 == 0 else "sleep:0.3"
+        jobs.append(
+            f"""  j{i}:
+    runs-on: [self-hosted, local]
+    env:
+      FAKE_EXECUTOR: "{behaviour}"
+    steps:
+      - run: "true\""""
+        )
+    return "on: push\njobs:\n" + "\n".join(jobs) + "\n"
+
+
+def expected(run: int, i: int) -> str:
+    return "failure" if (run * JOBS_PER_RUN + i) % 10 == 0 else "success"
+
+
+class Slots:
+    """Samples Gitea: tasks running, jobs waiting; the longest stretch in which a job waited
+    while the pool had a free slot."""
+
+    def __init__(self, gitea: GiteaDouble) -> None:
+        self.gitea = gitea
+        self.max_running = 0
+        self.longest_wait_with_free_slot = 0.0
+        self._since: float | None = None
+
+    def sample(self) -> None:
+        statuses = Counter(job.status for run in self.gitea.runs() for job in run.jobs)
+        running, waiting = statuses["running"], statuses["waiting"]
+        self.max_running = max(self.max_running, running)
+        now = time.monotonic()
+        if waiting and running < LIMIT:
+            self._since = self._since if self._since is not None else now
+            self.longest_wait_with_free_slot = max(self.longest_wait_with_free_slot, now - self._since)
+        else:
+            self._since = None
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            self.sample()
+            await asyncio.sleep(0.2)
+
+
+def replica_config(gitea: GiteaDouble, nats_url: str, tmp_path: Path, i: int) -> dict[str, Any]:
+    data = config_data(
+        gitea_url=gitea.url,
+        registration_token=gitea.registration_token,
+        state_dir=tmp_path / f"state-{i}",
+        nats_url=nats_url,
+        nats={"ackWaitSeconds": 5.0},
+        pools=[
+            {
+                "name": "local",
+                "labels": ["self-hosted", "local"],
+                "maxConcurrency": LIMIT,
+                "backend": {
+                    "kind": "local",
+                    "executorCommand": fake_executor_command(),
+                    "rootDir": str(tmp_path / "jobs"),
+                },
+            }
+        ],
+    )
+    data["sealing"] = {"keyFile": str(tmp_path / "sealing.key")}
+    data["replica"] = f"controller-{i}"
+    return data
+
+
+async def test_three_replicas_one_killed_mid_burst_every_job_ends_once(
+    gitea: GiteaDouble, nats_url: str, tmp_path: Path
+) -> None:
+    ensure_key_file(tmp_path / "sealing.key")
+    root = tmp_path / "jobs"
+    replicas = []
+    for i in range(REPLICAS):
+        (tmp_path / f"replica-{i}").mkdir()
+        replicas.append(Subprocess(replica_config(gitea, nats_url, tmp_path, i), tmp_path / f"replica-{i}"))
+    slots = Slots(gitea)
+    stop_sampling = asyncio.Event()
+    started = time.monotonic()
+    try:
+        for replica in replicas:
+            replica.start()
+        runs = [gitea.submit("owner/repo", workflow(r)) for r in range(RUNS)]
+        sampling = asyncio.create_task(slots.run(stop_sampling))
+
+        def ended() -> int:
+            return sum(job.status not in ("waiting", "running") for run in gitea.runs() for job in run.jobs)
+
+        await wait_for(lambda: ended() >= KILL_AFTER, within=300, what=f"{KILL_AFTER} jobs ended")
+        replicas[1].kill()
+        killed_at = time.monotonic()
+        await asyncio.sleep(1.0)
+        replicas[1].start()
+        await wait_for(lambda: ended() == JOBS, within=400, interval=0.5, what="every job ended")
+        burst = time.monotonic() - started
+        await wait_for(lambda: not any(root.iterdir()), within=60, what="every environment reaped")
+        left = await _permits_left(nats_url, within=60)
+        assert left == [], f"permits never released: {left}"
+        stop_sampling.set()
+        await sampling
+        for replica in replicas:
+            assert await replica.terminate() == 0, replica.log()[-3000:]
+    finally:
+        stop_sampling.set()
+        for replica in replicas:
+            if replica.proc is not None and replica.proc.poll() is None:
+                replica.kill()
+    logs = "\n".join(r.log() for r in replicas)
+
+    # Every job ended once, with its own result.
+    for r, run in enumerate(runs):
+        jobs = gitea.run(run.id).jobs
+        assert len(jobs) == JOBS_PER_RUN
+        for job in jobs:
+            i = int(job.job_id.removeprefix("j"))
+            assert job.status == expected(r, i), (run.id, job.job_id, job.status, gitea.task(job.task_id).log_rows)
+            assert job.attempt == 1
+            rows = gitea.task(job.task_id).log_rows
+            if expected(r, i) == "failure":  # finalized by one reaper, once
+                assert sum("[executor-failed]" in row for row in rows) == 1, rows
+                assert sum("crashing on purpose" in row for row in rows) == 1, rows
+    # Every task was started by exactly one executor.
+    starts = Counter(line.split()[1] for line in (root.parent / "starts.log").read_text().splitlines())
+    assert len(starts) == JOBS and set(starts.values()) == {1}, starts.most_common(3)
+    # The pool's limit held across the replicas.
+    assert slots.max_running <= LIMIT, slots.max_running
+    # No queued job waited 30 s or longer while the pool had a free slot.
+    assert slots.longest_wait_with_free_slot < 30, slots.longest_wait_with_free_slot
+    # No registration left behind: every runner Gitea lists is stored, owned by a replica, idle.
+    stored = await _stored_owners(nats_url, tmp_path / "sealing.key")
+    runners = live_runners(gitea)
+    never_online = [r for r in runners if r.last_online == 0]  # the Register→store window of a kill
+    assert len(never_online) <= CLAIM_LOOPS, never_online
+    assert {r.id for r in runners if r not in never_online} <= set(stored), (runners, stored)
+    assert set(stored.values()) <= {f"controller-{i}" for i in range(REPLICAS)}
+    busy = {job.task_id and gitea.task(job.task_id).runner_id for run in gitea.runs() for job in run.jobs}
+    assert not busy & set(stored), "a stored runner holds a task"
+    print(
+        f"\n{JOBS} jobs, {REPLICAS} replicas, maxConcurrency {LIMIT}: all ended {burst:.1f}s after the start "
+        f"(controller-1 killed at {killed_at - started:.1f}s); at most {slots.max_running} running; "
+        f"longest wait with a free slot {slots.longest_wait_with_free_slot:.1f}s; {len(runners)} runners left, "
+        f"{len(stored)} stored; {logs.count('adopted runner')} runners adopted"
+    )
+
+
+async def _permits_left(nats_url: str, within: float) -> list[str]:
+    """The pool's permits still taken, once none are or `within` passed."""
+    nc = await nats.connect(nats_url)
+    try:
+        kv = await nc.jetstream().key_value("DYNRUNNER_PERMITS")
+        deadline = time.monotonic() + within
+        while True:
+            try:
+                keys = await kv.keys()
+            except nats.js.errors.NoKeysError:
+                return []
+            if time.monotonic() > deadline:
+                return keys
+            await asyncio.sleep(0.5)
+    finally:
+        await nc.close()
+
+
+async def _stored_owners(nats_url: str, key_file: Path) -> dict[int, str]:
+    nc = await nats.connect(nats_url)
+    try:
+        kv = await nc.jetstream().key_value("DYNRUNNER_REGISTRATIONS")
+        store = RegistrationStore(kv, Sealer.from_key_file(key_file), "DYNRUNNER_REGISTRATIONS")
+        return {s.registration.id: s.owner for s in await store.listing("local")}
+    finally:
+        await nc.close()
