@@ -15,7 +15,7 @@ import contextlib
 import functools
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from dynrunner.controller.assignments import AssignmentLog
@@ -32,7 +32,7 @@ from dynrunner.controller.finalize_records import FinalizeRecordStore
 from dynrunner.controller.health import HealthServer
 from dynrunner.controller.launched import LaunchedRecord
 from dynrunner.controller.launcher import Launcher
-from dynrunner.controller.leases import Lease, open_lease_bucket, replica_alive, replica_key
+from dynrunner.controller.leases import Lease, exclusive, open_lease_bucket, replica_alive, replica_key
 from dynrunner.controller.loops import Backoff, supervise
 from dynrunner.controller.metrics import Metrics
 from dynrunner.controller.nats_auth import client_options
@@ -169,6 +169,8 @@ class Controller:
         self.cache_url = ""
         self.replica = Replica.alone(cfg.replica)
         self._new_ledger: LedgerFactory | None = None
+        self._exclusive: Callable[[str], contextlib.AbstractAsyncContextManager[bool]] | None = None
+        """Exclusive leases among the replicas, by key (`leases.exclusive`)."""
 
     async def run(self, stop: asyncio.Event) -> None:
         cfg = self.cfg
@@ -198,6 +200,7 @@ class Controller:
             for pool_cfg in cfg.pools:
                 pool = await self._build_pool(pool_cfg, gitea, store, sealer, record, records)
                 stack.push_async_callback(pool.backend.aclose)
+                pool.launcher.starts.exclusive = self._exclusive
                 self.pools[pool_cfg.name] = pool
             self._reaper = reaper = Reaper(
                 [
@@ -211,6 +214,7 @@ class Controller:
                         pending=lambda name=p.config.name: self._pending(name),  # type: ignore[misc]
                         unacknowledged=self._unacknowledged,
                         watched=isinstance(p.backend, Watches),
+                        exclusive=self._exclusive,
                     )
                     for p in self.pools.values()
                 ],
@@ -241,6 +245,7 @@ class Controller:
 
         self.replica = Replica(name, lease=lease, alive=alive)
         self._new_ledger = ledger_factory(permits, kv, replica=name, incarnation=lease.incarnation)
+        self._exclusive = functools.partial(exclusive, kv, holder=name)
         log.info("running as replica %s", name, extra={"replica": name})
 
     def _ledger(self, pool: str, limit: int, backend: Backend, record: LaunchedRecord) -> PermitLedger | None:
@@ -251,7 +256,7 @@ class Controller:
         async def over(assignment_ids: set[str]) -> set[str]:
             """Launched and finished: the launch record says done (written once the environment
             existed, or the task was ended without one), then no environment is seen."""
-            launching = self.pools[pool].launcher.launching if pool in self.pools else set()
+            launching = self.pools[pool].launcher.busy() if pool in self.pools else set()
             done = set()
             for assignment_id in assignment_ids - set(launching):
                 launched = await record.state(assignment_id)

@@ -51,6 +51,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+CONSUMED = b'{"consumed":true}'
+"""What stays of a consumed record (no credential): its environment was reaped."""
 RECORD_TTL = timedelta(days=8)
 """Longer than any job may run (`jobTimeoutMinutes` ≤ 7 days, plus grace): only records a
 crash left behind ever expire."""
@@ -163,7 +165,13 @@ class FinalizeRecords(Protocol):
         ...
 
     async def delete(self, assignment_id: str) -> None:
-        """Forget it (deleting what is not there is success)."""
+        """Consume it: the record goes, a mark without any credential stays (until the
+        bucket's TTL), so a replica that sees the environment gone knows it was reaped.
+        Deleting what is not there is success."""
+        ...
+
+    async def consumed(self, assignment_id: str) -> bool:
+        """Whether the record was consumed (`delete`)."""
         ...
 
 
@@ -200,11 +208,17 @@ class FinalizeRecordStore:
 
     async def get(self, assignment_id: str) -> FinalizeRecord | None:
         entry = await stored(self._kv, assignment_id)
-        return open_record(self._sealer, assignment_id, entry[0]) if entry is not None else None
+        if entry is None or entry[0] == CONSUMED:
+            return None
+        return open_record(self._sealer, assignment_id, entry[0])
 
     async def delete(self, assignment_id: str) -> None:
-        # A purge, not a delete marker: nothing of the record stays in the bucket.
-        await self._kv.purge(assignment_id)
+        # One revision per key: the mark replaces the record, nothing of it stays.
+        await self._kv.put(assignment_id, CONSUMED)
+
+    async def consumed(self, assignment_id: str) -> bool:
+        entry = await stored(self._kv, assignment_id)
+        return entry is not None and entry[0] == CONSUMED
 
 
 def seal_record(sealer: Sealer, record: FinalizeRecord) -> bytes:

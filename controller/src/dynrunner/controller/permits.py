@@ -191,12 +191,15 @@ class PermitLedger:
                     await asyncio.sleep(_RETRY_S)
 
     async def _collector(self) -> None:
+        """At once (a restarted replica frees what its previous process reserved), then every
+        `collect_interval_s`."""
+        await self._synced.wait()
         while True:
-            await asyncio.sleep(self._collect_interval_s)
             try:
                 await self.collect()
             except Exception as err:
                 log.warning("pool %s: permit collection failed: %s", self.pool, err or type(err).__name__)
+            await asyncio.sleep(self._collect_interval_s)
 
     async def flush(self, within_s: float = 5.0) -> None:
         """Wait (a bounded time) until the queued writes are made: a graceful stop leaves no

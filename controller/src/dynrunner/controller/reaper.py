@@ -38,6 +38,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -85,6 +86,9 @@ class PoolWatch:
     sequence the environment recorded): its launch was interrupted and will be resumed."""
     watched: bool = False
     """The backend wakes the reaper (`Reaper.wake`) when an environment changes."""
+    exclusive: Callable[[str], AbstractAsyncContextManager[bool]] | None = None
+    """An exclusive lease among the controller replicas (`leases.exclusive`): an environment
+    is reaped — its task finalized, its record consumed — by one replica at a time."""
 
 
 def mask_secrets(text: str, values: Sequence[str]) -> str:
@@ -272,6 +276,25 @@ class Reaper:
     async def _reap(
         self, pool: PoolWatch, assignment_id: str, env: Environment | None, observation: Observation
     ) -> bool:
+        """`_reap_alone` under the replicas' lease on reaping this assignment: while another
+        replica reaps it, this one leaves it (False: looked at again in the next round)."""
+        if pool.exclusive is None:
+            return await self._reap_alone(pool, assignment_id, env, observation)
+        async with pool.exclusive(f"reaping.{assignment_id}") as held:
+            if not held:
+                return False
+            if pool.records is not None and await self._consumed(pool, assignment_id):
+                # Reaped by another replica (it deletes the environment before it consumes the
+                # record): only this replica's own accounts are left to settle.
+                pool.capacity.release(assignment_id)
+                self._reaped.setdefault(pool.name, set()).add(assignment_id)
+                log.info("environment of %s was reaped by another replica", assignment_id)
+                return True
+            return await self._reap_alone(pool, assignment_id, env, observation)
+
+    async def _reap_alone(
+        self, pool: PoolWatch, assignment_id: str, env: Environment | None, observation: Observation
+    ) -> bool:
         """A finished environment (or one that vanished): finalize its task when the executor
         did not, delete it, forget its record, release its permit. False when it must wait for
         the next sweep (Gitea or NATS cannot be reached)."""
@@ -371,6 +394,15 @@ class Reaper:
         except Exception as err:
             self._metrics.errors.labels(pool=pool.name, kind="nats").inc()
             log.warning("environment %s: its finalize record cannot be read yet: %s", name, err)
+            return False
+
+    async def _consumed(self, pool: PoolWatch, assignment_id: str) -> bool:
+        """The assignment's finalize record was consumed: a replica reaped its environment."""
+        assert pool.records is not None
+        try:
+            return await pool.records.consumed(assignment_id)
+        except Exception as err:
+            log.warning("whether %s was reaped elsewhere cannot be told: %s", assignment_id, err)
             return False
 
     async def _finalize(self, pool: PoolWatch, assignment_id: str, name: str, observation: Observation) -> bool:

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from dynrunner.controller.backends.base import Backend, Environment, StartEvent, StartStage
@@ -89,6 +90,9 @@ class Starts:
         """Assignment id → when a follower that failed may be started again (kept only until
         then: an environment reaped meanwhile is never handed over again)."""
         self._closed = False
+        self.exclusive: Callable[[str], AbstractAsyncContextManager[bool]] | None = None
+        """An exclusive lease among the controller replicas (`leases.exclusive`): one
+        follower per start in the whole cluster, not only in this process."""
 
     def __contains__(self, assignment_id: object) -> bool:
         return assignment_id in self._followers
@@ -145,9 +149,14 @@ class Starts:
     ) -> None:
         with log_context(assignment_id=env.assignment_id, task_id=env.task_id, pool=self.pool):
             try:
-                if record is None:
-                    record = await self._record(env)
-                await self._follow(env, record, heartbeat, fresh)
+                if self.exclusive is None:
+                    await self._follow_with(env, record, heartbeat, fresh)
+                    return
+                async with self.exclusive(f"following.{env.assignment_id}") as held:
+                    if held:
+                        await self._follow_with(env, record, heartbeat, fresh)
+                    else:  # another replica follows it; the reaper hands it over if that one stops
+                        self._retry_after[env.assignment_id] = asyncio.get_running_loop().time() + RETRY_FOLLOW_S
             except asyncio.CancelledError:
                 raise
             except Exception as err:
@@ -157,6 +166,13 @@ class Starts:
             finally:
                 if heartbeat is not None:
                     heartbeat.cancel()
+
+    async def _follow_with(
+        self, env: Environment, record: FinalizeRecord | None, heartbeat: Heartbeat | None, fresh: bool
+    ) -> None:
+        if record is None:
+            record = await self._record(env)
+        await self._follow(env, record, heartbeat, fresh)
 
     async def _record(self, env: Environment) -> FinalizeRecord | None:
         try:

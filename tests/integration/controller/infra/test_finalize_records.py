@@ -75,6 +75,20 @@ async def test_a_record_is_kept_until_deleted(store: Store) -> None:
     await store.records.delete(a.assignment_id)  # what is not there: success
 
 
+async def test_a_deleted_record_is_consumed_and_what_stays_holds_no_credential(store: Store) -> None:
+    """Another replica that sees the environment gone asks whether the record was consumed
+    (the environment was reaped) before it would finalize the task as vanished."""
+    a = make_assignment("pod", task_id=13)
+    await store.records.put(FinalizeRecord.of(a))
+    assert not await store.records.consumed(a.assignment_id)
+    await store.records.delete(a.assignment_id)
+    assert await store.records.consumed(a.assignment_id)
+    if store.raw is None:  # the KV bucket keeps a mark, one revision per key: nothing of the record
+        kept = await store.stored(a.assignment_id)
+        assert RUNNER_TOKEN.encode() not in kept and TASK_SECRET.encode() not in kept
+        assert kept == b'{"consumed":true}'
+
+
 async def test_what_is_stored_is_sealed(store: Store) -> None:
     a = make_assignment()
     await store.records.put(FinalizeRecord.of(a))

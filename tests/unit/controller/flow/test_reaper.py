@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 from collections.abc import Collection
 from datetime import UTC, datetime
@@ -16,10 +17,12 @@ from dynrunner.controller import contract
 from dynrunner.controller.backends.base import Diagnosis, Environment, FailureReason, Observation, Phase
 from dynrunner.controller.capacity import Capacity
 from dynrunner.controller.finalize_records import FinalizeRecord, seal_record
+from dynrunner.controller.leases import exclusive
 from dynrunner.controller.metrics import Metrics
 from dynrunner.controller.reaper import PoolWatch, Reaper
 from dynrunner.proto.assignment import CacheServiceOptions
 from dynrunner.proto.gitea import Result, TaskState, Unauthenticated, Unavailable
+from tests.fixtures.kv_memory import MemoryKeyValue
 from tests.fixtures.nats import MemoryFinalizeRecords
 from tests.integration.controller.infra.samples import make_assignment
 
@@ -438,3 +441,59 @@ async def test_an_environment_that_vanished_while_its_start_was_followed_is_fina
 
     assert not capacity.holds(a.assignment_id)
     assert any("the job's environment disappeared" in row for row in gitea.rows), gitea.rows
+
+
+class OverlappingGitea(RecordingGitea):
+    """Takes every finalize, slowly enough for two reapers to overlap."""
+
+    def __init__(self) -> None:
+        self.rows: dict[int, list[str]] = {}
+        self.results: dict[int, list[Any]] = {}
+
+    def with_credentials(self, _credentials: Any) -> OverlappingGitea:
+        return self
+
+    async def update_log(self, task_id: int, index: int, rows: Any, **_: Any) -> int:
+        await asyncio.sleep(0.05)
+        log = self.rows.setdefault(task_id, [])
+        log.extend(row.content for row in rows)
+        return len(log)
+
+    async def update_task(self, state: TaskState, *args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(0.05)
+        self.results.setdefault(state.id, []).append(state.result)
+        return await super().update_task(state, *args, **kwargs)
+
+
+async def test_a_failed_environment_two_replicas_see_is_finalized_once_and_not_as_vanished() -> None:
+    """Two replicas' reapers over one pool (both see every environment, as replicas see every
+    Pod): a failed environment is finalized once — the other replica leaves it while the
+    first holds the reaping lease — and the replica that then sees it gone knows from the
+    consumed finalize record that it was reaped, instead of finalizing it as vanished."""
+    backend = Backend({"failed": Phase.FAILED, "done": Phase.SUCCEEDED})
+    records = backend.records()
+    leases = MemoryKeyValue()
+    gitea = OverlappingGitea()
+    metrics = [Metrics(), Metrics()]
+
+    def watch(replica: str) -> PoolWatch:
+        lease = functools.partial(exclusive, leases, holder=replica)
+        return PoolWatch("p", backend, Capacity("p", 5), lambda: (), records=records, exclusive=lease)  # type: ignore[arg-type]
+
+    reapers = [
+        Reaper([watch(name)], gitea=gitea, metrics=m)  # type: ignore[arg-type]
+        for name, m in zip(("a", "b"), metrics, strict=True)
+    ]
+    await asyncio.gather(*(r.sweep(r._pools[0]) for r in reapers))  # both look at once
+    task_id = backend.assignments["failed"].task.id
+    assert len(gitea.results[task_id]) == 1
+    assert sum("[start-failed]" in row for row in gitea.rows[task_id]) == 1
+    assert sorted(backend.deleted) == ["done", "failed"]
+    await asyncio.gather(*(r.sweep(r._pools[0]) for r in reapers))  # gone now, for both
+    await asyncio.gather(*(r.sweep(r._pools[0]) for r in reapers))
+    assert len(gitea.results[task_id]) == 1
+    for m in metrics:
+        assert not m.sample("dynrunner_results_total", pool="p", result="vanished")
+    finalized = [m.sample("dynrunner_finalized_failed_total", pool="p", reason="start-failed") for m in metrics]
+    assert sorted(f or 0 for f in finalized) == [0, 1]
+    assert all([await records.consumed(a.assignment_id) for a in backend.assignments.values()])
