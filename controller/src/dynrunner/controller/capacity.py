@@ -14,9 +14,9 @@ Assignments already claimed always get a permit (`adopt` may overcommit, e.g. af
 `maxConcurrency` was lowered): refusing would strand a claimed task. Only new claims wait.
 
 With a `PermitLedger` (the controller always has one) `maxConcurrency` bounds the pool across
-all replicas: a reservation also takes one of the pool's shared permits (`permits`), and
-binding, releasing and adopting change it there as well. The counts above stay this
-replica's view (what it claimed, launched and sees running).
+all replicas: a reservation takes one of the pool's shared permits (`permits`), and binding,
+releasing and adopting change it there as well. The counts above then only report this
+replica's view (what it claimed, launched and sees running); they do not hold claims back.
 """
 
 from __future__ import annotations
@@ -73,7 +73,18 @@ class Capacity:
     # -- transitions ------------------------------------------------------------------
 
     async def reserve(self) -> Reservation:
-        """Wait for a free permit and reserve it for one claim."""
+        """Wait for a free permit and reserve it for one claim: one of the pool's shared
+        permits when there is a ledger (this replica's own count then only reports: a job
+        it claimed may be launched and reaped by another replica without it ever seeing the
+        environment), else one of this count's."""
+        if self.ledger is not None:
+            self._reserved += 1
+            try:
+                permit = await self.ledger.acquire()
+            except BaseException:
+                self._cancel()
+                raise
+            return Reservation(self, permit)
         while self.taken >= self.limit:
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._waiters.append(fut)
@@ -83,14 +94,7 @@ class Capacity:
                 if fut in self._waiters:
                     self._waiters.remove(fut)
         self._reserved += 1
-        if self.ledger is None:
-            return Reservation(self)
-        try:
-            permit = await self.ledger.acquire()
-        except BaseException:
-            self._cancel()
-            raise
-        return Reservation(self, permit)
+        return Reservation(self)
 
     def restore(self, assignment_ids: Iterable[str], pending: int) -> None:
         """After a restart: permits for environments that exist and for `pending` assignments
