@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import subprocess
 import time
 from collections import Counter
 from pathlib import Path
@@ -150,7 +151,7 @@ async def test_three_replicas_one_killed_mid_burst_every_job_ends_once(
         stop_sampling.set()
         await sampling
         for replica in replicas:
-            assert await replica.terminate() == 0, replica.log()[-3000:]
+            assert await _stopped(replica) == 0, replica.log()[-3000:]
         taken = await _permits(nats_url)
         assert taken == {}, f"permits left after every replica stopped: {taken}"
     finally:
@@ -194,6 +195,14 @@ async def test_three_replicas_one_killed_mid_burst_every_job_ends_once(
         f"longest wait with a free slot {slots.longest_wait_with_free_slot:.1f}s; {len(runners)} runners left, "
         f"{len(stored)} stored; {logs.count('adopted runner')} runners adopted"
     )
+
+
+async def _stopped(replica: Subprocess) -> int:
+    """SIGTERM, and the exit status once it stopped (its log's end if it does not, in 120 s)."""
+    try:
+        return await replica.terminate(within=120)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"a replica did not stop within 120 s: {replica.log()[-5000:]}") from None
 
 
 async def _permits(nats_url: str) -> dict[str, dict[str, Any]]:

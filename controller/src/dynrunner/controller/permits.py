@@ -135,6 +135,10 @@ class PermitLedger:
         self._adopt_grace_s = adopt_grace_s
         self._collect_interval_s = collect_interval_s
         self._adopting: set[asyncio.Task[None]] = set()
+        self._mine: set[str] = set()
+        self._unclaimed: set[str] = set()
+        """Reservations this process took and has not bound or cancelled yet: one of its own
+        not in here was taken by a create whose answer was lost, and is collected."""
         self._entries: dict[str, Permit] = {}
         self._synced = asyncio.Event()
         self._changed = asyncio.Event()
@@ -227,6 +231,7 @@ class PermitLedger:
                         continue  # another replica took it first
                     taken = Permit(permit.key, self.replica, self.incarnation, None, revision)
                     self._entries.setdefault(taken.key, taken)
+                    self._mine.add(taken.key)
                     return taken
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), COLLECT_INTERVAL_S)
@@ -239,14 +244,20 @@ class PermitLedger:
             if current is None or current.incarnation != self.incarnation or current.assignment is not None:
                 # Collected meanwhile (NATS saw this process gone): the delivery adopts it.
                 log.warning("pool %s: permit %s was collected before it was bound", self.pool, permit.key)
+                self._mine.discard(permit.key)
                 return
             bound = Permit(permit.key, self.replica, self.incarnation, assignment_id, 0)
             await self._kv.update(permit.key, bound.value(), last=current.revision)
+            self._mine.discard(permit.key)
 
         self._writes.put_nowait(write)
 
     def cancel(self, permit: Permit) -> None:
-        self._writes.put_nowait(lambda: self._delete(permit.key, only_assignment=None))
+        async def write() -> None:
+            await self._delete(permit.key, only_assignment=None, only_incarnation=self.incarnation)
+            self._mine.discard(permit.key)
+
+        self._writes.put_nowait(write)
 
     def release(self, assignment_id: str, *, bound_here: Permit | None = None) -> None:
         """The assignment is over: its permits go (whoever took them). `bound_here`: the
@@ -293,10 +304,12 @@ class PermitLedger:
             return None
         return None if not entry.value else Permit.parse(key, entry.value, int(entry.revision or 0))
 
-    async def _delete(self, key: str, *, only_assignment: str | None) -> None:
+    async def _delete(self, key: str, *, only_assignment: str | None, only_incarnation: str | None = None) -> None:
         current = await self._read(key)
         if current is None or current.assignment != only_assignment:
             return
+        if only_incarnation is not None and current.incarnation != only_incarnation:
+            return  # collected, and taken since by another process: not ours to cancel
         try:
             await self._kv.delete(key, last=current.revision)
         except Exception as err:
@@ -312,12 +325,18 @@ class PermitLedger:
         release was lost with a replica killed). Returns the keys removed."""
         removed: list[str] = []
         alive: dict[str, str | None] = {}
+        unclaimed: set[str] = set()
         regular = {p.assignment for p in self._entries.values() if p.assignment and ".x." not in p.key}
         bound = {p.assignment for p in self._entries.values() if p.assignment}
         over = await self._over(bound) if self._over is not None and bound else set()
         for permit in list(self._entries.values()):
             stale = permit.assignment in over
-            if permit.assignment is None:
+            if permit.assignment is None and permit.incarnation == self.incarnation:
+                # Its create's answer was lost (seen twice, so not a create whose answer is on its way).
+                stale = permit.key not in self._mine and permit.key in self._unclaimed
+                if permit.key not in self._mine:
+                    unclaimed.add(permit.key)
+            elif permit.assignment is None:
                 if permit.replica not in alive:
                     alive[permit.replica] = await self._incarnation_of(permit.replica) if permit.replica else None
                 stale = alive[permit.replica] != permit.incarnation
@@ -332,6 +351,7 @@ class PermitLedger:
                     raise
                 continue
             removed.append(permit.key)
+        self._unclaimed = unclaimed - set(removed)
         if removed:
             log.info("pool %s: collected permits %s", self.pool, ", ".join(removed))
         return removed

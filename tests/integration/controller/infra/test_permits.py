@@ -14,7 +14,7 @@ from nats.js.kv import KeyValue
 
 from dynrunner.controller.capacity import Capacity
 from dynrunner.controller.config import NatsConfig
-from dynrunner.controller.permits import PermitLedger, open_permits_bucket
+from dynrunner.controller.permits import Permit, PermitLedger, open_permits_bucket
 from tests.e2e.harness import wait_for
 from tests.fixtures.nats import NatsServer
 from tests.integration.controller.infra.samples import LogFactory
@@ -150,3 +150,18 @@ async def test_permits_of_assignments_that_are_over_are_collected(replicas: Repl
     assert await b.collect() == []
     replicas.over.add("done-elsewhere")  # reaped by a replica killed before it released the permit
     assert await b.collect() == [permit.key]
+
+
+async def test_a_permit_whose_create_answer_was_lost_is_collected_by_its_own_process(replicas: Replicas) -> None:
+    """The create reached NATS but its answer did not come back (a timeout): nobody holds that
+    reservation, though its process is alive. Its own collector removes it — on the second look,
+    so a create whose answer is merely on its way is never taken for one."""
+    a = await replicas.ledger("a")
+    held = await a.acquire()
+    lost = Permit(next(f"pool.{i}" for i in range(LIMIT) if f"pool.{i}" != held.key), "a", "1", None, 0)
+    await replicas.kv.create(lost.key, lost.value())
+    await settle(a)
+    assert await a.collect() == []
+    assert await a.collect() == [lost.key]
+    await settle(a)
+    assert [p.key for p in a.entries()] == [held.key]
