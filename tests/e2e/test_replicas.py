@@ -117,8 +117,15 @@ def replica_config(gitea: GiteaDouble, nats_url: str, tmp_path: Path, i: int) ->
 
 
 async def test_three_replicas_one_killed_mid_burst_every_job_ends_once(
-    gitea: GiteaDouble, nats_url: str, tmp_path: Path
+    gitea_factory: Any, nats_url: str, tmp_path: Path
 ) -> None:
+    # Gitea's zombie reaper ends a claim the kill lost (the documented window between FetchTask's
+    # answer and the PubAck) after 30 s here instead of 10 minutes.
+    async with gitea_factory(zombie_timeout_s=30.0, reap_interval_s=1.0) as gitea:
+        await _three_replicas(gitea, nats_url, tmp_path)
+
+
+async def _three_replicas(gitea: GiteaDouble, nats_url: str, tmp_path: Path) -> None:
     ensure_key_file(tmp_path / "sealing.key")
     root = tmp_path / "jobs"
     replicas = []
@@ -161,21 +168,27 @@ async def test_three_replicas_one_killed_mid_burst_every_job_ends_once(
                 replica.kill()
     logs = "\n".join(r.log() for r in replicas)
 
-    # Every job ended once, with its own result.
+    # Every task was started by exactly one executor — but for claims the kill lost (claimed by
+    # Gitea, killed before the publish: at most one per claim loop of the killed replica).
+    starts = Counter(line.split()[1] for line in (root.parent / "starts.log").read_text().splitlines())
+    assert set(starts.values()) == {1}, starts.most_common(3)
+    lost = [job for run in runs for job in gitea.run(run.id).jobs if str(job.task_id) not in starts]
+    assert len(lost) <= CLAIM_LOOPS and len(starts) == JOBS - len(lost), (lost, len(starts))
+    # Every job ended once, with its own result (a lost claim: failed by Gitea's zombie reaper).
     for r, run in enumerate(runs):
         jobs = gitea.run(run.id).jobs
         assert len(jobs) == JOBS_PER_RUN
         for job in jobs:
             i = int(job.job_id.removeprefix("j"))
-            assert job.status == expected(r, i), (run.id, job.job_id, job.status, gitea.task(job.task_id).log_rows)
-            assert job.attempt == 1
             rows = gitea.task(job.task_id).log_rows
+            assert job.attempt == 1
+            if job in lost:
+                assert job.status == "failure" and rows == [], (job, rows)
+                continue
+            assert job.status == expected(r, i), (run.id, job.job_id, job.status, rows)
             if expected(r, i) == "failure":  # finalized by one reaper, once
                 assert sum("[executor-failed]" in row for row in rows) == 1, rows
                 assert sum("crashing on purpose" in row for row in rows) == 1, rows
-    # Every task was started by exactly one executor.
-    starts = Counter(line.split()[1] for line in (root.parent / "starts.log").read_text().splitlines())
-    assert len(starts) == JOBS and set(starts.values()) == {1}, starts.most_common(3)
     # The pool's limit held across the replicas.
     assert slots.max_running <= LIMIT, slots.max_running
     # No queued job waited 30 s or longer while the pool had a free slot.
@@ -193,7 +206,7 @@ async def test_three_replicas_one_killed_mid_burst_every_job_ends_once(
         f"\n{JOBS} jobs, {REPLICAS} replicas, maxConcurrency {LIMIT}: all ended {burst:.1f}s after the start "
         f"(controller-1 killed at {killed_at - started:.1f}s); at most {slots.max_running} running; "
         f"longest wait with a free slot {slots.longest_wait_with_free_slot:.1f}s; {len(runners)} runners left, "
-        f"{len(stored)} stored; {logs.count('adopted runner')} runners adopted"
+        f"{len(stored)} stored; {logs.count('adopted runner')} runners adopted; {len(lost)} claims lost to the kill"
     )
 
 

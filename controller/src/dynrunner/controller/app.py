@@ -431,9 +431,13 @@ class Controller:
             reaper.stop()
             await reaping
             await asyncio.gather(*(p.capacity.ledger.flush() for p in self.pools.values() if p.capacity.ledger))
+            for p in self.pools.values():
+                if p.capacity.ledger is not None:
+                    p.capacity.ledger.stop()
             for task in ledgers:
                 task.cancel()
-            if renewing is not None:
+            if renewing is not None and lease is not None:
+                lease.stop()
                 renewing.cancel()
             for task in watching:
                 task.cancel()

@@ -120,6 +120,7 @@ class Lease:
         """Counts the times the lease was (re)gained: whatever was decided under an earlier
         term is checked again before it is acted on."""
         self._changed = asyncio.Event()
+        self._stopping = asyncio.Event()
 
     @property
     def held(self) -> bool:
@@ -135,16 +136,23 @@ class Lease:
                 pass
 
     async def run(self) -> None:
-        """Renew until cancelled (a failed renewal is logged and tried again; the lease fences
-        itself once renewals keep failing)."""
-        while True:
+        """Renew until `stop()` or cancelled (a failed renewal is logged and tried again; the
+        lease fences itself once renewals keep failing). `stop()` ends it even when a
+        cancellation is lost: on Python 3.11 `asyncio.wait_for`, which nats-py's requests use,
+        can swallow one that arrives as the answer does."""
+        while not self._stopping.is_set():
             try:
                 await self.renew()
             except Fatal:
                 raise
             except Exception as err:
                 log.warning("lease %s: renewal failed: %s", self.key, str(err) or type(err).__name__)
-            await asyncio.sleep(self.renew_interval_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self.renew_interval_s)
+
+    def stop(self) -> None:
+        """End `run()` (after the renewal in flight)."""
+        self._stopping.set()
 
     async def renew(self) -> bool:
         """Take or renew the lease once; True when it is held."""
@@ -245,9 +253,9 @@ async def exclusive(kv: KeyValue, key: str, holder: str) -> AsyncIterator[bool]:
     try:
         yield True
     finally:
+        lease.stop()
         renewing.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await renewing
+        await asyncio.wait({renewing}, timeout=lease.renew_interval_s)  # never hangs on a lost cancel
         await lease.release()
 
 

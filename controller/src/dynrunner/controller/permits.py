@@ -31,6 +31,7 @@ import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+import nats.errors
 import nats.js.errors
 from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StorageType
@@ -47,6 +48,7 @@ ADOPT_GRACE_S = 2.0
 """How long a delivered assignment without a permit waits for its claimer's bind to show
 before it gets an extra permit."""
 COLLECT_INTERVAL_S = 5.0
+_POLL_S = 1.0
 _RETRY_S = 0.5
 
 
@@ -136,6 +138,7 @@ class PermitLedger:
         self._collect_interval_s = collect_interval_s
         self._adopting: set[asyncio.Task[None]] = set()
         self._mine: set[str] = set()
+        self._stopping = asyncio.Event()
         self._unclaimed: set[str] = set()
         """Reservations this process took and has not bound or cancelled yet: one of its own
         not in here was taken by a create whose answer was lost, and is collected."""
@@ -166,11 +169,19 @@ class PermitLedger:
             tg.create_task(self._writer(), name=f"permits-writer-{self.pool}")
             tg.create_task(self._collector(), name=f"permits-collect-{self.pool}")
 
+    def stop(self) -> None:
+        """End `run()` within a second, even if a cancellation is lost (see `Lease.run`)."""
+        self._stopping.set()
+
     async def _mirror(self) -> None:
-        while True:
+        while not self._stopping.is_set():
             watcher = await self._kv.watch(f"{self.pool}.>")
             try:
-                async for entry in watcher:
+                while not self._stopping.is_set():
+                    try:
+                        entry = await watcher.updates(timeout=_POLL_S)
+                    except nats.errors.TimeoutError:
+                        continue
                     if entry is None:
                         self._synced.set()
                     elif entry.operation in (KV_DEL, KV_PURGE) or not entry.value:
@@ -183,8 +194,11 @@ class PermitLedger:
                     await watcher.stop()
 
     async def _writer(self) -> None:
-        while True:
-            write = await self._writes.get()
+        while not self._stopping.is_set():
+            try:
+                write = await asyncio.wait_for(self._writes.get(), _POLL_S)
+            except TimeoutError:
+                continue
             while True:
                 try:
                     await write()
@@ -198,12 +212,13 @@ class PermitLedger:
         """At once (a restarted replica frees what its previous process reserved), then every
         `collect_interval_s`."""
         await self._synced.wait()
-        while True:
+        while not self._stopping.is_set():
             try:
                 await self.collect()
             except Exception as err:
                 log.warning("pool %s: permit collection failed: %s", self.pool, err or type(err).__name__)
-            await asyncio.sleep(self._collect_interval_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self._collect_interval_s)
 
     async def flush(self, within_s: float = 5.0) -> None:
         """Wait (a bounded time) until the queued writes are made: a graceful stop leaves no

@@ -112,3 +112,18 @@ async def test_work_under_an_exclusive_lease_is_done_by_one_holder_at_a_time(kv:
             assert other  # another key: independent
     async with exclusive(kv, "reaping.a1", "b") as after:
         assert after  # released at the end of the block, not left to expire
+
+
+async def test_a_lease_stops_renewing_when_told_even_without_a_cancel(kv: KeyValue) -> None:
+    """Python 3.11's asyncio.wait_for (under nats-py's requests) can swallow a cancellation that
+    arrives with the answer; a renewal loop that only ended on cancel then renewed forever and
+    held up whoever awaited it (a reaper stuck in `exclusive`, a controller that would not stop)."""
+    lease = Lease(kv, "reaping.stop", "a", exclusive=True, ttl_s=TTL)
+    renewing = asyncio.create_task(lease.run())
+    await until(lambda: _held(lease))
+    lease.stop()
+    await asyncio.wait_for(renewing, TTL)
+
+
+async def _held(lease: Lease) -> bool:
+    return lease.held
