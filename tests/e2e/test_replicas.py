@@ -138,6 +138,8 @@ async def _three_replicas(gitea: GiteaDouble, nats_url: str, tmp_path: Path) -> 
     try:
         for replica in replicas:
             replica.start()
+        for replica in replicas:  # the wait for a free slot is measured from a running cluster
+            await wait_for(lambda r=replica: "controller running" in r.log(), within=120, what="the replicas running")
         runs = [gitea.submit("owner/repo", workflow(r)) for r in range(RUNS)]
         sampling = asyncio.create_task(slots.run(stop_sampling))
 
