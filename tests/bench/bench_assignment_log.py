@@ -25,12 +25,12 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
-from dynrunner.controller.assignments import AssignmentLog
-from dynrunner.controller.config import NatsConfig
-from dynrunner.controller.embedded_nats import EmbeddedNats
-from dynrunner.controller.launched import LaunchedRecord
-from dynrunner.controller.registrations_store import ArmedRegistration, RegistrationStore
-from dynrunner.controller.sealing import Sealer
+from dynrunner.controller.assignments.launched import LaunchedRecord
+from dynrunner.controller.assignments.log import AssignmentLog
+from dynrunner.controller.claiming.registrations_store import ArmedRegistration, RegistrationStore
+from dynrunner.controller.config.model import NatsConfig
+from dynrunner.controller.infra.embedded_nats import EmbeddedNats
+from dynrunner.controller.infra.sealing import Sealer
 from dynrunner.proto.assignment import Assignment, ClaimingRunner, encode, encode_sealed
 from dynrunner.proto.gitea import Task
 

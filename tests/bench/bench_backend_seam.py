@@ -33,18 +33,18 @@ from typing import Any
 
 from dynrunner.controller.backends.base import Environment, Observation, StartEvent, StartStage
 from dynrunner.controller.backends.local.backend import LocalBackend
-from dynrunner.controller.capacity import Capacity
-from dynrunner.controller.claimer import ClaimSettings, build_assignment
-from dynrunner.controller.launcher import Launcher
-from dynrunner.controller.metrics import Metrics
-from dynrunner.controller.reaper import PoolWatch, Reaper
-from dynrunner.controller.registrations_store import ArmedRegistration
-from dynrunner.controller.sealing import Sealer
+from dynrunner.controller.claiming.claimer import ClaimSettings, build_assignment
+from dynrunner.controller.claiming.registrations_store import ArmedRegistration
+from dynrunner.controller.coordination.capacity import Capacity
+from dynrunner.controller.infra.metrics import Metrics
+from dynrunner.controller.infra.sealing import Sealer
+from dynrunner.controller.launching.launcher import Launcher
+from dynrunner.controller.reaping.reaper import PoolWatch, Reaper
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.proto.assignment import Assignment, ClaimingRunner
 from dynrunner.proto.gitea import GiteaClient, RunnerCredentials, Task
-from tests.e2e.harness import fake_executor_command
 from tests.fixtures.backends import DelegatingBackend
+from tests.fixtures.harness import fake_executor_command
 from tests.fixtures.local_backend import launch, script
 from tests.fixtures.nats import MemoryFinalizeRecords, MemoryLaunchRecord
 

@@ -45,35 +45,11 @@ from typing import Any
 
 import yaml
 
+from tests.fixtures.bench import env_int, nats_pid, rss_kib
 from tests.fixtures.double_process import admin, cpu_s, pct, stamp, stop_all
 
 BIN = Path(sys.executable).parent
 POLL_S = 0.5
-
-
-def env_int(name: str, default: int) -> int:
-    return int(os.environ.get(name) or default)
-
-
-def rss_kib(pid: int) -> tuple[int, int]:
-    fields = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        fields[key] = value.strip()
-    return int(fields["VmRSS"].split()[0]), int(fields["VmHWM"].split()[0])
-
-
-def nats_pid(controller: int) -> int | None:
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-                cmd = (entry / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == controller and b"nats-server" in cmd:
-                return int(entry.name)
-    return None
 
 
 def matrix_workflow(n: int) -> str:

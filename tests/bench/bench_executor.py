@@ -28,7 +28,6 @@ the same file system, which matters: small-file creation costs differ a lot betw
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shutil
 import statistics
@@ -36,23 +35,14 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
-from typing import Any
 
-from dynrunner.proto.assignment import encode
-from tests.fixtures.executor import claim_task, new_assignment
+from tests.fixtures.bench import BIN, Double, admin, run_executor, steps_workflow
 
-BIN = Path(sys.executable).parent
 LINES = int(os.environ.get("DYNRUNNER_BENCH_LINES", "200000"))
 STEPS = int(os.environ.get("DYNRUNNER_BENCH_STEPS", "40"))
 REPEAT = int(os.environ.get("DYNRUNNER_BENCH_REPEAT", "3"))
 LINE = "the quick brown fox compiled src/main.c with -O2: warning unused variable 1234"
-
-
-def steps_workflow(n: int) -> str:
-    steps = "".join('      - run: "true"\n' for _ in range(n))
-    return f"on: push\njobs:\n  bench:\n    runs-on: self-hosted\n    steps:\n{steps}"
 
 
 def clock_workflow(stamp: Path) -> str:
@@ -86,82 +76,6 @@ jobs:
       - run: |
           yes '{LINE}' | head -n {LINES}
 """
-
-
-def admin(url: str, path: str, body: dict[str, Any] | None = None) -> Any:
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url + path, data=data, method="POST" if body is not None else "GET")
-    with urllib.request.urlopen(request, timeout=120) as response:
-        return json.loads(response.read())
-
-
-class Double:
-    def __init__(self, directory: Path, *extra: str) -> None:
-        self.proc = subprocess.Popen(
-            [str(BIN / "dynrunner-gitea-double"), "serve", "--state-dir", str(directory), *extra],
-            stdout=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "HOME": str(directory)},
-        )
-        assert self.proc.stdout is not None
-        info = json.loads(self.proc.stdout.readline())
-        self.url, self.token = info["url"], info["registration_token"]
-
-    def close(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=30)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-
-    async def claim(self, workflow: str, workspace: Path) -> tuple[int, Path]:
-        admin(self.url, "/_double/runs", {"repository": "bench/app", "workflow": workflow})
-        task, runner = await claim_task(self.url, self.token, name="bench")
-        workspace.mkdir(parents=True)  # noqa: ASYNC240 - a benchmark's setup
-        assignment = new_assignment(task, runner, self.url, workspace, pool="bench", job_key="bench")
-        path = workspace.with_suffix(".pb")
-        path.write_bytes(encode(assignment))
-        return task.id, path
-
-
-def run_executor(assignment: Path) -> dict[str, float]:
-    """Spawn the console script; wall time, CPU and peak RSS of the executor process."""
-    started = time.time()
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(
-        [str(BIN / "dynrunner-executor"), "run", "--assignment", str(assignment)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    # Peak RSS from the process's own VmHWM, not wait4's ru_maxrss: exec records the spawning
-    # process's RSS in ru_maxrss, so under a large parent (pytest after other benchmarks) it
-    # would report the parent's size. VmHWM only grows, so the last sample is within a poll of the peak.
-    hwm_kib = 0
-    while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            break
-        hwm_kib = max(hwm_kib, _vm_hwm_kib(proc.pid))
-        time.sleep(0.002)
-    wall = time.perf_counter() - t0
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    assert proc.returncode == 0, f"executor exited {proc.returncode}"
-    return {
-        "spawned_at": started,
-        "wall_s": wall,
-        "cpu_s": usage.ru_utime + usage.ru_stime,
-        "rss_mib": hwm_kib / 1024,
-    }
-
-
-def _vm_hwm_kib(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
 
 
 def run_act(workflow: str, directory: Path) -> float:

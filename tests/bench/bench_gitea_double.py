@@ -13,7 +13,7 @@ import time
 import pytest
 
 from tests.fixtures.gitea import GiteaFactory
-from tests.integration.gitea.helpers import final_state, job, register, workflow
+from tests.fixtures.gitea_calls import final_state, job, register, workflow
 
 RUNNERS = 16
 DURATION_S = 0.75

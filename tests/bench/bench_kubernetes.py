@@ -36,7 +36,7 @@ from typing import Any
 
 import yaml
 
-from tests.bench.bench_controller import env_int, nats_pid, rss_kib
+from tests.fixtures.bench import env_int, nats_pid, rss_kib
 from tests.fixtures.double_process import admin, cpu_s, pct, stamp, stop_all
 
 BIN = Path(sys.executable).parent

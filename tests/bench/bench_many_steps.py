@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 from dynrunner.proto.assignment import encode
-from tests.bench.bench_executor import Double, admin, run_executor, steps_workflow
+from tests.fixtures.bench import Double, admin, run_executor, steps_workflow
 from tests.fixtures.executor import claim_task, new_assignment
 from tests.fixtures.faults import FaultProxy, fault_proxy
 

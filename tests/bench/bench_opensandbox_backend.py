@@ -21,11 +21,11 @@ from typing import Any
 
 from dynrunner.controller.backends.base import Environment, StartEvent, StartStage, Wake
 from dynrunner.controller.backends.opensandbox.backend import OpenSandboxBackend
-from dynrunner.controller.config import ControllerConfig
+from dynrunner.controller.config.model import ControllerConfig
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.proto.assignment import Assignment
-from tests.e2e.harness import config_data, in_process, wait_for, wait_run_done
 from tests.fixtures.backends import DelegatingBackend
+from tests.fixtures.harness import config_data, in_process, wait_for, wait_run_done
 from tests.fixtures.opensandbox_backend import as_built_for, vm_assignment, vm_world
 
 JOBS = 20

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from prometheus_client.metrics_core import Metric
 
-from dynrunner.controller.metrics import Metrics
+from dynrunner.controller.infra.metrics import Metrics
 from tests.fixtures.chart import Chart, one
 
 CONTROLLER_SOURCES = Path(__file__).resolve().parents[2] / "controller" / "src" / "dynrunner" / "controller"

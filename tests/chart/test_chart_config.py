@@ -17,7 +17,7 @@ import yaml
 
 from dynrunner.controller.backends.kubernetes.builders import PodSettings
 from dynrunner.controller.backends.kubernetes.config import KubernetesBackendConfig
-from dynrunner.controller.config import load_cache_server_config, load_config
+from dynrunner.controller.config.model import load_cache_server_config, load_config
 from tests.fixtures.chart import VALUES_FILES, Chart, container_files, find, one
 
 TOKEN = "0123456789abcdef0123456789abcdef01234567"

@@ -13,11 +13,11 @@ from pathlib import Path
 import nats
 import pytest
 
-from dynrunner.controller.assignments import AssignmentLog, AssignmentLogError
-from dynrunner.controller.config import NatsConfig
+from dynrunner.controller.assignments.log import AssignmentLog, AssignmentLogError
+from dynrunner.controller.config.model import NatsConfig
 from dynrunner.doubles.gitea import GiteaDouble
-from tests.e2e.harness import REAL_EXECUTOR, build_config, in_process, recorded, recording_workflow, wait_run_done
 from tests.fixtures.chart import Chart, one
+from tests.fixtures.harness import REAL_EXECUTOR, build_config, in_process, recorded, recording_workflow, wait_run_done
 from tests.fixtures.nats import NatsServer
 
 JOBS = 3

@@ -1,5 +1,5 @@
 """The chart's Role and ClusterRole grant exactly what the controller's Kubernetes API module
-declares (`permissions.declared()`, one mark per method): Pods, Secrets and Events in each
+declares (`rbac.declared()`, one mark per method): Pods, Secrets and Events in each
 pool's namespace, ClusterStaticEntries, Nodes, the entries' CRD and the pools' namespaces
 cluster-wide — nothing more, nothing less, for every values file."""
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dynrunner.controller.backends.kubernetes import permissions
+from dynrunner.controller.backends.kubernetes import rbac
 from tests.fixtures.chart import VALUES_FILES, Chart, find, one
 
 
@@ -30,7 +30,7 @@ def cluster_rules(namespaces: list[str]) -> list[dict[str, Any]]:
     names of the same rule joined."""
     merged: dict[tuple[Any, ...], dict[str, Any]] = {}
     for namespace in namespaces:
-        for rule in permissions.rules(namespace).cluster_role:
+        for rule in rbac.rules(namespace).cluster_role:
             key = (tuple(rule["apiGroups"]), tuple(rule["resources"]), tuple(rule["verbs"]))
             if key in merged and "resourceNames" in rule:
                 merged[key]["resourceNames"] = sorted({*merged[key]["resourceNames"], *rule["resourceNames"]})
@@ -47,7 +47,7 @@ def test_the_roles_grant_exactly_what_the_code_declares(chart: Chart, values: st
     roles = find(objects, "Role", "-controller")
     assert sorted(r["metadata"]["namespace"] for r in roles) == namespaces
     for role in roles:
-        assert role["rules"] == permissions.rules(role["metadata"]["namespace"]).role
+        assert role["rules"] == rbac.rules(role["metadata"]["namespace"]).role
     cluster_role = one(objects, "ClusterRole", "-controller")
     assert sorted(cluster_role["rules"], key=repr) == cluster_rules(namespaces)
 
@@ -55,7 +55,7 @@ def test_the_roles_grant_exactly_what_the_code_declares(chart: Chart, values: st
 def test_the_declared_permissions_are_the_backends_requests() -> None:
     """What the rules above are made of: Pods, Secrets and Events in the jobs' namespace; the
     cluster-scoped entries and Nodes; `check`'s reads."""
-    declared = {(p.resource, p.verb, p.namespaced) for p in permissions.declared() if not p.granted_by_default}
+    declared = {(p.resource, p.verb, p.namespaced) for p in rbac.declared() if not p.granted_by_default}
     assert ("pods", "create", True) in declared and ("secrets", "patch", True) in declared
     assert ("events", "watch", True) in declared
     assert ("clusterstaticentries", "create", False) in declared and ("nodes", "get", False) in declared

@@ -168,7 +168,7 @@ def test_the_generated_parts_are_what_the_code_generates_today() -> None:
 
 
 def test_the_schema_describes_every_key_the_controller_reads_unless_the_chart_sets_it() -> None:
-    from dynrunner.controller.config import ControllerConfig
+    from dynrunner.controller.config.model import ControllerConfig
 
     schema = json.loads((CHART / "values.schema.json").read_text())
     config = schema["$defs"]["ControllerConfig"]["properties"]

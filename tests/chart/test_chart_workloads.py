@@ -13,10 +13,10 @@ import aiohttp
 import pytest
 import yaml
 
-from dynrunner.controller.backends.kubernetes.render import read_task, render
-from dynrunner.controller.config import load_config
-from dynrunner.controller.health import HealthServer
-from dynrunner.controller.metrics import Metrics
+from dynrunner.controller.config.model import load_config
+from dynrunner.controller.infra.health import HealthServer
+from dynrunner.controller.infra.metrics import Metrics
+from dynrunner.controller.render import read_task, render
 from tests.fixtures.chart import Chart, container_files, find, one
 
 TASK = """\

@@ -18,11 +18,11 @@ import asyncio
 import json
 from pathlib import Path
 
-from dynrunner.controller.config import ControllerConfig
+from dynrunner.controller.config.model import ControllerConfig
 from dynrunner.doubles.gitea import GiteaDouble
-from tests.e2e.harness import REAL_EXECUTOR, config_data, in_process, wait_run_done
 from tests.fixtures.clients import ActionClients
 from tests.fixtures.gitea import GiteaFactory
+from tests.fixtures.harness import REAL_EXECUTOR, config_data, in_process, wait_run_done
 
 GATED_MODULES = {
     "artifact": ["@actions/artifact/lib/internal/shared/config.js", "@actions/artifact/lib/internal/shared/errors.js"],

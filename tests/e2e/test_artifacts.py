@@ -13,9 +13,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from dynrunner.controller.config import ControllerConfig
+from dynrunner.controller.config.model import ControllerConfig
 from dynrunner.doubles.gitea import GiteaDouble
-from tests.e2e.harness import in_process, real_executor_config, wait_run_done
+from tests.fixtures.harness import in_process, real_executor_config, wait_run_done
 
 BUILD_AND_DEPLOY = """
 on: push

@@ -12,11 +12,11 @@ import signal
 from pathlib import Path
 
 from dynrunner.controller.backends.local.layout import Layout
-from dynrunner.controller.config import ControllerConfig
+from dynrunner.controller.config.model import ControllerConfig
 from dynrunner.doubles.gitea import GiteaDouble
-from tests.e2e.harness import REAL_EXECUTOR, config_data, in_process, wait_for, wait_run_done
 from tests.fixtures.cache import lookup_status
 from tests.fixtures.clients import ActionClients
+from tests.fixtures.harness import REAL_EXECUTOR, config_data, in_process, wait_for, wait_run_done
 
 WORKFLOW = """
 on: push

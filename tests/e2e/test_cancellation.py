@@ -22,7 +22,7 @@ import pytest
 
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.proto.gitea import Result
-from tests.e2e.harness import assert_only_armed_runners, in_process, real_executor_config, wait_for, wait_run_done
+from tests.fixtures.harness import assert_only_armed_runners, in_process, real_executor_config, wait_for, wait_run_done
 
 WORKFLOW = """
 on: push
@@ -46,7 +46,7 @@ async def test_a_cancelled_job_ends_cancelled_runs_its_cleanup_and_leaves_nothin
     cfg = real_executor_config(gitea, nats_url, tmp_path / "state")
     root = cfg.pools[0].backend.root_dir
     assert root is not None
-    caplog.set_level(logging.INFO, logger="dynrunner.controller.finalize")
+    caplog.set_level(logging.INFO, logger="dynrunner.controller.reporting.finalize")
     async with in_process(cfg) as running:
         run = gitea.submit("acme/app", WORKFLOW.format(marker=marker))
         job = await wait_for(lambda: (j := gitea.jobs(run.id)[0]).task_id and j, what="claim")
@@ -63,6 +63,6 @@ async def test_a_cancelled_job_ends_cancelled_runs_its_cleanup_and_leaves_nothin
     assert marker.read_text() == "cleaned up\n"
     # The executor's exit said the task needs nobody: the controller did not try to end it again.
     assert metrics.get_sample_value("dynrunner_job_results_total", {"pool": "local", "result": "reported"}) == 1
-    assert [r.getMessage() for r in caplog.records if r.name == "dynrunner.controller.finalize"] == []
+    assert [r.getMessage() for r in caplog.records if r.name == "dynrunner.controller.reporting.finalize"] == []
     assert not any(row.startswith("[dynrunner]") for row in rows[rows.index("working") :])
     assert gitea.task(job.task_id).result == Result.CANCELLED

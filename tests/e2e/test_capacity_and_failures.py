@@ -14,7 +14,8 @@ from dynrunner.controller.backends.base import Environment
 from dynrunner.controller.backends.local.backend import LocalBackend
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.proto.assignment import Assignment
-from tests.e2e.harness import (
+from tests.fixtures.backends import DelegatingBackend
+from tests.fixtures.harness import (
     REAL_EXECUTOR,
     assert_only_armed_runners,
     in_process,
@@ -25,7 +26,6 @@ from tests.e2e.harness import (
     wait_for,
     wait_run_done,
 )
-from tests.fixtures.backends import DelegatingBackend
 from tests.fixtures.nats import NatsServer
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from dynrunner.doubles.gitea import GiteaDouble
-from tests.e2e.harness import (
+from tests.fixtures.harness import (
     REAL_EXECUTOR,
     Subprocess,
     assert_only_armed_runners,

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from dynrunner.doubles.gitea import GiteaDouble
-from tests.e2e.harness import in_process, real_executor_config, wait_for, wait_run_done
+from tests.fixtures.harness import in_process, real_executor_config, wait_for, wait_run_done
 from tests.fixtures.local_backend import sleepers
 
 

@@ -22,9 +22,9 @@ import pytest
 import yaml
 
 from dynrunner.controller.backends.local.layout import Layout
-from dynrunner.controller.config import ControllerConfig, load_config
+from dynrunner.controller.config.model import ControllerConfig, load_config
 from dynrunner.doubles.gitea import GiteaDouble
-from tests.e2e.harness import REAL_EXECUTOR, config_data, in_process, wait_for, wait_run_done
+from tests.fixtures.harness import REAL_EXECUTOR, config_data, in_process, wait_for, wait_run_done
 from tests.fixtures.local_backend import NOBODY
 
 B_SECRET = "b-secret-correct-horse-battery"

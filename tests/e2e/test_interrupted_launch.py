@@ -23,7 +23,7 @@ import pytest
 
 from dynrunner.controller.backends.local.layout import Layout
 from dynrunner.doubles.gitea import GiteaDouble
-from tests.e2e.harness import (
+from tests.fixtures.harness import (
     REAL_EXECUTOR,
     Subprocess,
     assert_only_armed_runners,

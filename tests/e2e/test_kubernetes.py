@@ -8,11 +8,11 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from dynrunner.controller.config import ControllerConfig
+from dynrunner.controller.config.model import ControllerConfig
 from dynrunner.controller.demo import check, load_examples
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.doubles.kubernetes.cluster import Cluster
-from tests.e2e.harness import in_process, wait_for, wait_run_done
+from tests.fixtures.harness import in_process, wait_for, wait_run_done
 from tests.fixtures.kubernetes_backend import NOTHING_LEFT, ObjectLog, kube_controller_data, left_over
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"

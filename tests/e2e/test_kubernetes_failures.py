@@ -9,11 +9,11 @@ from typing import Any
 
 from kubernetes import client
 
-from dynrunner.controller.config import ControllerConfig
+from dynrunner.controller.config.model import ControllerConfig
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.doubles.kubernetes.cluster import Cluster
 from dynrunner.doubles.spire.double import SpireOptions
-from tests.e2e.harness import in_process, wait_for, wait_run_done
+from tests.fixtures.harness import in_process, wait_for, wait_run_done
 from tests.fixtures.kubernetes import api_client
 from tests.fixtures.kubernetes_backend import (
     NOTHING_LEFT,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.doubles.kubernetes.cluster import Cluster
-from tests.e2e.harness import (
+from tests.fixtures.harness import (
     Subprocess,
     assert_only_armed_runners,
     recorded,

@@ -26,7 +26,7 @@ import aiohttp
 import nats
 import pytest
 
-from dynrunner.controller.config import ControllerConfig
+from dynrunner.controller.config.model import ControllerConfig
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.proto.assignment import (
     Assignment,
@@ -37,7 +37,7 @@ from dynrunner.proto.assignment import (
     encode_sealed,
 )
 from dynrunner.proto.gitea import Task
-from tests.e2e.harness import (
+from tests.fixtures.harness import (
     assert_only_armed_runners,
     config_data,
     in_process,

@@ -16,10 +16,10 @@ import pytest
 
 from dynrunner.controller.app import Controller
 from dynrunner.controller.backends.opensandbox.backend import OpenSandboxBackend
-from dynrunner.controller.config import ControllerConfig
+from dynrunner.controller.config.model import ControllerConfig
 from dynrunner.controller.demo import Demo, default_examples
 from dynrunner.doubles.gitea import GiteaDouble
-from tests.e2e.harness import (
+from tests.fixtures.harness import (
     Subprocess,
     assert_only_armed_runners,
     config_data,

@@ -21,11 +21,12 @@ import pytest
 
 from dynrunner.controller.backends.base import Environment
 from dynrunner.controller.backends.local.backend import LocalBackend
-from dynrunner.controller.claimer import ERROR_BACKOFF_MAX_S
-from dynrunner.controller.config import ControllerConfig
+from dynrunner.controller.claiming.claimer import ERROR_BACKOFF_MAX_S
+from dynrunner.controller.config.model import ControllerConfig
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.proto.assignment import Assignment
-from tests.e2e.harness import (
+from tests.fixtures.faults import FaultProxy
+from tests.fixtures.harness import (
     REAL_EXECUTOR,
     assert_only_armed_runners,
     config_data,
@@ -36,7 +37,6 @@ from tests.e2e.harness import (
     wait_for,
     wait_run_done,
 )
-from tests.fixtures.faults import FaultProxy
 from tests.fixtures.nats import NatsServer
 
 BOTH_RELEASES = pytest.mark.parametrize("gitea_profile", ["1.26", "main"])

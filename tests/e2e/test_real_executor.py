@@ -13,7 +13,7 @@ import pytest
 
 from dynrunner.controller.backends.local.layout import Layout
 from dynrunner.doubles.gitea import GiteaDouble
-from tests.e2e.harness import (
+from tests.fixtures.harness import (
     assert_only_armed_runners,
     in_process,
     real_executor_config,

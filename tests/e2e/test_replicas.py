@@ -30,11 +30,11 @@ import nats
 import nats.js.errors
 import pytest
 
-from dynrunner.controller.claimer import PUBLISH_CONCURRENCY
-from dynrunner.controller.registrations_store import RegistrationStore
-from dynrunner.controller.sealing import Sealer, ensure_key_file
+from dynrunner.controller.claiming.claimer import PUBLISH_CONCURRENCY
+from dynrunner.controller.claiming.registrations_store import RegistrationStore
+from dynrunner.controller.infra.sealing import Sealer, ensure_key_file
 from dynrunner.doubles.gitea import GiteaDouble
-from tests.e2e.harness import CLAIM_LOOPS, Subprocess, config_data, fake_executor_command, live_runners, wait_for
+from tests.fixtures.harness import CLAIM_LOOPS, Subprocess, config_data, fake_executor_command, live_runners, wait_for
 
 pytestmark = pytest.mark.timeout(900)  # 300 executor processes: about 80 s alone, several minutes on a loaded machine
 

@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 from dynrunner.doubles.gitea import GiteaDouble
-from tests.e2e.harness import (
+from tests.fixtures.harness import (
     REAL_EXECUTOR,
     Subprocess,
     assert_only_armed_runners,

@@ -12,7 +12,7 @@ from pathlib import Path
 import nats
 
 from dynrunner.doubles.gitea import GiteaDouble
-from tests.e2e.harness import in_process, real_executor_config, wait_for, wait_run_done
+from tests.fixtures.harness import in_process, real_executor_config, wait_for, wait_run_done
 
 SECRET = "hunter2-correct-horse-battery"
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from dynrunner.controller.capacity import Capacity
+from dynrunner.controller.coordination.capacity import Capacity
 from dynrunner.doubles.gitea import GiteaDouble
-from tests.e2e.harness import build_config, fake_executor_command, in_process
+from tests.fixtures.harness import build_config, fake_executor_command, in_process
 
 JOBS_PER_RUN = 10
 RUNS = 20

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from dynrunner.controller.backends.local.layout import Layout
 from dynrunner.doubles.gitea import GiteaDouble
-from tests.e2e.harness import (
+from tests.fixtures.harness import (
     assert_only_armed_runners,
     in_process,
     real_executor_config,

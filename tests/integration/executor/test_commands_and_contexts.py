@@ -7,7 +7,7 @@ import json
 from dynrunner.executor.workflow import parse_workflow
 from dynrunner.proto.gitea import Result
 from tests.fixtures.executor import ExecutorHarness
-from tests.integration.executor.test_steps_and_outputs import output_rows
+from tests.fixtures.task_rows import output_rows
 
 COMMANDS = """
 on: push

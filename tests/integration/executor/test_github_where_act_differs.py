@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dynrunner.proto.gitea import Result
 from tests.fixtures.executor import ExecutorHarness
-from tests.integration.executor.test_steps_and_outputs import output_rows, step_rows
+from tests.fixtures.task_rows import output_rows, step_rows
 
 ACTION_NAMES = """
 on: push

@@ -13,7 +13,7 @@ from dynrunner.executor.identity import IdentityError, wait_for_svid
 from dynrunner.proto.assignment import IdentityWait
 from dynrunner.proto.gitea import Result
 from tests.fixtures.executor import ExecutorHarness
-from tests.integration.executor.workload_api import workload_api
+from tests.fixtures.workload_api import workload_api
 
 JOB_ID = "spiffe://example.org/ci/owner/repo/build"
 WORKFLOW = """

@@ -4,21 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from dynrunner.doubles.gitea.views import TaskView
 from dynrunner.proto.gitea import Result
 from tests.fixtures.executor import ExecutorHarness
-
-
-def step_rows(task: TaskView, index: int) -> list[str]:
-    step = task.steps[index]
-    return task.log_rows[step.log_index : step.log_index + step.log_length]
-
-
-def output_rows(task: TaskView, index: int) -> list[str]:
-    """The step's rows after its `Run` header group."""
-    rows = step_rows(task, index)
-    return rows[rows.index("##[endgroup]") + 1 :]
-
+from tests.fixtures.task_rows import output_rows, step_rows
 
 LAYERS = """
 on: push

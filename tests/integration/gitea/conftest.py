@@ -6,7 +6,7 @@ import pytest
 
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.proto.gitea import GiteaClient
-from tests.integration.gitea.helpers import base_client
+from tests.fixtures.gitea_calls import base_client
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import pyqwest
 
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.proto.gitea import GiteaClient, Result, RunnerCredentials
-from tests.integration.gitea.helpers import final_state, job, register, workflow
+from tests.fixtures.gitea_calls import final_state, job, register, workflow
 
 
 async def _admin(url: str, method: str, path: str, body: object = None) -> tuple[int, Any]:

@@ -16,7 +16,7 @@ import pyqwest
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.doubles.gitea.artifacts_v4 import go_time, parse_go_time
 from dynrunner.proto.gitea import GiteaClient, Result, Task
-from tests.integration.gitea.helpers import final_state, job, register, workflow
+from tests.fixtures.gitea_calls import final_state, job, register, workflow
 
 V4 = "/twirp/github.actions.results.api.v1.ArtifactService"
 

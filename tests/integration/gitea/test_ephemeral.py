@@ -9,7 +9,7 @@ import pytest
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.proto.gitea import Internal, LogRow, Result, RunnerRemoved, TaskState, Unauthenticated
 from dynrunner.proto.gitea.client import NO_RETRY
-from tests.integration.gitea.helpers import final_state, job, now, register, workflow
+from tests.fixtures.gitea_calls import final_state, job, now, register, workflow
 
 
 async def test_the_ephemeral_lifecycle(gitea: GiteaDouble) -> None:

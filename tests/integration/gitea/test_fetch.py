@@ -9,7 +9,7 @@ import pytest
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.proto.gitea import Result, Unavailable
 from tests.fixtures.gitea import GiteaFactory
-from tests.integration.gitea.helpers import final_state, job, register, workflow
+from tests.fixtures.gitea_calls import final_state, job, register, workflow
 
 
 async def test_tasks_version_is_never_zero(gitea: GiteaDouble) -> None:

@@ -13,7 +13,7 @@ from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.proto.gitea import ErrorPage, GiteaClient, RequestTooLarge, RunnerCredentials, TaskState
 from dynrunner.proto.gitea.client import MAX_REQUEST_BYTES
 from tests.fixtures.faults import fault_proxy
-from tests.integration.gitea.helpers import POD, job, workflow
+from tests.fixtures.gitea_calls import POD, job, workflow
 
 FETCH = "/api/actions/runner.v1.RunnerService/FetchTask"
 UPDATE_TASK = "/api/actions/runner.v1.RunnerService/UpdateTask"

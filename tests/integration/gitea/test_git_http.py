@@ -12,7 +12,7 @@ import pytest
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.proto.gitea import GiteaClient, Result, Task
 from tests.fixtures.git import GitClient, checkout_header
-from tests.integration.gitea.helpers import final_state, job, register, workflow
+from tests.fixtures.gitea_calls import final_state, job, register, workflow
 
 
 async def _claim(gitea: GiteaDouble, repository: str) -> tuple[GiteaClient, Task]:

@@ -13,8 +13,8 @@ import pytest
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.proto.gitea import GiteaClient, GiteaError, LogRow, Result, RunnerCredentials, TaskState
 from dynrunner.proto.gitea.client import NO_RETRY
+from tests.fixtures.gitea_calls import final_state, job, now, workflow
 from tests.fixtures.gitea_inprocess import InProcessGitea
-from tests.integration.gitea.helpers import final_state, job, now, workflow
 
 
 async def answer(call: Callable[[], Awaitable[Any]]) -> Any:

@@ -19,7 +19,7 @@ from dynrunner.doubles.gitea import GiteaDouble, tasks
 from dynrunner.doubles.gitea.profiles import PROFILES
 from dynrunner.proto.gitea import Internal, LogRow, Result, StepState, TaskState, Unauthenticated, Unavailable
 from tests.fixtures.gitea import GiteaFactory
-from tests.integration.gitea.helpers import final_state, job, now, register, workflow
+from tests.fixtures.gitea_calls import final_state, job, now, register, workflow
 
 RELEASED = ("1.24", "1.25", "1.26")
 EVERY = (*RELEASED, "main")

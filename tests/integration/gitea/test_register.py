@@ -10,7 +10,7 @@ import pytest
 
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.proto.gitea import GiteaClient, GiteaError, RunnerCredentials, Unauthenticated
-from tests.integration.gitea.helpers import POD, register
+from tests.fixtures.gitea_calls import POD, register
 
 
 async def test_ping_needs_no_credentials(client: GiteaClient) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.proto.gitea import GiteaClient, LogRow, Result, StepState, TaskState
 from tests.fixtures.gitea import GiteaFactory
-from tests.integration.gitea.helpers import final_state, job, now, register, workflow
+from tests.fixtures.gitea_calls import final_state, job, now, register, workflow
 
 
 async def finish_next(runner: GiteaClient, result: Result) -> str:

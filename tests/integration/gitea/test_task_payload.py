@@ -11,7 +11,7 @@ from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.doubles.gitea.yamlio import load as load_yaml  # YAML 1.2 booleans: `on` stays a key
 from dynrunner.proto.gitea import GiteaClient, Result, Task
 from tests.fixtures.gitea import GiteaFactory
-from tests.integration.gitea.helpers import final_state, job, register, workflow
+from tests.fixtures.gitea_calls import final_state, job, register, workflow
 
 MATRIX = """
 name: build-all

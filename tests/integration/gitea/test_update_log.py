@@ -10,7 +10,7 @@ from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.proto.gitea import AlreadyExists, GiteaClient, Internal, LogRow
 from dynrunner.proto.gitea.client import NO_RETRY
 from tests.fixtures.gitea import GiteaFactory
-from tests.integration.gitea.helpers import job, register, workflow
+from tests.fixtures.gitea_calls import job, register, workflow
 
 STAMP = datetime(2026, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
 

@@ -9,7 +9,7 @@ import pytest
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.proto.gitea import GiteaClient, Internal, Result, StepState, TaskState, Unauthenticated
 from dynrunner.proto.gitea.client import NO_RETRY
-from tests.integration.gitea.helpers import final_state, job, register, workflow
+from tests.fixtures.gitea_calls import final_state, job, register, workflow
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 T1 = datetime(2026, 1, 2, 3, 5, 0, tzinfo=UTC)

@@ -23,7 +23,7 @@ from dynrunner.proto.gitea import (
 )
 from dynrunner.proto.gitea.client import NO_RETRY
 from tests.fixtures.gitea import GiteaFactory
-from tests.integration.gitea.helpers import base_client, final_state, job, now, register, workflow
+from tests.fixtures.gitea_calls import base_client, final_state, job, now, register, workflow
 
 
 @pytest.mark.parametrize(

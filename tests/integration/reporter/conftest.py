@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Callable
 
 import pyqwest
 import pytest
 
-from dynrunner.doubles.gitea import GiteaDouble, RunView
-from dynrunner.proto.gitea import GiteaClient, RunnerCredentials, RunnerInfo, Task
-from dynrunner.proto.masking import Masker
-from tests.integration.reporter.wire import FaultyWire
+from dynrunner.doubles.gitea import GiteaDouble
+from dynrunner.proto.gitea import GiteaClient, RunnerCredentials
+from tests.fixtures.reporter_claims import Claimed, ClaimTask
+from tests.fixtures.reporter_wire import FaultyWire
 
 LABELS = ["self-hosted", "pod"]
 
@@ -20,26 +19,6 @@ def workflow(steps: int) -> str:
     lines = ["name: ci", "on: push", "jobs:", "  build:", "    runs-on: [self-hosted, pod]", "    steps:"]
     lines += [f"      - name: step {i}\n        run: echo {i}" for i in range(steps)]
     return "\n".join(lines) + "\n"
-
-
-@dataclass
-class Claimed:
-    """A task claimed by a fresh ephemeral runner, as the controller hands it over."""
-
-    gitea: GiteaDouble
-    wire: FaultyWire
-    client: GiteaClient  # holds the ephemeral runner's credentials; talks over `wire`
-    runner: RunnerInfo
-    run: RunView
-    task: Task
-
-    def masker(self) -> Masker:
-        """The values the engine registers: every secret, the task and runtime tokens."""
-        context = self.task.context or {}
-        return Masker([*self.task.secrets.values(), context["token"], context["gitea_runtime_token"]])
-
-
-ClaimTask = Callable[..., Awaitable[Claimed]]
 
 
 def make_claim(gitea: GiteaDouble) -> ClaimTask:

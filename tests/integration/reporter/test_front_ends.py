@@ -12,7 +12,7 @@ from dynrunner.proto.gitea import GiteaClient, Result
 from dynrunner.proto.gitea.client import MAX_REQUEST_BYTES
 from dynrunner.proto.masking import Masker
 from tests.fixtures.faults import fault_proxy
-from tests.integration.reporter.conftest import ClaimTask
+from tests.fixtures.reporter_claims import ClaimTask
 
 MIB = 1024 * 1024
 CONFIG = ReporterConfig(

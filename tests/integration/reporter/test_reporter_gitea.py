@@ -16,8 +16,8 @@ from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.executor.reporter import Reporter, ReporterConfig
 from dynrunner.proto.gitea import GiteaClient, Internal, LogRow, Result, RunnerCredentials, TaskState, Unauthenticated
 from dynrunner.proto.masking import Masker
-from tests.integration.reporter.conftest import ClaimTask
-from tests.integration.reporter.wire import Exchange, FaultyWire
+from tests.fixtures.reporter_claims import ClaimTask
+from tests.fixtures.reporter_wire import Exchange, FaultyWire
 
 CONFIG = ReporterConfig(
     log_interval_s=0.05, log_max_latency_s=0.05, heartbeat_s=0.2, retry_initial_s=0.02, retry_max_s=0.1

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from dynrunner.executor.runtime import JobRuntime
 from dynrunner.proto.gitea.types import Need, Result
-from tests.integration.runtime.conftest import Backend
+from tests.fixtures.artifact_backends import Backend
 
 
 def artifact_cli(runtime: JobRuntime, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

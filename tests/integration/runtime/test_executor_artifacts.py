@@ -11,8 +11,8 @@ import sys
 
 from dynrunner.executor.runtime import ARTIFACTS_OUTPUT_KEY
 from dynrunner.proto.gitea import Result
+from tests.fixtures.artifact_backends import Backend
 from tests.fixtures.executor import Claimed, ExecutorHarness
-from tests.integration.runtime.conftest import Backend
 
 CLI = f"{sys.executable} -m dynrunner.executor.cli artifact"
 

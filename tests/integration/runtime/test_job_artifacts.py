@@ -17,7 +17,7 @@ from dynrunner.executor.runtime.artifacts.refs import ArtifactType, decode_refs
 from dynrunner.executor.runtime.artifacts.store import ArtifactStore, Producer, Readable, StoredBlob
 from dynrunner.proto.assignment import ArtifactStoreOptions
 from dynrunner.proto.gitea.types import Need, Result
-from tests.integration.runtime.conftest import Backend
+from tests.fixtures.artifact_backends import Backend
 
 
 def job(

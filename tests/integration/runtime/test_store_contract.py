@@ -11,7 +11,7 @@ import pytest
 
 from dynrunner.executor.runtime.artifacts.errors import ArtifactError, ScopeError
 from dynrunner.executor.runtime.artifacts.store import ArtifactStore, Cancelled, Producer, Writable
-from tests.integration.runtime.conftest import Backend
+from tests.fixtures.artifact_backends import Backend
 
 MIB = 1024 * 1024
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from dynrunner.executor.expressions import EvalEnv, ExpressionError, evaluate
-from tests.unit.expressions.helpers import ev
+from tests.fixtures.expressions import ev
 
 FRUITS = [
     {"name": "apple", "quantity": 1},

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from dynrunner.executor.expressions import EvalEnv, ExpressionError, evaluate, evaluate_if
-from tests.unit.expressions.helpers import ev
+from tests.fixtures.expressions import ev
 
 
 def test_documentation_examples() -> None:

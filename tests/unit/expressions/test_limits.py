@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dynrunner.executor.expressions import EvalEnv, ExpressionError, evaluate, interpolate
-from tests.unit.expressions.helpers import ev
+from tests.fixtures.expressions import ev
 
 
 def test_max_depth_counts_tree_levels() -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from dynrunner.executor.expressions import ExpressionError, interpolate, to_display_string
 from dynrunner.executor.expressions.evaluator import EvalEnv
-from tests.unit.expressions.helpers import ev
+from tests.fixtures.expressions import ev
 
 
 def test_documentation_literals() -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from dynrunner.executor.expressions import ExpressionError
-from tests.unit.expressions.helpers import ev
+from tests.fixtures.expressions import ev
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from dynrunner.executor.expressions import EvalEnv, evaluate_if, interpolate
-from tests.unit.expressions.helpers import ev
+from tests.fixtures.expressions import ev
 
 
 def test_integer_literals_beyond_32_bits_are_numbers() -> None:

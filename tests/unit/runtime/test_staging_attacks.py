@@ -11,7 +11,7 @@ import pytest
 
 from dynrunner.executor.runtime import ArtifactError, StagingError
 from dynrunner.executor.runtime.artifacts.refs import ArtifactType
-from tests.unit.runtime.staging_helpers import Scene, make_scene, member, tar_of
+from tests.fixtures.staging import Scene, make_scene, member, tar_of
 
 FROM = "jobs.build.artifacts.pkg"
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from dynrunner.executor.runtime import ArtifactError
 from dynrunner.executor.runtime.artifacts.refs import ArtifactType
 from dynrunner.executor.runtime.envfile import EnvFileError, parse_env_file
-from tests.unit.runtime.staging_helpers import make_scene, member, tar_of
+from tests.fixtures.staging import make_scene, member, tar_of
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -14,36 +14,33 @@ import asyncio
 import contextlib
 import functools
 import logging
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from dynrunner.controller.assignments import AssignmentLog
-from dynrunner.controller.backends.base import Backend, BackendError, Environment, ReportsIsolation, Watches
-from dynrunner.controller.backends.registry import create_backend
+from dynrunner.controller.assignments.finalize_records import FinalizeRecordStore
+from dynrunner.controller.assignments.launched import LaunchedRecord
+from dynrunner.controller.assignments.log import AssignmentLog
+from dynrunner.controller.backends.base import Backend, Environment, ReportsIsolation, Watches
 from dynrunner.controller.cache.grants import CacheGrants
 from dynrunner.controller.cache.revoke import CacheRevoker
-from dynrunner.controller.capacity import Capacity
-from dynrunner.controller.claim_assignment import ClaimSettings
-from dynrunner.controller.claimer import Claimer, pool_pacer
-from dynrunner.controller.config import GITEA_ENDLESS_TASK_MINUTES, ControllerConfig, PoolConfig
-from dynrunner.controller.embedded_nats import EmbeddedNats
-from dynrunner.controller.finalize_records import FinalizeRecordStore
-from dynrunner.controller.health import HealthServer
-from dynrunner.controller.launched import LaunchedRecord
-from dynrunner.controller.launcher import Launcher
-from dynrunner.controller.leases import Lease, exclusive, open_lease_bucket, replica_alive, replica_key
-from dynrunner.controller.loops import Backoff, supervise
-from dynrunner.controller.metrics import Metrics
-from dynrunner.controller.nats_auth import client_options
-from dynrunner.controller.permits import LedgerFactory, PermitLedger, ledger_factory, open_permits_bucket
-from dynrunner.controller.reaper import PoolWatch, Reaper
-from dynrunner.controller.registration_token import RegistrationToken
-from dynrunner.controller.registrations import Registrations, Replica
-from dynrunner.controller.registrations_store import RegistrationStore
-from dynrunner.controller.sealing import Sealer, SealingError, ensure_key_file
-from dynrunner.controller.stagelog import ClaimedLines
-from dynrunner.proto.assignment import ExecutorOptions
+from dynrunner.controller.claiming.claimer import Claimer, pool_pacer
+from dynrunner.controller.claiming.registration_token import RegistrationToken
+from dynrunner.controller.claiming.registrations import Registrations, Replica
+from dynrunner.controller.claiming.registrations_store import RegistrationStore
+from dynrunner.controller.config.model import GITEA_ENDLESS_TASK_MINUTES, ControllerConfig, PoolConfig
+from dynrunner.controller.coordination.capacity import Capacity
+from dynrunner.controller.coordination.leases import Lease, exclusive, open_lease_bucket, replica_alive, replica_key
+from dynrunner.controller.coordination.permits import LedgerFactory, PermitLedger, ledger_factory, open_permits_bucket
+from dynrunner.controller.infra.embedded_nats import EmbeddedNats
+from dynrunner.controller.infra.health import HealthServer
+from dynrunner.controller.infra.loops import Backoff, supervise
+from dynrunner.controller.infra.metrics import Metrics
+from dynrunner.controller.infra.nats_auth import client_options
+from dynrunner.controller.infra.sealing import Sealer
+from dynrunner.controller.launching.launcher import Launcher
+from dynrunner.controller.reaping.reaper import PoolWatch, Reaper
+from dynrunner.controller.reporting.stagelog import ClaimedLines
+from dynrunner.controller.startup import StartupError, claim_settings, open_backend, open_sealer
 from dynrunner.proto.gitea import GiteaClient, GiteaError
 from dynrunner.proto.gitea.client import NO_RETRY
 
@@ -64,10 +61,6 @@ def claim_loop_backoff() -> Backoff:
     return Backoff(1.0, 60.0)
 
 
-class StartupError(RuntimeError):
-    """The controller cannot start as configured (the message says what to change)."""
-
-
 @dataclass
 class Pool:
     config: PoolConfig
@@ -75,72 +68,6 @@ class Pool:
     capacity: Capacity
     claimers: list[Claimer]
     launcher: Launcher
-
-
-def executor_options(cfg: ControllerConfig, pool: PoolConfig) -> ExecutorOptions:
-    """What a pool's executors are told about their runtime: the pool's backend says where the
-    workspace is and whether they wait for a workload identity."""
-    needs = pool.backend.executor_needs(cfg.identity)
-    return ExecutorOptions(
-        workspace=needs.workspace or cfg.executor.workspace,
-        artifacts=cfg.artifacts.options(),
-        identity=needs.identity,
-        outputs_total_limit_bytes=cfg.executor.outputs_total_limit_bytes,
-        log_level=cfg.executor.log_level,
-    )
-
-
-def claim_settings(cfg: ControllerConfig, pool: PoolConfig, *, cache: CacheGrants | None = None) -> ClaimSettings:
-    """How a pool's claimers build assignments (also what `render` builds one with)."""
-    return ClaimSettings(
-        pool=pool.name,
-        backend=pool.backend.kind,
-        gitea_url=cfg.gitea.url,
-        fetch_interval_s=cfg.gitea.fetch_interval_s,
-        fetch_interval_max_s=cfg.gitea.fetch_interval_max_s,
-        request_timeout_s=cfg.gitea.request_timeout_s,
-        default_timeout_minutes=pool.job_timeout_minutes,
-        trust_domain=cfg.identity.trust_domain,
-        executor=executor_options(cfg, pool),
-        cache=cache,
-    )
-
-
-def open_sealer(cfg: ControllerConfig, *, create: bool = True) -> Sealer | None:
-    """The sealing key; created on first start only for a single-machine (embedded NATS)
-    controller — with an external NATS every replica must share one key, made by an admin.
-    Without `create` (for `check`), None where it would be created. Every problem with a key
-    file is a StartupError whose one line `run` and `check` both print."""
-    key_file = cfg.sealing.key_file
-    assert key_file is not None, "ControllerConfig derives key_file"
-    for path in (key_file, *cfg.sealing.retired_key_files):
-        if path.is_symlink() and not path.exists():
-            raise StartupError(
-                f"sealing key file {path} is a symbolic link to {os.readlink(path)}, which does not exist"
-            )
-    if not key_file.exists():
-        if cfg.nats.url is not None:
-            raise StartupError(
-                f"sealing key file {key_file} does not exist; create one (e.g. `head -c 32 /dev/urandom | base64 > "
-                f"{key_file}`) and give every controller replica the same key"
-            )
-        if not create:
-            return None
-        ensure_key_file(key_file)
-        log.info("created a new sealing key", extra={"key_file": str(key_file)})
-    try:
-        return Sealer.from_key_file(key_file, cfg.sealing.retired_key_files)
-    except SealingError as err:
-        raise StartupError(str(err)) from None
-
-
-def open_backend(pool: PoolConfig, cfg: ControllerConfig) -> Backend:
-    """The pool's backend; one it cannot make (its executor program is missing, say) is a
-    StartupError naming the pool, as `check` reports it."""
-    try:
-        return create_backend(pool, cfg)
-    except (ValueError, BackendError, OSError) as err:
-        raise StartupError(f"pool {pool.name}: {err}") from err
 
 
 class Controller:

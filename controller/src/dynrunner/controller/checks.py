@@ -18,14 +18,14 @@ import aiohttp
 import nats.errors
 import nats.js.errors
 
-from dynrunner.controller.app import StartupError, open_backend, open_sealer
-from dynrunner.controller.assignments import AssignmentLogError, connect_nats
+from dynrunner.controller.assignments.log import AssignmentLogError, connect_nats
 from dynrunner.controller.backends.base import ReportsIsolation
-from dynrunner.controller.config import ConfigError, ControllerConfig, load_config
-from dynrunner.controller.embedded_nats import EmbeddedNatsError, find_nats_server
-from dynrunner.controller.health import parse_address
-from dynrunner.controller.nats_auth import anonymous_options, client_options
-from dynrunner.controller.registration_token import WHERE_TO_GET_ONE
+from dynrunner.controller.claiming.registration_token import WHERE_TO_GET_ONE
+from dynrunner.controller.config.model import ConfigError, ControllerConfig, load_config
+from dynrunner.controller.infra.embedded_nats import EmbeddedNatsError, find_nats_server
+from dynrunner.controller.infra.health import parse_address
+from dynrunner.controller.infra.nats_auth import anonymous_options, client_options
+from dynrunner.controller.startup import StartupError, open_backend, open_sealer
 from dynrunner.proto.gitea import GiteaClient, GiteaError
 from dynrunner.proto.gitea.client import RetryPolicy
 

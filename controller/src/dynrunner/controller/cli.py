@@ -18,9 +18,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from dynrunner.controller.config import ConfigError, ControllerConfig, load_config
-from dynrunner.controller.logs import configure_logging
-from dynrunner.controller.loops import Fatal
+from dynrunner.controller.config.model import ConfigError, ControllerConfig, load_config
+from dynrunner.controller.infra.logs import configure_logging
+from dynrunner.controller.infra.loops import Fatal
 from dynrunner.proto.gitea import GiteaError
 from dynrunner.proto.gitea.client import exit_without_finalization
 
@@ -65,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rbac.add_argument("--service-account-namespace", default="dynrunner", help="the controller's namespace")
     args = parser.parse_args(argv)
     if args.command == "rbac":
-        from dynrunner.controller.backends.kubernetes.permissions import manifests
+        from dynrunner.controller.backends.kubernetes.rbac import manifests
 
         print(manifests(args.namespace, args.service_account, args.service_account_namespace), end="")
         return EXIT_OK
@@ -93,8 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _render(config: Path | None, pool: str, task_file: Path) -> int:
-    from dynrunner.controller.backends.kubernetes.render import RenderError, read_task, render
     from dynrunner.controller.contract import ContractError
+    from dynrunner.controller.render import RenderError, read_task, render
 
     try:
         cfg = load_config(config)

@@ -25,8 +25,8 @@ import aiohttp
 import yaml
 
 from dynrunner.controller.app import Controller
-from dynrunner.controller.config import ControllerConfig
-from dynrunner.controller.logs import configure_logging
+from dynrunner.controller.config.model import ControllerConfig
+from dynrunner.controller.infra.logs import configure_logging
 
 LABELS = ["self-hosted", "local"]
 DONE = {"success", "failure", "cancelled", "skipped"}

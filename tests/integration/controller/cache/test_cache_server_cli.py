@@ -11,8 +11,8 @@ from pathlib import Path
 import aiohttp
 import yaml
 
-from dynrunner.controller.config import ConfigError, load_cache_server_config
-from dynrunner.controller.sealing import ensure_key_file
+from dynrunner.controller.config.model import ConfigError, load_cache_server_config
+from dynrunner.controller.infra.sealing import ensure_key_file
 
 CLI = str(Path(sys.executable).parent / "dynrunner-controller")
 

@@ -19,15 +19,15 @@ from pathlib import Path
 import nats
 import pytest
 
-from dynrunner.controller import embedded_nats
-from dynrunner.controller.assignments import AssignmentLog, AssignmentLogError, connect_nats
-from dynrunner.controller.config import NatsConfig
-from dynrunner.controller.embedded_nats import EmbeddedNats, EmbeddedNatsError, find_nats_server
-from dynrunner.controller.registrations_store import RegistrationStore
-from dynrunner.controller.sealing import Sealer
+from dynrunner.controller.assignments.log import AssignmentLog, AssignmentLogError, connect_nats
+from dynrunner.controller.claiming.registrations_store import RegistrationStore
+from dynrunner.controller.config.model import NatsConfig
+from dynrunner.controller.infra import embedded_nats
+from dynrunner.controller.infra.embedded_nats import EmbeddedNats, EmbeddedNatsError, find_nats_server
+from dynrunner.controller.infra.sealing import Sealer
 from dynrunner.proto.gitea import Task
-from tests.e2e.harness import wait_for
-from tests.integration.controller.infra.samples import make_assignment, registration
+from tests.fixtures.controller_samples import make_assignment, registration
+from tests.fixtures.harness import wait_for
 
 CFG = NatsConfig(ack_wait_s=5)
 
@@ -98,7 +98,7 @@ async def test_server_left_by_a_killed_controller_is_replaced(tmp_path: Path) ->
         f"""
         import asyncio, sys
         from pathlib import Path
-        from dynrunner.controller.embedded_nats import EmbeddedNats
+        from dynrunner.controller.infra.embedded_nats import EmbeddedNats
         async def main():
             server = EmbeddedNats(Path({str(tmp_path)!r}))
             await server.start()

@@ -14,16 +14,16 @@ import nkeys
 import pytest
 import yaml
 
-from dynrunner.controller.assignments import AssignmentLog, AssignmentLogError, connect_nats
+from dynrunner.controller.assignments.log import AssignmentLog, AssignmentLogError, connect_nats
 from dynrunner.controller.checks import run_checks
-from dynrunner.controller.config import ConfigError, NatsConfig, load_config
-from dynrunner.controller.nats_auth import client_options
-from dynrunner.controller.sealing import Sealer
+from dynrunner.controller.config.model import ConfigError, NatsConfig, load_config
+from dynrunner.controller.infra.nats_auth import client_options
+from dynrunner.controller.infra.sealing import Sealer
 from dynrunner.doubles.gitea import GiteaDouble
-from tests.e2e.harness import config_data
+from tests.fixtures.controller_samples import make_assignment
+from tests.fixtures.harness import config_data
 from tests.fixtures.nats import NatsServer
 from tests.fixtures.nats_auth import make_pki, new_seed, operator_setup, public_key
-from tests.integration.controller.infra.samples import make_assignment
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ import socket
 import aiohttp
 import pytest
 
-from dynrunner.controller.health import HealthServer, parse_address
-from dynrunner.controller.metrics import Metrics
+from dynrunner.controller.infra.health import HealthServer, parse_address
+from dynrunner.controller.infra.metrics import Metrics
 
 
 async def get(url: str, accept: str = "") -> tuple[int, str, str]:

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from dynrunner.controller.logs import configure_logging, current_context, log_context
+from dynrunner.controller.infra.logs import configure_logging, current_context, log_context
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from dynrunner.controller.metrics import Metrics
+from dynrunner.controller.infra.metrics import Metrics
 
 
 def families(m: Metrics) -> dict[str, str]:

@@ -16,7 +16,14 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dynrunner.controller.sealing import ForgedAssignment, Sealer, SealingError, ensure_key_file, key_id, read_key_file
+from dynrunner.controller.infra.sealing import (
+    ForgedAssignment,
+    Sealer,
+    SealingError,
+    ensure_key_file,
+    key_id,
+    read_key_file,
+)
 from dynrunner.proto.assignment import (
     Assignment,
     AssignmentError,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from dynrunner.controller.backends.base import Backend
-from dynrunner.controller.config import ControllerConfig, PoolConfig
+from dynrunner.controller.config.model import ControllerConfig, PoolConfig
 
 Factory = Callable[[PoolConfig, ControllerConfig], Backend]
 

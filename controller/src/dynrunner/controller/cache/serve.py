@@ -20,9 +20,9 @@ from dynrunner.controller.cache.index import Index
 from dynrunner.controller.cache.server import CacheServer
 from dynrunner.controller.cache.service import CacheService, Limits
 from dynrunner.controller.cache.storage import CacheStorage
-from dynrunner.controller.config import CacheConfig
-from dynrunner.controller.health import parse_address
-from dynrunner.controller.sealing import SealingError, ensure_key_file, read_key_file
+from dynrunner.controller.config.model import CacheConfig
+from dynrunner.controller.infra.health import parse_address
+from dynrunner.controller.infra.sealing import SealingError, ensure_key_file, read_key_file
 from dynrunner.proto.assignment import ArtifactStoreOptions
 
 log = logging.getLogger(__name__)
@@ -119,8 +119,8 @@ def run_standalone(config_path: Path | None) -> int:
     """`dynrunner-controller cache-server`: 0 after SIGTERM/SIGINT, 2 for a bad configuration,
     1 when it cannot start (no key file, the address taken). Its key file must exist: the
     controllers that sign grants for it hold the same key."""
-    from dynrunner.controller.config import ConfigError, load_cache_server_config
-    from dynrunner.controller.logs import configure_logging
+    from dynrunner.controller.config.model import ConfigError, load_cache_server_config
+    from dynrunner.controller.infra.logs import configure_logging
 
     try:
         cfg = load_cache_server_config(config_path)

@@ -48,7 +48,7 @@ from dynrunner.controller.backends.kubernetes.diagnosis import (
 from dynrunner.controller.backends.kubernetes.entries import Entries
 from dynrunner.controller.backends.kubernetes.informer import Informer
 from dynrunner.controller.backends.kubernetes.progress import start_lines, started_line
-from dynrunner.controller.config import ControllerConfig, PoolConfig
+from dynrunner.controller.config.model import ControllerConfig, PoolConfig
 from dynrunner.proto.assignment import Assignment, decode, encode
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ from dynrunner.controller.backends.kubernetes import identity
 from dynrunner.controller.backends.kubernetes.config import KubernetesBackendConfig
 from dynrunner.controller.backends.kubernetes.diagnosis import EXECUTOR_CONTAINER
 from dynrunner.controller.backends.kubernetes.merge import merge
-from dynrunner.controller.config import ControllerConfig, PoolConfig
+from dynrunner.controller.config.model import ControllerConfig, PoolConfig
 from dynrunner.proto.assignment import Assignment, IdentityWait
 
 ASSIGNMENT_VOLUME = "assignment"

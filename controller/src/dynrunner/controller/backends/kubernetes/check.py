@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 from dynrunner.controller.backends.kubernetes.api import KubeApi, KubeError, NotFound
 from dynrunner.controller.backends.kubernetes.identity import CSE_VERSION
-from dynrunner.controller.backends.kubernetes.permissions import Permission, declared
+from dynrunner.controller.backends.kubernetes.permissions import Permission
+from dynrunner.controller.backends.kubernetes.rbac import declared
 
 
 @dataclass(frozen=True, slots=True)

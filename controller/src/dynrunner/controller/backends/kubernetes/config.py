@@ -11,15 +11,18 @@ from __future__ import annotations
 import posixpath
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from dynrunner.controller.config_base import ConfigModel, ConfigPath, ExecutorNeeds, check_executor_command
+from dynrunner.controller.config.base import (
+    ConfigModel,
+    ConfigPath,
+    ExecutorNeeds,
+    IdentityTimings,
+    check_executor_command,
+)
 from dynrunner.proto.assignment import IdentityWait
-
-if TYPE_CHECKING:
-    from dynrunner.controller.config import IdentityConfig
 
 DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 DNS_SUBDOMAIN_RE = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -141,7 +144,7 @@ class KubernetesBackendConfig(ConfigModel):
         """Nothing of a Pod depends on the controller's state directory."""
         return self
 
-    def executor_needs(self, identity: IdentityConfig) -> ExecutorNeeds:
+    def executor_needs(self, identity: IdentityTimings) -> ExecutorNeeds:
         """The workspace is the Pod's working directory (its volume's mount); with `identity`
         on, the executor waits for its SVID and finds the Workload API through
         SPIFFE_ENDPOINT_SOCKET, which the Pod sets."""

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from dynrunner.controller.backends.kubernetes.api import Gone
-from dynrunner.controller.loops import Backoff
+from dynrunner.controller.infra.loops import Backoff
 
 log = logging.getLogger(__name__)
 

@@ -56,7 +56,7 @@ from dynrunner.controller.backends.local.processes import TRACKING_VAR, tracking
 from dynrunner.controller.backends.local.settings import PASSED_ENV, settings
 from dynrunner.controller.backends.local.stopping import Stopper
 from dynrunner.controller.backends.local.watch import WATCH_INTERVAL_S, DirectoryWatch
-from dynrunner.controller.config import ControllerConfig, LocalBackendConfig, PoolConfig
+from dynrunner.controller.config.model import ControllerConfig, LocalBackendConfig, PoolConfig
 from dynrunner.proto.assignment import Assignment, encode
 
 log = logging.getLogger(__name__)

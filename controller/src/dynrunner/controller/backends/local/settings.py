@@ -21,7 +21,7 @@ from dynrunner.controller.backends.local.isolation import (
     resolve_user,
     sandbox,
 )
-from dynrunner.controller.config import ControllerConfig, LocalBackendConfig, PoolConfig
+from dynrunner.controller.config.model import ControllerConfig, LocalBackendConfig, PoolConfig
 
 PASSED_ENV = (
     "LANG", "LC_ALL", "LC_CTYPE", "TZ", "SSL_CERT_FILE", "SSL_CERT_DIR",

@@ -41,7 +41,7 @@ from dynrunner.controller.backends.opensandbox.api import NotFound, OpenSandboxA
 from dynrunner.controller.backends.opensandbox.builders import VmSettings
 from dynrunner.controller.backends.opensandbox.diagnosis import DEADLINE_SLACK, SandboxView, classify
 from dynrunner.controller.backends.opensandbox.watch import Clock, PoolWatch, utcnow
-from dynrunner.controller.config import ControllerConfig, PoolConfig
+from dynrunner.controller.config.model import ControllerConfig, PoolConfig
 from dynrunner.proto.assignment import Assignment, encode
 
 log = logging.getLogger(__name__)

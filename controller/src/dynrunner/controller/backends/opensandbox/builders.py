@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 
 from dynrunner.controller import contract
 from dynrunner.controller.backends.opensandbox.config import NetworkPolicy, OpenSandboxBackendConfig
-from dynrunner.controller.config import ControllerConfig, PoolConfig
+from dynrunner.controller.config.model import ControllerConfig, PoolConfig
 from dynrunner.proto.assignment import Assignment
 
 METADATA_PREFIX = "dynrunner-"

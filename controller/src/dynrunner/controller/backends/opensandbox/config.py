@@ -12,16 +12,13 @@ from __future__ import annotations
 import posixpath
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 
-from dynrunner.controller.config_base import ConfigModel, ConfigPath, ExecutorNeeds
+from dynrunner.controller.config.base import ConfigModel, ConfigPath, ExecutorNeeds, IdentityTimings
 from dynrunner.proto.assignment import IdentityWait
-
-if TYPE_CHECKING:
-    from dynrunner.controller.config import IdentityConfig
 
 VM_ENTRYPOINT = "/usr/local/bin/dynrunner-vm-entrypoint"
 DEFAULT_WORKLOAD_API_SOCKET = "/run/spire/agent/public/api.sock"
@@ -99,7 +96,7 @@ class OpenSandboxBackendConfig(ConfigModel):
         """Nothing of it depends on the controller's state directory."""
         return self
 
-    def executor_needs(self, identity: IdentityConfig) -> ExecutorNeeds:
+    def executor_needs(self, identity: IdentityTimings) -> ExecutorNeeds:
         """The workspace in the VM; with `identity`, the wait for the SVID on the in-VM agent's
         Workload API socket."""
         wait = IdentityWait(

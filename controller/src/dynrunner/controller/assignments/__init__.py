@@ -1,0 +1,1 @@
+"""The assignment log and the records kept beside it: deliveries, launch and finalize records."""

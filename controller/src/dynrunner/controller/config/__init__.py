@@ -1,0 +1,1 @@
+"""The controller's configuration: one YAML file plus `DYNRUNNER_*` environment overrides."""

@@ -1,0 +1,1 @@
+"""What replicas share: leases, the pool's capacity permits."""

@@ -1,0 +1,1 @@
+"""Launching: deliveries become environments, and their starts are followed until the executor runs."""

@@ -1,0 +1,1 @@
+"""Reaping: finished environments deleted, failed ones finalized, orphans collected."""
