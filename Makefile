@@ -8,7 +8,7 @@ UV := $(BIN)/uv
 STAMP := $(VENV)/.installed
 PKGS := -e proto -e executor -e controller -e tests/doubles
 
-.PHONY: venv test test-fast lint proto requirements clients clients-lock demo bench clean vm-validate vm-wheels \
+.PHONY: venv test test-fast soak-suite lint proto requirements clients clients-lock demo bench clean vm-validate vm-wheels \
 	images image-controller image-executor base-image chart chart-tools
 
 venv: $(STAMP)
@@ -40,6 +40,11 @@ chart-tools: venv
 # values schema (tests/chart fails while they are stale).
 chart: venv
 	$(BIN)/python charts/generate.py
+
+# The integration and end-to-end tiers three times beside a CPU hog (load >= 4 on 2 cores),
+# every failure reported: a test that fails only under load is a bug to find, not to re-run.
+soak-suite: venv clients chart-tools
+	$(BIN)/python tools/soak_suite.py
 
 test-fast: venv
 	$(BIN)/python -m pytest -q -x tests/unit

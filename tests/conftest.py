@@ -1,6 +1,7 @@
 """Shared pytest wiring: fixtures live in tests/fixtures/, one module per seam."""
 
 pytest_plugins = [
+    "tests.fixtures.ports",
     "tests.fixtures.gitea",
     "tests.fixtures.executor",
     "tests.fixtures.nats",

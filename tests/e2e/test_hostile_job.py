@@ -13,7 +13,6 @@ import asyncio
 import json
 import logging
 import os
-import sys
 from pathlib import Path
 from shlex import quote
 from typing import Any
@@ -24,7 +23,7 @@ import yaml
 from dynrunner.controller.backends.local.layout import Layout
 from dynrunner.controller.config.model import ControllerConfig, load_config
 from dynrunner.doubles.gitea import GiteaDouble
-from tests.fixtures.harness import REAL_EXECUTOR, config_data, in_process, wait_for, wait_run_done
+from tests.fixtures.harness import config_data, in_process, wait_for, wait_run_done
 from tests.fixtures.local_backend import NOBODY
 
 B_SECRET = "b-secret-correct-horse-battery"
@@ -70,7 +69,7 @@ def hostile_job(targets: list[Path], listings: list[Path]) -> str:
     return yaml.safe_dump({"on": "push", "jobs": {"hostile": job}})
 
 
-def configure(gitea: GiteaDouble, host: Path, backend: dict[str, Any]) -> ControllerConfig:
+def configure(gitea: GiteaDouble, host: Path, backend: dict[str, Any], programs: Path) -> ControllerConfig:
     """A configuration file and a token file as an admin might leave them: readable by anyone."""
     token = host / "registration-token"
     token.write_text(gitea.registration_token + "\n")
@@ -79,7 +78,7 @@ def configure(gitea: GiteaDouble, host: Path, backend: dict[str, Any]) -> Contro
         registration_token=gitea.registration_token,
         state_dir=host / "state",
         nats_url=None,
-        executor_command=[REAL_EXECUTOR],
+        executor_command=[str(programs / "dynrunner-executor")],
         max_concurrency=2,
     )
     del data["gitea"]["registrationToken"]
@@ -129,9 +128,9 @@ async def attack(gitea: GiteaDouble, cfg: ControllerConfig) -> tuple[str, list[s
 
 
 async def test_a_hostile_job_under_run_as_user_reads_nothing_it_must_not(
-    gitea: GiteaDouble, host_dir: Path, caplog: pytest.LogCaptureFixture
+    gitea: GiteaDouble, host_dir: Path, installed_programs: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    cfg = configure(gitea, host_dir, {"runAsUser": "nobody"})
+    cfg = configure(gitea, host_dir, {"runAsUser": "nobody"}, installed_programs)
     caplog.set_level(logging.INFO)
     async with in_process(cfg):
         log, secrets = await attack(gitea, cfg)
@@ -155,9 +154,9 @@ async def test_a_hostile_job_under_run_as_user_reads_nothing_it_must_not(
 
 
 async def test_without_run_as_user_the_same_job_reads_it_all_and_the_controller_said_so(
-    gitea: GiteaDouble, host_dir: Path, caplog: pytest.LogCaptureFixture
+    gitea: GiteaDouble, host_dir: Path, installed_programs: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    cfg = configure(gitea, host_dir, {})
+    cfg = configure(gitea, host_dir, {}, installed_programs)
     caplog.set_level(logging.INFO)
     async with in_process(cfg):
         log, _ = await attack(gitea, cfg)
@@ -173,7 +172,7 @@ def give_to_nobody(top: Path) -> None:
         os.chown(path, NOBODY, NOBODY)
 
 
-async def as_nobody(*argv: str) -> tuple[int, str]:
+async def as_nobody(programs: Path, *argv: str) -> tuple[int, str]:
     """A `dynrunner-controller` command run as an unprivileged user, as a controller that is
     not root runs (without blocking the loop the Gitea double answers in)."""
     proc = await asyncio.create_subprocess_exec(
@@ -182,7 +181,7 @@ async def as_nobody(*argv: str) -> tuple[int, str]:
         f"--regid={NOBODY}",
         "--clear-groups",
         "--",
-        str(Path(sys.executable).parent / "dynrunner-controller"),
+        str(programs / "dynrunner-controller"),
         *argv,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
@@ -192,11 +191,13 @@ async def as_nobody(*argv: str) -> tuple[int, str]:
     return proc.returncode or 0, out.decode()
 
 
-async def test_a_controller_that_is_not_root_says_it_cannot_isolate_jobs(gitea: GiteaDouble, host_dir: Path) -> None:
-    cfg = configure(gitea, host_dir, {})
+async def test_a_controller_that_is_not_root_says_it_cannot_isolate_jobs(
+    gitea: GiteaDouble, host_dir: Path, installed_programs: Path
+) -> None:
+    cfg = configure(gitea, host_dir, {}, installed_programs)
     give_to_nobody(host_dir)
     assert cfg.source_file is not None
-    code, out = await as_nobody("check", "--config", str(cfg.source_file))
+    code, out = await as_nobody(installed_programs, "check", "--config", str(cfg.source_file))
     assert code == 0, out
     [warning] = [line for line in out.splitlines() if line.startswith("WARN pool local: ")]
     assert "jobs run as the controller's own user (uid 65534) and are not isolated from it" in warning
@@ -205,8 +206,8 @@ async def test_a_controller_that_is_not_root_says_it_cannot_isolate_jobs(gitea: 
     data = yaml.safe_load(cfg.source_file.read_text())
     data["pools"][0]["backend"]["runAsUser"] = "nobody"
     cfg.source_file.write_text(yaml.safe_dump(data))
-    code, out = await as_nobody("check", "--config", str(cfg.source_file))
+    code, out = await as_nobody(installed_programs, "check", "--config", str(cfg.source_file))
     assert code == 1 and "FAIL pool local: runAsUser needs the controller to run as root" in out, out
-    code, out = await as_nobody("run", "--config", str(cfg.source_file))
+    code, out = await as_nobody(installed_programs, "run", "--config", str(cfg.source_file))
     assert code == 1 and "runAsUser needs the controller to run as root" in out, out
     assert "Traceback" not in out

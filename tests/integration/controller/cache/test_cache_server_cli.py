@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import socket
 import sys
 from pathlib import Path
 
@@ -15,12 +14,6 @@ from dynrunner.controller.config.model import ConfigError, load_cache_server_con
 from dynrunner.controller.infra.sealing import ensure_key_file
 
 CLI = str(Path(sys.executable).parent / "dynrunner-controller")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def _start(config: Path) -> asyncio.subprocess.Process:
@@ -34,27 +27,34 @@ def _write(path: Path, cache: dict[str, object], **top: object) -> Path:
     return path
 
 
-async def test_it_serves_until_sigterm_with_the_shared_key(tmp_path: Path) -> None:
-    port = _free_port()
+async def test_it_serves_until_sigterm_with_the_shared_key(tmp_path: Path, reserved_port: int) -> None:
+    port = reserved_port
     key = ensure_key_file(tmp_path / "cache.key")
     cache = {"url": f"http://127.0.0.1:{port}", "listen": f"127.0.0.1:{port}", "keyFile": str(key)}
     # the controllers' own file works too: sections other than cache, logging and stateDir are ignored
     config = _write(tmp_path / "c.yaml", cache, gitea={"url": "http://gitea"}, stateDir=str(tmp_path / "state"))
-    process = await _start(config)
+    output = tmp_path / "cache-server.log"
+    with output.open("wb") as sink:
+        process = await asyncio.create_subprocess_exec(
+            CLI, "cache-server", "--config", str(config), stdout=sink, stderr=asyncio.subprocess.STDOUT
+        )
     try:
+        # A start under load (imports, the index) may take long: bounded by time, and a
+        # server that exited says why instead of the wait running out.
+        deadline = asyncio.get_running_loop().time() + 90
         async with aiohttp.ClientSession() as http:
-            for _ in range(100):
+            while True:
+                assert process.returncode is None, f"the cache server exited: {output.read_text()}"
+                assert asyncio.get_running_loop().time() < deadline, f"never answered: {output.read_text()}"
                 try:
                     async with http.get(f"http://127.0.0.1:{port}/healthz") as response:
                         assert response.status == 200
                         break
                 except aiohttp.ClientConnectionError:
                     await asyncio.sleep(0.1)
-            else:
-                raise AssertionError("the cache server never answered")
     finally:
         process.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(process.wait(), 20) == 0
+        assert await asyncio.wait_for(process.wait(), 60) == 0, output.read_text()
     assert (tmp_path / "state" / "cache" / "index.db").exists()
 
 

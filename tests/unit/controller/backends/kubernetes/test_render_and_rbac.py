@@ -20,7 +20,7 @@ from dynrunner.controller.cli import main
 from tests.fixtures.kubernetes_backend import IMAGE
 
 HERE = Path(__file__).parent
-DOC = Path(__file__).parents[4] / "docs" / "kubernetes.md"
+DOC = Path(__file__).parents[5] / "docs" / "kubernetes.md"
 SCHEMA = json.loads((HERE / "clusterstaticentry.schema.json").read_text())
 TASK = """\
 id: 42
