@@ -87,7 +87,8 @@ async def _each(targets: list[Target], method: str, path: str, **kwargs: Any) ->
     answers = []
     for url, key in targets:
         headers = {"OPEN-SANDBOX-API-KEY": key, **kwargs.pop("headers", {})} if "no_key" not in kwargs else {}
-        async with httpx.AsyncClient(base_url=url, headers=headers) as client:
+        # generous: the real server answers slowly on a loaded machine (httpx waits 5 s by default)
+        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60) as client:
             answers.append(await client.request(method, path, **{k: v for k, v in kwargs.items() if k != "no_key"}))
     return answers
 
