@@ -138,3 +138,21 @@ jobs:
     assert await executor_harness.run(claimed) == 0
     task = executor_harness.gitea.task(claimed.task_id)
     assert output_rows(task, 0) == ["dry=true negated=false count+=5"]
+
+
+NO_CONTAINER = """
+on: push
+jobs:
+  build:
+    runs-on: self-hosted
+    steps:
+      - run: echo "container=[${{ job.container }}] ${{ job.container && 'truthy' || 'falsy' }} ${{ job.status }}"
+"""
+
+
+async def test_a_job_without_a_container_has_an_empty_job_container(executor_harness: ExecutorHarness) -> None:
+    """GitHub's and act's `job.container` is empty there; actions that test it pick their shell by it."""
+    claimed = await executor_harness.claim(NO_CONTAINER)
+    assert await executor_harness.run(claimed) == 0
+    task = executor_harness.gitea.task(claimed.task_id)
+    assert output_rows(task, 0) == ["container=[] falsy success"]

@@ -2,9 +2,10 @@
 
 Names match ignoring case (as on GitHub). A declared input the step does not give takes its
 `default` (which may hold an expression: `${{ github.token }}` is common). An input the
-action declares `required` with no default and the step does not give fails the step with
-a clear error — GitHub leaves that check to the action itself (`core.getInput(..., {required:
-true})`), which a composite action cannot make; we make it for every kind. An input the
+action declares `required` with no default and the step does not give is empty, with a
+warning: GitHub's runner does not check it (actions/runner#1070) and leaves that to the action
+(`core.getInput(..., {required: true})`), and actions that declare an input required and
+handle its absence themselves must run here as they run there. An input the
 action does not declare is passed on with GitHub's warning. Node actions see each input as
 `INPUT_<NAME>`: the name upper-cased with spaces made `_` (GitHub's and `@actions/core`'s
 rule; `-` and `.` stay).
@@ -17,10 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dynrunner.executor.actions.manifest import Manifest
-
-
-class InputError(ValueError):
-    """Required inputs are missing; the message names them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,15 +46,16 @@ def resolve_inputs(
                 warnings.append(f"Input '{name}' has been deprecated with message: {spec.deprecation}")
         elif spec.default is not None:
             values[name] = default(spec.default)
-        elif spec.required:
-            missing.append(name)
         else:
             values[name] = ""
+            if spec.required:
+                missing.append(name)
     if missing:
         names = ", ".join(f"'{name}'" for name in missing)
-        raise InputError(
-            f"Input required and not supplied: {names}. The action '{action}' requires "
-            f"{'it' if len(missing) == 1 else 'them'}; give {'it' if len(missing) == 1 else 'them'} under `with:`."
+        it = "it" if len(missing) == 1 else "them"
+        warnings.append(
+            f"Input required and not supplied: {names}. The action '{action}' declares {it} required and "
+            f"runs with {it} empty, as on GitHub; give {it} under `with:` if the action needs {it}."
         )
     if by_lower:
         extra = ", ".join(f"'{name}'" for name in by_lower.values())

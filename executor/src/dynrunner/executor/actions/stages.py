@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from dynrunner.executor.actions import ActionCall, ActionError, Actions, LoadedAction
 from dynrunner.executor.actions.composite import run_composite
-from dynrunner.executor.actions.inputs import InputError, resolve_inputs
+from dynrunner.executor.actions.inputs import resolve_inputs
 from dynrunner.executor.actions.node import run_node
 from dynrunner.executor.actions.reference import LocalAction, RemoteAction
 from dynrunner.executor.expressions import ExpressionError
@@ -174,7 +174,7 @@ class ActionStages:
 
         try:
             inputs = resolve_inputs(manifest, p.with_, default, action=action.display)
-        except (InputError, ExpressionError) as err:
+        except ExpressionError as err:
             p.log(f"##[error]{err}")
             return None
         for warning in inputs.warnings:
