@@ -21,7 +21,7 @@ $(STAMP): requirements-dev.txt proto/pyproject.toml executor/pyproject.toml cont
 	@touch $(STAMP)
 
 test: lint clients chart-tools
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --durations=25 tests
 
 # The JavaScript clients real actions are built on (tests only): `npm ci` from tests/clients/.
 clients: venv

@@ -18,7 +18,7 @@ from dynrunner.doubles.spire.vm_agent import attest
 from dynrunner.proto.spire import SpireServerClient, SpireServerError, parse_spiffe_id
 from tests.fixtures.spire_server import TRUST_DOMAIN
 
-ALIAS = f"spiffe://{TRUST_DOMAIN}/spire/agent/dynrunner/vm/0b6d7d6e-5a8e-4f0e-9a55-3d7c9a6f0c11"
+ALIAS = f"spiffe://{TRUST_DOMAIN}/dynrunner/agent/vm/0b6d7d6e-5a8e-4f0e-9a55-3d7c9a6f0c11"
 
 
 def _mtls(server: SpireServer, spiffe_id: str) -> grpc.aio.Channel:
@@ -60,6 +60,17 @@ async def test_a_token_with_an_alias_joins_one_agent_that_is_removed_with_its_al
         assert await client.delete_entries([alias.id, "no-such-entry"]) == [alias.id]
         assert await client.entries_with_spiffe_id(ALIAS) == []
         assert client.requests == 7
+
+
+async def test_an_alias_in_spires_reserved_namespace_is_refused(spire_server: SpireServer) -> None:
+    """As SPIRE's CreateJoinToken (VerifyTrustDomainWorkloadID): no agent ID under `/spire/`.
+    The product's alias lies outside it (`builders.agent_alias`)."""
+    async with grpc.aio.insecure_channel(spire_server.admin_target) as channel:
+        client = SpireServerClient(channel)
+        with pytest.raises(SpireServerError) as refused:
+            await client.create_join_token(60, agent_id=f"spiffe://{TRUST_DOMAIN}/spire/agent/dynrunner/vm/a1")
+        assert "reserved namespace" in str(refused.value)
+        assert await client.entries_with_spiffe_id(f"spiffe://{TRUST_DOMAIN}/spire/agent/dynrunner/vm/a1") == []
 
 
 async def test_entries_are_listed_across_pages(spire_server: SpireServer) -> None:

@@ -66,7 +66,7 @@ def test_an_agent_serves_entries_parented_on_its_join_token_alias():
     the agent's children and their descendants)."""
     store = EntryStore("example.org")
     agent = Agent("spiffe://example.org/spire/agent/join_token/t1")
-    alias = "spiffe://example.org/spire/agent/dynrunner/vm/a1"
+    alias = "spiffe://example.org/dynrunner/agent/vm/a1"
     store.put(Entry(alias, agent.spiffe_id, frozenset({("spiffe_id", agent.spiffe_id)})))
     job = store.put(Entry("spiffe://example.org/ci/o/r/build", alias, frozenset({("unix", "uid:1001")})))
     other = Agent("spiffe://example.org/spire/agent/join_token/t2")

@@ -96,4 +96,4 @@ def test_the_delivery_has_the_token_and_bundle_only_with_identity() -> None:
         "bundle.pem": b"B",
     }
     assert builders.PARTIAL_DIR == "/run/dynrunner/delivery.partial"
-    assert builders.agent_alias("example.org", "vm", AID) == f"spiffe://example.org/spire/agent/dynrunner/vm/{AID}"
+    assert builders.agent_alias("example.org", "vm", AID) == f"spiffe://example.org/dynrunner/agent/vm/{AID}"

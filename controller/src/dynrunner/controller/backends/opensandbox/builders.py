@@ -40,7 +40,9 @@ FILE_MODE = 600
 
 MIN_TIMEOUT_S = 60
 """The shortest timeout opensandbox-server accepts."""
-AGENT_ALIAS_PATH = "/spire/agent/dynrunner"
+AGENT_ALIAS_PATH = "/dynrunner/agent"
+"""Outside `/spire/`: SPIRE refuses an agent ID in its reserved namespace (CreateJoinToken:
+INVALID_ARGUMENT, "path is in the reserved namespace")."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

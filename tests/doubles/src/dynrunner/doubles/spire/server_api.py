@@ -199,6 +199,12 @@ class AgentService(agent_pb2_grpc.AgentServicer):
             alias = spiffe_id(request.agent_id)
             if request.agent_id.trust_domain != self.state.trust_domain or not request.agent_id.path:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"invalid agent ID: {alias!r}")
+            if request.agent_id.path.startswith("/spire/"):  # SPIRE's VerifyTrustDomainWorkloadID
+                await context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f'invalid agent ID: "{alias}" is not a workload in trust domain '
+                    f'"{self.state.trust_domain}"; path is in the reserved namespace',
+                )
         expires_at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=request.ttl)
         self.state.tokens[token] = expires_at
         if request.HasField("agent_id"):
