@@ -10,8 +10,10 @@
 #    sandbox's env or metadata.
 # 2. With a join token: render the SPIRE agent's config, start the agent (it attests with the
 #    token, which SPIRE accepts once), wait for its Workload API socket, delete the token.
-# 3. Run the executor on the assignment, as $DYNRUNNER_EXECUTOR_USER when running as root;
-#    exit with its status (the sandbox then ends Terminated or Failed).
+# 3. Run the executor on the assignment, as $DYNRUNNER_EXECUTOR_USER when running as root,
+#    keeping the task state Gitea last accepted in $DYNRUNNER_STATE_FILE (the controller reads
+#    it through execd when it ends a job whose VM still runs); exit with its status (the
+#    sandbox then ends Terminated or Failed).
 #
 # Its own failures have exit statuses the executor never uses (0, 1, 3, 128+N), so the
 # controller's diagnosis tells them apart: 66 nothing (or no assignment) was delivered, 69 the
@@ -33,6 +35,7 @@ agent_socket=${SPIFFE_AGENT_SOCKET:-/run/spire/agent/public/api.sock}
 agent_timeout=${DYNRUNNER_SPIRE_AGENT_TIMEOUT_SECONDS:-120}
 executor=${DYNRUNNER_EXECUTOR_COMMAND:-dynrunner-executor}
 executor_user=${DYNRUNNER_EXECUTOR_USER-runner}
+state_file=${DYNRUNNER_STATE_FILE:-/run/dynrunner/reported/accepted-state.pb}
 
 say() { printf 'dynrunner-vm-entrypoint: %s\n' "$*" >&2; }
 
@@ -85,8 +88,11 @@ if [ -f "$delivery/join-token" ]; then
     rm -f "$delivery/join-token"
 fi
 
+mkdir -p "$(dirname "$state_file")"
+export DYNRUNNER_STATE_FILE="$state_file"
 run_as=
 if [ -n "$executor_user" ] && [ "$(id -u)" = 0 ]; then
+    chown "$executor_user" "$(dirname "$state_file")"
     chown "$executor_user" "$assignment"
     chmod 0400 "$assignment"
     home=$(getent passwd "$executor_user" | cut -d: -f6)

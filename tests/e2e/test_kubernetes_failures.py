@@ -13,6 +13,8 @@ from dynrunner.controller.config.model import ControllerConfig
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.doubles.kubernetes.cluster import Cluster
 from dynrunner.doubles.spire.double import SpireOptions
+from dynrunner.proto.accepted import decode
+from dynrunner.proto.gitea import Result
 from tests.fixtures.harness import in_process, wait_for, wait_run_done
 from tests.fixtures.kubernetes import api_client
 from tests.fixtures.kubernetes_backend import (
@@ -107,6 +109,55 @@ async def test_an_oom_killed_job_is_finalized_with_the_reason(
             "[dynrunner] the job failed: the job ran out of memory (memory limit 512Mi): the executor was OOMKilled",
         )
         await nothing_left(executor_cluster, running)
+
+
+TWO_STEPS = """
+on: push
+jobs:
+  build:
+    runs-on: [self-hosted, local]
+    steps:
+      - run: echo "built"
+      - run: |
+          echo "job started"
+          sleep 60
+      - run: echo never
+"""
+
+
+async def test_a_pod_killed_after_its_first_step_shows_that_step_succeeded(
+    gitea: GiteaDouble, nats_url: str, executor_cluster: Cluster, tmp_path: Path
+) -> None:
+    """Issue 18 item 7: the reaper finalizes with the steps Gitea last accepted, which the
+    executor kept as its termination message and the kubelet read when it killed it: step 1
+    succeeded, step 2 was cancelled, step 3 never ran (not every step cancelled)."""
+    cfg = config(gitea, nats_url, executor_cluster, tmp_path, resources={"limits": {"memory": "512Mi"}})
+    async with in_process(cfg) as running:
+        run = gitea.submit("acme/app", TWO_STEPS)
+        await running_job(gitea, run.id)
+        name = next(iter(_pods(executor_cluster)))
+        await wait_for(lambda: second_step_kept(executor_cluster, name), what="the second step's start accepted")
+        executor_cluster.oom_kill(NS, name)
+        await failed_with(gitea, run.id, "the executor was OOMKilled")
+        task = gitea.task(gitea.run(run.id).jobs[0].task_id)
+        assert [step.status for step in task.steps] == ["success", "cancelled", "skipped"], task.steps
+        first, second, _ = task.steps
+        assert "built" in task.log_rows[first.log_index : first.log_index + first.log_length]
+        assert 0 < second.started <= second.stopped
+        await nothing_left(executor_cluster, running)
+
+
+def second_step_kept(cluster: Cluster, name: str) -> bool:
+    """The executor's termination message (the file the kubelet reads at the container's end)
+    holds step 1 succeeded and step 2 started."""
+    with api_client(cluster.api) as api:
+        uid = client.CoreV1Api(api).read_namespaced_pod(name, NS).metadata.uid
+    for kubelet in cluster.kubelets.values():
+        message = kubelet.options.root / "pods" / uid / "termination" / "executor"
+        state = decode(message.read_text()) if message.exists() else None
+        if state is not None and len(state.steps) > 1 and state.steps[1].started_at is not None:
+            return state.steps[0].result is Result.SUCCESS
+    return False
 
 
 async def test_a_pod_deleted_by_hand_ends_its_job_at_once(

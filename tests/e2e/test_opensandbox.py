@@ -16,9 +16,11 @@ import pytest
 
 from dynrunner.controller.app import Controller
 from dynrunner.controller.backends.opensandbox.backend import OpenSandboxBackend
+from dynrunner.controller.backends.opensandbox.builders import STATE_FILE, deadline_of
 from dynrunner.controller.config.model import ControllerConfig
 from dynrunner.controller.demo import Demo, default_examples
 from dynrunner.doubles.gitea import GiteaDouble
+from dynrunner.proto.gitea import Result, TaskState
 from tests.fixtures.harness import (
     Subprocess,
     assert_only_armed_runners,
@@ -183,3 +185,68 @@ async def test_a_vm_that_expired_mid_job_fails_its_task_with_the_reason(
     assert failed.endswith("[vanished]"), failed
     assert rows[-1].startswith("[dynrunner] sandbox ")  # the detail: the VM as last seen (Running, or Stopping)
     assert_only_armed_runners(gitea)
+
+
+THREE_STEPS = """
+on: push
+jobs:
+  build:
+    runs-on: [self-hosted, vm]
+    timeout-minutes: 1
+    steps:
+      - run: echo built
+      - run: |
+          echo "job started" >> {ran}
+          sleep 300
+      - run: echo never
+"""
+
+
+async def test_a_vm_stopped_past_its_deadline_after_its_first_step_shows_that_step_succeeded(
+    gitea: GiteaDouble, nats_url: str, world: VmWorld, tmp_path: Path
+) -> None:
+    """Issue 18 item 7: a job the controller ends while its VM still runs (the executor ran
+    past the job's deadline: the double's clock jumps past it) is finalized with the steps
+    Gitea last accepted, read through execd before the VM is deleted: step 1 succeeded, step 2
+    cancelled, step 3 skipped (every step was cancelled)."""
+    ran = tmp_path / "ran.log"
+    cfg = ControllerConfig.model_validate(
+        {
+            **config_data(
+                gitea_url=gitea.url,
+                registration_token=gitea.registration_token,
+                state_dir=tmp_path / "state",
+                nats_url=nats_url,
+                pools=[world.pool()],
+            ),
+            "identity": world.identity(),
+        }
+    )
+    backend = OpenSandboxBackend.from_config(cfg.pools[0], cfg, clock=world.osb.clock.now)
+    async with in_process(cfg, backends={"vm": backend}):
+        run = gitea.submit("owner/repo", THREE_STEPS.format(ran=ran))
+        await wait_for(lambda: recorded(ran), within=60, what="the job's second step running")
+        [box] = world.osb.listed()
+        await wait_for(lambda: second_step_kept(box.rootfs), within=30, what="the second step's start accepted")
+        deadline = deadline_of(box.metadata)
+        assert deadline is not None
+        await world.osb.advance((deadline - world.osb.clock.now()).total_seconds() + 90)
+        done = await wait_run_done(gitea, run.id, within=30)
+        await wait_for(lambda: nothing_left(world), within=30, what="the VM removed")
+    assert done.status == "failure"
+    task = gitea.task(done.jobs[0].task_id)
+    assert any("The job ran past its deadline" in row for row in task.log_rows), task.log_rows[-5:]
+    assert [step.status for step in task.steps] == ["success", "cancelled", "skipped"], task.steps
+    first = task.steps[0]
+    assert "built" in task.log_rows[first.log_index : first.log_index + first.log_length]
+    assert_only_armed_runners(gitea)
+
+
+def second_step_kept(rootfs: Path) -> bool:
+    """The executor in the VM keeps step 1 succeeded and step 2 started in its state file."""
+    path = rootfs / STATE_FILE.lstrip("/")
+    try:
+        state = TaskState.decode(path.read_bytes())
+    except (OSError, ValueError):
+        return False
+    return len(state.steps) > 1 and state.steps[1].started_at is not None and state.steps[0].result is Result.SUCCESS

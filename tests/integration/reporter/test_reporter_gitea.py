@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import itertools
+import json
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -14,6 +15,8 @@ import pytest
 
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.executor.reporter import Reporter, ReporterConfig
+from dynrunner.executor.reporter.accepted import add_to_termination_message
+from dynrunner.proto.accepted import decode
 from dynrunner.proto.gitea import GiteaClient, Internal, LogRow, Result, RunnerCredentials, TaskState, Unauthenticated
 from dynrunner.proto.masking import Masker
 from tests.fixtures.reporter_claims import ClaimTask
@@ -149,6 +152,40 @@ async def test_what_gitea_took_is_kept_in_the_state_file(gitea: GiteaDouble, cla
     assert kept.result is Result.FAILURE
     assert [s.result for s in kept.steps] == [Result.SUCCESS, Result.SKIPPED, Result.FAILURE, Result.CANCELLED]
     assert not path.with_name(path.name + ".new").exists()
+
+
+async def test_what_gitea_took_is_the_termination_message_too(
+    gitea: GiteaDouble, claim: ClaimTask, tmp_path: Path
+) -> None:
+    """A Pod's files go with it: the state is also its termination message (issue 18 item 7),
+    short, rewritten in place as each report is accepted, and the summary added at the end
+    keeps it."""
+    message = tmp_path / "termination-log"
+    message.touch()  # the kubelet's bind-mounted file
+    c = await claim(steps=3)
+    config = replace(CONFIG, transition_window_s=0.01, termination_message=str(message))
+    rep = Reporter(c.client, c.task.id, Masker(), config)
+    await rep.start(3)
+    rep.step_started(0)
+    rep.step_finished(0, Result.SUCCESS)
+    rep.step_started(1)
+    await until(lambda: gitea.task(c.task.id).steps[1].status == "running")
+    await until(lambda: (kept := decode(message.read_text())) is not None and len(kept.steps) == 2)
+    kept = decode(message.read_text())
+    assert kept is not None and kept.result is Result.UNSPECIFIED
+    started = gitea.task(c.task.id).steps[1].started
+    assert [(s.result, s.started_at) for s in kept.steps] == [
+        (Result.SUCCESS, None),
+        (Result.UNSPECIFIED, datetime.fromtimestamp(started, UTC)),
+    ]
+
+    rep.step_finished(1, Result.SUCCESS)
+    assert await rep.close(Result.SUCCESS)
+    add_to_termination_message(str(message), {"identityWaitSeconds": 1.5})
+    kept = decode(message.read_text())
+    assert kept is not None and kept.result is Result.SUCCESS
+    assert [s.result for s in kept.steps] == [Result.SUCCESS, Result.SUCCESS, Result.CANCELLED]
+    assert json.loads(message.read_text())["identityWaitSeconds"] == 1.5
 
 
 async def test_first_request_reads_the_position_without_writing(gitea: GiteaDouble, claim: ClaimTask) -> None:

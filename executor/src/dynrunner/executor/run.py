@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import os
 import signal
@@ -38,7 +37,7 @@ from pathlib import Path
 from dynrunner.executor.job import JobResult, JobRunner, JobSettings
 from dynrunner.executor.masking import Masker
 from dynrunner.executor.reporter import Reporter, ReporterConfig
-from dynrunner.executor.reporter.accepted import STATE_FILE_ENV
+from dynrunner.executor.reporter.accepted import STATE_FILE_ENV, TERMINATION_MESSAGE_ENV, add_to_termination_message
 from dynrunner.executor.workflow import WorkflowError, parse_workflow
 from dynrunner.proto.assignment import Assignment, AssignmentError, decode, decode_envelope
 from dynrunner.proto.gitea import GiteaClient, GiteaError, Result, RunnerCredentials
@@ -64,8 +63,13 @@ def _version() -> str:
 def _reporter_config() -> ReporterConfig:
     """A 1 MiB log backlog before a chatty step is slowed down: the same throughput as 4 MiB
     in the executor benchmark, and the executor stays under 60 MB resident. The accepted
-    state goes where the backend asked (`DYNRUNNER_STATE_FILE`)."""
-    return ReporterConfig(max_backlog_bytes=1 << 20, state_file=os.environ.get(STATE_FILE_ENV) or None)
+    state goes where the backend asked (`DYNRUNNER_STATE_FILE`, and a Pod's termination
+    message)."""
+    return ReporterConfig(
+        max_backlog_bytes=1 << 20,
+        state_file=os.environ.get(STATE_FILE_ENV) or None,
+        termination_message=os.environ.get(TERMINATION_MESSAGE_ENV) or None,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,22 +178,19 @@ async def run_assignment(data: bytes, options: RunOptions | None = None) -> int:
     return EXIT_FINALIZED if finalized else EXIT_NOT_FINALIZED
 
 
-TERMINATION_MESSAGE_ENV = "DYNRUNNER_TERMINATION_MESSAGE_PATH"
 SPIFFE_ENDPOINT_ENV = "SPIFFE_ENDPOINT_SOCKET"
 
 
 def _write_summary(summary: dict[str, float]) -> None:
     """Tell the backend what only the executor measures (how long the identity took), as the
-    container's termination message: Kubernetes copies that file into the Pod's status, which
-    the controller watches anyway. Written only once the task is finalized; otherwise the file
-    stays empty and the kubelet takes the log's last lines instead (FallbackToLogsOnError), for
-    the controller's diagnosis. Best effort."""
+    container's termination message, beside the accepted state already there: Kubernetes
+    copies that file into the Pod's status, which the controller watches anyway. Written only
+    once the task is finalized. Best effort."""
     path = os.environ.get(TERMINATION_MESSAGE_ENV)
     if not path or not summary:
         return
     try:
-        with open(path, "w", encoding="utf-8") as out:
-            json.dump(summary, out)
+        add_to_termination_message(path, summary)
     except OSError as err:
         log.debug("cannot write the termination message %s: %s", path, err)
 

@@ -161,6 +161,24 @@ def test_the_termination_message_file_becomes_the_terminated_message(v1):
     assert messages == {"writes": (0, "done"), "custom": (2, "bad"), "quiet": (0, None)}
 
 
+def test_the_termination_message_is_the_files_last_4096_bytes_when_the_container_ends(cluster, v1):
+    """As the kubelet's getTerminationMessage (tail.ReadAtMost): read when the container ends —
+    killed too, so what it wrote last counts — and a longer file gives its end. A file that is
+    not empty is the message even with FallbackToLogsOnError."""
+    fallback = {"terminationMessagePolicy": "FallbackToLogsOnError"}
+    script = "printf first > /dev/termination-log; printf second > /dev/termination-log; echo written; sleep 30"
+    v1.create_namespaced_pod("default", pod("killed", script, container=fallback))
+    long = "head -c 5000 /dev/zero | tr '\\0' a > /dev/termination-log; printf end >> /dev/termination-log; exit 1"
+    v1.create_namespaced_pod("default", pod("long", long, container=fallback))
+    phase(v1, "killed", "Running")
+    wait_for(lambda: "written" in v1.read_namespaced_pod_log("killed", "default"))
+    cluster.oom_kill("default", "killed")
+    killed = phase(v1, "killed", "Failed").status.container_statuses[0].state.terminated
+    assert (killed.reason, killed.message) == ("OOMKilled", "second")
+    ended = phase(v1, "long", "Failed").status.container_statuses[0].state.terminated
+    assert len(ended.message) == 4096 and ended.message.endswith("aaaend")
+
+
 def test_running_reports_started_at_and_ready(v1):
     v1.create_namespaced_pod("default", pod("long", "sleep 30"))
     running = phase(v1, "long", "Running")

@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from dynrunner.controller.reporting.finalize import final_steps
-from dynrunner.proto.gitea import Result, StepState
+from dynrunner.proto.accepted import decode, dumps, encode
+from dynrunner.proto.gitea import Result, StepState, TaskState
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 EARLIER = datetime(2026, 1, 2, 3, 0, 0, tzinfo=UTC)
@@ -41,3 +42,31 @@ def test_a_job_whose_steps_could_not_be_read_gets_the_reported_ones() -> None:
     reported = [StepState(0, Result.FAILURE, EARLIER, EARLIER, 0, 2)]
     assert final_steps(0, reported, NOW) == reported
     assert final_steps(0, None, NOW) == []
+
+
+def test_the_short_form_of_a_termination_message_gives_the_same_final_steps() -> None:
+    """A Pod's accepted state carries no log ranges or stop times (Gitea keeps those): its
+    final steps differ from the full state's only in the zero fields Gitea leaves alone."""
+    full = TaskState(
+        1,
+        steps=[
+            StepState(0, Result.SUCCESS, EARLIER, EARLIER, log_index=0, log_length=4),
+            StepState(1, Result.UNSPECIFIED, EARLIER, None, log_index=4, log_length=9),
+        ],
+    )
+    short = decode(dumps(encode(full)))
+    assert short is not None
+    assert final_steps(3, short.steps, NOW) == [
+        StepState(0, Result.SUCCESS),
+        StepState(1, Result.CANCELLED, EARLIER, NOW),
+        StepState(2, Result.SKIPPED),
+    ]
+
+
+def test_steps_a_too_long_message_left_out_are_cancelled_not_skipped() -> None:
+    full = TaskState(1, steps=[StepState(i, Result.SUCCESS) for i in range(6000)])
+    short = decode(dumps(encode(full)))
+    assert short is not None
+    steps = final_steps(6000, short.steps, NOW)
+    assert steps[0].result is Result.SUCCESS and steps[-1].result is Result.CANCELLED
+    assert Result.SKIPPED not in {step.result for step in steps}

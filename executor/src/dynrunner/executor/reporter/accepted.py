@@ -9,33 +9,41 @@ reported, as a runner.v1 `TaskState` message. The file is replaced whole (a temp
 renamed over it), so a reader sees one accepted report or the one before.
 
 A backend that can read the file back names it in `DYNRUNNER_STATE_FILE` (the local backend
-does); without it nothing is written. The job runs as the executor's user and could rewrite
-the file: at worst that misstates its own task's steps, which it can do through its own
-log and steps anyway.
+does, and the VM's entrypoint, which the opensandbox backend reads through execd). A Pod's
+files go with it, so there the state is also written as the container's termination message
+(`DYNRUNNER_TERMINATION_MESSAGE_PATH`), in the short form of `dynrunner.proto.accepted` that
+fits the kubelet's 4096 bytes; it is written in place (the file is a bind mount), so a kill in
+the middle of a write leaves a message that reads as no state. Without either nothing is
+written. The job runs as the executor's user and could rewrite them: at worst that misstates
+its own task's steps, which it can do through its own log and steps anyway.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from pathlib import Path
 
+from dynrunner.proto import accepted
 from dynrunner.proto.gitea import Result, StepState, TaskState
 
 log = logging.getLogger(__name__)
 
 STATE_FILE_ENV = "DYNRUNNER_STATE_FILE"
+TERMINATION_MESSAGE_ENV = "DYNRUNNER_TERMINATION_MESSAGE_PATH"
 
 
 class AcceptedState:
-    def __init__(self, path: str | None) -> None:
+    def __init__(self, path: str | None, termination_message: str | None = None) -> None:
         self._path = Path(path) if path else None
+        self._message = Path(termination_message) if termination_message else None
         self._steps: dict[int, StepState] = {}
         self._result = Result.UNSPECIFIED
 
     def took(self, state: TaskState) -> None:
         """Gitea took `state` (its steps are the reporter's copies, kept as they are)."""
-        if self._path is None:
+        if self._path is None and self._message is None:
             return
         for step in state.steps:
             self._steps[step.id] = step
@@ -48,6 +56,10 @@ class AcceptedState:
             stopped_at=state.stopped_at,
             steps=[self._steps[index] for index in sorted(self._steps)],
         )
+        if self._message is not None:
+            self._write_message(kept)
+        if self._path is None:
+            return
         temporary = self._path.with_name(self._path.name + ".new")
         try:
             temporary.write_bytes(kept.encode())
@@ -57,3 +69,28 @@ class AcceptedState:
                 "task %d: cannot keep its accepted state in %s (%s); not trying again", state.id, self._path, err
             )
             self._path = None
+
+    def _write_message(self, kept: TaskState) -> None:
+        assert self._message is not None
+        try:
+            self._message.write_text(accepted.dumps(accepted.encode(kept)))
+        except OSError as err:
+            log.warning(
+                "task %d: cannot write its accepted state as the termination message %s (%s)",
+                kept.id,
+                self._message,
+                err,
+            )
+            self._message = None
+
+
+def add_to_termination_message(path: str, summary: dict[str, float]) -> None:
+    """Add `summary` to the termination message at `path`, keeping the state already there
+    (`encode` left room for it). Raises OSError."""
+    message = Path(path)
+    try:
+        doc = json.loads(message.read_text() or "{}")
+    except (FileNotFoundError, ValueError):
+        doc = {}
+    doc = doc if isinstance(doc, dict) else {}
+    message.write_text(accepted.dumps({**doc, **summary}))

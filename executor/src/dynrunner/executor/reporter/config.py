@@ -71,3 +71,5 @@ class ReporterConfig:
     unreported_output: Callable[[str], None] = field(default=to_stderr)
     state_file: str | None = None
     """Where to keep the task state Gitea last accepted, for the controller (`accepted`)."""
+    termination_message: str | None = None
+    """Where to keep it as the container's termination message too (a Pod, `accepted`)."""

@@ -86,7 +86,7 @@ class Reporter:
         self._buffer = LogBuffer(retain_acked=config.retain_acked_rows)
         self._steps = StepTracker(0)
         self._outputs = Outputs()
-        self._accepted = AcceptedState(config.state_file)
+        self._accepted = AcceptedState(config.state_file, config.termination_message)
         self._started_at: datetime | None = None
         self._handshaken = False
         self._wake = asyncio.Event()

@@ -4,6 +4,7 @@ classifier's own cases are unit-tested on recorded Pod JSON)."""
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ from kubernetes import client
 
 from dynrunner.controller.backends.base import Environment, FailureReason, Observation, Phase
 from dynrunner.doubles.kubernetes.cluster import Cluster
+from dynrunner.proto.gitea import Result
 from tests.fixtures.kubernetes import api_client
 from tests.fixtures.kubernetes_backend import NOTHING_LEFT, BackendFactory, job, left_over, until
 
@@ -160,4 +162,26 @@ async def test_an_executor_that_fails_before_reporting(kube_backend_factory: Bac
             "the executor exited with status 3 before it reported the job's result",
         )
         assert observation.diagnosis is not None and "exit:3" in observation.diagnosis.detail
+        await backend.delete(env)
+
+
+async def test_a_pod_killed_under_its_job_gives_the_steps_gitea_accepted(
+    kube_backend_factory: BackendFactory, pod_cluster: Cluster
+) -> None:
+    """Issue 18 item 7: what the executor kept as its termination message reaches the reaper
+    through the kubelet (read when the container is killed) and the observation."""
+    async with kube_backend_factory(resources={"limits": {"memory": "1Gi"}}) as backend:
+        env = await backend.create(job("accepted"))
+        await running(backend, env)
+        with api_client(pod_cluster.api) as api:
+            v1 = client.CoreV1Api(api)
+            await until(lambda: "accepted" in v1.read_namespaced_pod_log(env.name, NS, container="executor"))
+        pod_cluster.oom_kill(NS, env.name)
+        observation = await finished(backend, env, within=30)
+        assert reason_and_message(observation)[0] is FailureReason.OUT_OF_MEMORY
+        assert observation.reported is not None
+        assert [(s.result, s.started_at) for s in observation.reported.steps] == [
+            (Result.SUCCESS, None),
+            (Result.UNSPECIFIED, datetime(2026, 12, 2, 10, 0, 0, tzinfo=UTC)),
+        ]
         await backend.delete(env)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import stat
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -14,9 +15,11 @@ from dynrunner.controller.backends.base import FailureReason, Phase, StartEvent,
 from dynrunner.controller.backends.opensandbox.backend import OpenSandboxBackend
 from dynrunner.doubles.opensandbox import CreateFailure, OpenSandboxDouble
 from dynrunner.proto.assignment import decode
+from dynrunner.proto.gitea import Result, StepState, TaskState
 from tests.fixtures.opensandbox import VM_IMAGE, OpenSandboxFactory
 from tests.fixtures.opensandbox_backend import stand_in_image, vm_assignment, vm_backend
 
+T0 = datetime(2026, 12, 2, 10, 0, 0, tzinfo=UTC)
 RUN = """
     echo "executor: $*"
     cat "$3" > /dev/null
@@ -102,6 +105,36 @@ async def test_how_the_executor_ended_is_the_observation(
         assert obs.phase is phase  # type: ignore[attr-defined]
         assert (obs.diagnosis.reason if obs.diagnosis else None) is reason  # type: ignore[attr-defined]
         assert obs.exit_code == code  # type: ignore[attr-defined]
+
+
+async def test_a_vm_ended_for_its_deadline_gives_the_steps_gitea_accepted_read_through_execd(
+    opensandbox_factory: OpenSandboxFactory, tmp_path: Path
+) -> None:
+    """Issue 18 item 7: the executor keeps its accepted state in the file the entrypoint names
+    (`DYNRUNNER_STATE_FILE`); a job the controller ends while its VM still runs (its executor
+    hung past the deadline) is observed with that state, read before the sandbox is deleted."""
+    kept = TaskState(7, steps=[StepState(0, Result.SUCCESS, log_index=0, log_length=2), StepState(1, started_at=T0)])
+    source = tmp_path / "kept.pb"
+    source.write_bytes(kept.encode())
+    body = f"""
+        cp {source} "$DYNRUNNER_STATE_FILE"
+        echo "kept in $DYNRUNNER_STATE_FILE"
+        sleep 600
+    """
+    async with (
+        opensandbox_factory(images={VM_IMAGE: stand_in_image(tmp_path, body)}) as osb,
+        vm_backend(osb, tmp_path) as backend,
+    ):
+        env = await backend.create(vm_assignment(deadline=osb.clock.now() + timedelta(minutes=1)))
+        await _start(backend, env)
+        [box] = osb.listed()
+        await _console(box, "kept in /run/dynrunner/reported/accepted-state.pb")
+        assert (await backend.observe(env)).reported is None  # running: nothing is read
+        await osb.advance(180)
+        obs = await _phase(backend, env, Phase.FAILED)
+        assert obs.diagnosis.reason is FailureReason.DEADLINE_EXCEEDED  # type: ignore[attr-defined]
+        assert obs.reported == kept  # type: ignore[attr-defined]
+        await backend.delete(env)
 
 
 async def test_a_create_answer_lost_after_the_sandbox_was_made_makes_no_second_one(

@@ -22,6 +22,7 @@ from dynrunner.controller.backends.kubernetes.diagnosis import (
     waiting_line,
 )
 from dynrunner.controller.backends.kubernetes.progress import start_lines, started_line
+from dynrunner.proto.gitea import Result
 
 PODS = Path(__file__).parent / "pods"
 
@@ -115,6 +116,33 @@ def test_the_pod_ended(name: str, reason: FailureReason, message: str) -> None:
     assert observation.phase is Phase.FAILED
     assert observation.diagnosis is not None
     assert (observation.diagnosis.reason, observation.diagnosis.message) == (reason, message)
+
+
+ACCEPTED = '{"result":"","steps":"sr-","started":{"1":1796205600}}'
+"""What the executor's termination message holds once Gitea took step 1 done and step 2 begun."""
+
+
+@pytest.mark.parametrize("name", ["executor-failed", "oom-killed", "evicted", "deadline-exceeded"])
+def test_an_executor_that_ended_without_finalizing_gives_the_steps_gitea_accepted(name: str) -> None:
+    """Issue 18 item 7: the termination message is the state, not the diagnosis' evidence."""
+    ended = pod(name)
+    ended["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = ACCEPTED
+    for seen in (ended, essentials(ended)):
+        observation = classify(facts(seen))
+        assert observation.phase is Phase.FAILED and observation.diagnosis is not None
+        assert observation.reported is not None
+        assert [(s.result, s.started_at is not None) for s in observation.reported.steps] == [
+            (Result.SUCCESS, False),
+            (Result.UNSPECIFIED, True),
+            (Result.UNSPECIFIED, False),
+        ]
+        assert ACCEPTED not in observation.diagnosis.detail
+
+
+def test_an_executor_that_reported_nothing_leaves_the_steps_unknown() -> None:
+    observation = classify(facts(pod("executor-failed")))
+    assert observation.reported is None  # the log's tail is no state
+    assert classify(facts(pod("deleting"), gone=True)).reported is None
 
 
 def test_deleted_by_someone_else_while_running_waits_for_the_executor() -> None:

@@ -10,6 +10,12 @@ kubelet's SIGTERM/SIGKILL is only their consequence. Waiting states are failures
 they cannot resolve (an invalid image name, a container that cannot be configured) or have
 lasted too long (image pull errors: `imagePullTimeoutSeconds`; unschedulable, volumes that
 cannot be mounted, a sandbox that cannot be created: `startTimeoutSeconds`).
+
+The executor's termination message is the task state Gitea last accepted from it
+(`dynrunner.proto.accepted`), which a failed Pod's observation carries as `reported` (the
+reaper gives each step its final state from it); only a message that holds no state — the
+log's tail the kubelet puts there when the executor wrote nothing (FallbackToLogsOnError) — is
+the diagnosis' evidence.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dynrunner.controller.backends.base import Diagnosis, FailureReason, Observation, Phase
+from dynrunner.proto import accepted
 
 EXECUTOR_CONTAINER = "executor"
 PULL_ERRORS = (
@@ -112,14 +119,14 @@ def classify(facts: PodFacts) -> Observation:
     ready_at = parse_time((state.get("running") or terminated or {}).get("startedAt"))
     if terminated is not None and terminated.get("exitCode") == 0:
         return Observation(Phase.SUCCEEDED, exit_code=0, ready_at=ready_at, identity_wait_s=_identity_wait(terminated))
+    reported = accepted.decode(str(terminated.get("message") or "")) if terminated else None
     ended = _pod_ended(facts)
     if ended is not None:
         code = terminated.get("exitCode") if terminated else None
-        return Observation(Phase.FAILED, ended, exit_code=code, ready_at=ready_at)
+        return Observation(Phase.FAILED, ended, exit_code=code, ready_at=ready_at, reported=reported)
     if terminated is not None:
-        return Observation(
-            Phase.FAILED, _exit(pod, terminated, facts.deleted_by_us), terminated.get("exitCode"), ready_at
-        )
+        diagnosis = _exit(pod, terminated, facts.deleted_by_us, evidence=reported is None)
+        return Observation(Phase.FAILED, diagnosis, terminated.get("exitCode"), ready_at, reported=reported)
     if facts.gone:
         return Observation(Phase.FAILED, _removed(facts), ready_at=ready_at)
     if "running" in state:
@@ -195,10 +202,11 @@ def _removed(facts: PodFacts) -> Diagnosis:
     )
 
 
-def _exit(pod: Mapping[str, Any], terminated: Mapping[str, Any], deleted_by_us: bool) -> Diagnosis:
+def _exit(pod: Mapping[str, Any], terminated: Mapping[str, Any], deleted_by_us: bool, *, evidence: bool) -> Diagnosis:
+    """`evidence`: the termination message is the log's tail, not the executor's state."""
     code = terminated.get("exitCode")
     reason = terminated.get("reason") or ""
-    detail = str(terminated.get("message") or "")
+    detail = str(terminated.get("message") or "") if evidence else ""
     if reason == "OOMKilled":
         limit = _memory_limit(pod)
         within = f" (memory limit {limit})" if limit else ""

@@ -1,6 +1,6 @@
 """The one module that talks to OpenSandbox (an import-linter contract checks it), through the
 official `opensandbox` SDK: the lifecycle API (create, list by metadata, get, delete, renew,
-metadata patch) and a sandbox's execd file API (the delivery).
+metadata patch) and a sandbox's execd file API (the delivery, the executor's accepted state).
 
 The SDK's own readiness wait (`Sandbox.create`) is not used: it kills the sandbox when its
 budget runs out or the caller is cancelled, and a controller killed mid-create must leave a
@@ -258,6 +258,17 @@ class SandboxFiles:
             await self._sandbox.files.write_files(entries)
         except Exception as err:
             raise _translate(err, f"writing into sandbox {self._sandbox.id}") from None
+
+    async def read(self, path: str) -> bytes | None:
+        """The file's bytes; None when there is no such file."""
+        self._requests["download"] += 1
+        try:
+            return await self._sandbox.files.read_bytes(path)
+        except Exception as err:
+            translated = _translate(err, f"reading {path} in sandbox {self._sandbox.id}")
+            if isinstance(translated, NotFound):
+                return None
+            raise translated from None
 
     async def exists(self, path: str) -> bool:
         self._requests["info"] += 1

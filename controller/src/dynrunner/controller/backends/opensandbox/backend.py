@@ -11,7 +11,10 @@ vm/ — per job (docs/opensandbox.md).
 - `follow_start` starts the executor: one rename makes the delivery appear to the VM's
   entrypoint (execd refuses a rename onto an existing directory, so a VM is started once, by
   whichever controller gets there first); stage `delivered`.
-- `observe` reads the sandbox (one GET) and classifies it (`diagnosis`).
+- `observe` reads the sandbox (one GET) and classifies it (`diagnosis`); a job that failed
+  while its VM still runs (past its deadline) is observed with the task state Gitea last
+  accepted from the executor, read through execd (`builders.STATE_FILE`) — once the VM has
+  ended, execd has gone with it.
 - `watch` lists the pool's sandboxes, wakes the reaper and renews leases (`watch`).
 - `delete` removes the sandbox (and any duplicate), the VM's SPIRE agent and its alias entry,
   and the job's entry.
@@ -20,6 +23,7 @@ vm/ — per job (docs/opensandbox.md).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Collection
@@ -31,6 +35,7 @@ from dynrunner.controller.backends.base import (
     Environment,
     Isolation,
     Observation,
+    Phase,
     StartEvent,
     StartStage,
     Wake,
@@ -43,6 +48,7 @@ from dynrunner.controller.backends.opensandbox.diagnosis import DEADLINE_SLACK, 
 from dynrunner.controller.backends.opensandbox.watch import Clock, PoolWatch, utcnow
 from dynrunner.controller.config.model import ControllerConfig, PoolConfig
 from dynrunner.proto.assignment import Assignment, encode
+from dynrunner.proto.gitea import TaskState
 
 log = logging.getLogger(__name__)
 
@@ -274,7 +280,22 @@ class OpenSandboxBackend:
         )
 
     async def observe(self, env: Environment) -> Observation:
-        return self._observation(env, await self._read(env))
+        view = await self._read(env)
+        observation = self._observation(env, view)
+        if observation.phase is Phase.FAILED and view is not None and view.delivered and view.state == "Running":
+            observation = dataclasses.replace(observation, reported=await self._reported(view))
+        return observation
+
+    async def _reported(self, view: SandboxView) -> TaskState | None:
+        """What the executor in the VM kept of the task's accepted state; None when it cannot
+        be had (nothing accepted yet, execd not answering)."""
+        try:
+            files = await self.api.files(view.id, EXECD_WAIT_S)
+            data = await files.read(builders.STATE_FILE)
+            return TaskState.decode(data) if data else None
+        except (OpenSandboxError, ValueError) as err:
+            log.warning("sandbox %s: the executor's accepted state cannot be read: %s", view.id, err)
+            return None
 
     async def find(self, assignment_id: str) -> Environment | None:
         found = await self._job_sandboxes(assignment_id)

@@ -35,6 +35,9 @@ PARTIAL_DIR = DELIVERY_DIR + ".partial"
 ASSIGNMENT_FILE = "assignment.pb"
 TOKEN_FILE = "join-token"
 BUNDLE_FILE = "bundle.pem"
+STATE_FILE = "/run/dynrunner/reported/accepted-state.pb"
+"""Where the executor keeps the task state Gitea last accepted (the entrypoint's
+`DYNRUNNER_STATE_FILE`), read through execd before a VM that still runs is deleted."""
 FILE_MODE = 600
 """execd's `mode` is octal digits as a decimal number."""
 

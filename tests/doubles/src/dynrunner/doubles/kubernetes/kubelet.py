@@ -28,6 +28,9 @@ from dynrunner.doubles.kubernetes.images import Image, image_id, pull_error_mess
 from dynrunner.doubles.kubernetes.objects import clone
 from dynrunner.doubles.kubernetes.store import Obj, Store, now
 
+TERMINATION_MESSAGE_LIMIT = 4096
+"""`kubecontainer.MaxContainerTerminationMessageLength`."""
+
 
 @dataclass(frozen=True)
 class ContainerRef:
@@ -335,11 +338,13 @@ class PodWorker:
         )
 
     def _termination_message(self, name: str) -> str:
-        """What the container wrote to its terminationMessagePath (at most 4096 bytes), on
-        success and failure alike."""
+        """What the container wrote to its terminationMessagePath, read when it ended, on
+        success and failure alike: at most its last 4096 bytes (`getTerminationMessage` reads
+        with `tail.ReadAtMost`)."""
         try:
             with (self.root / "termination" / name).open("rb") as file:
-                return file.read(4096).decode(errors="replace")
+                file.seek(max(0, file.seek(0, os.SEEK_END) - TERMINATION_MESSAGE_LIMIT))
+                return file.read().decode(errors="replace")
         except OSError:
             return ""
 
