@@ -94,7 +94,9 @@ async def test_the_socket_comes_from_spiffe_endpoint_socket_and_the_wait_is_the_
     assert task.result == Result.SUCCESS
     assert "ran with an identity" in task.log_rows
     waited = json.loads(message.read_text())["identityWaitSeconds"]
-    assert 0.2 <= waited < 5
+    # The SVID comes 0.3 s after the Workload API starts, which may be before or after the executor
+    # starts asking: only that it waited, and less than its timeout, is certain.
+    assert 0 < waited < identity.timeout_seconds
 
 
 async def test_without_any_socket_the_job_fails_saying_so(
