@@ -36,20 +36,7 @@ from tests.fixtures.harness import (
 )
 
 
-@pytest.mark.parametrize(
-    "crash",
-    [
-        pytest.param(
-            "before-ack",
-            marks=pytest.mark.xfail(
-                reason="known bug: the restarted replica's two claim loops reuse the same stored armed "
-                "runner, so only one polls (wait_armed times out); candidate fix on branch fix-armed-reuse",
-                strict=False,
-            ),
-        ),
-        "before-start",
-    ],
-)
+@pytest.mark.parametrize("crash", ["before-ack", "before-start"])
 async def test_a_launch_killed_before_the_executor_started_resumes_and_succeeds_once(
     gitea: GiteaDouble, nats_url: str, tmp_path: Path, crash: str
 ) -> None:

@@ -141,6 +141,24 @@ async def test_an_assignment_whose_claimer_died_gets_an_extra_permit_once(replic
     assert b.taken == LIMIT
 
 
+async def test_an_assignment_bound_and_released_within_the_grace_gets_no_extra_permit(replicas: Replicas) -> None:
+    """A short job: claimed and bound by replica a, launched by b, reaped and released by a,
+    all before b's grace for its delivery ended. Its claimer was alive and bound it in time;
+    before, b saw no permit at the end of the grace and made an extra one for a job that was
+    over, which held a slot of the pool until a collection removed it."""
+    a = await replicas.ledger("a")
+    b = await replicas.ledger("b", grace=20.0)
+    permit = await a.acquire()
+    b.adopt("short")  # b's launcher got the delivery before a's bind reached NATS
+    a.bind(permit, "short")
+    await wait_for(lambda: b.of("short"), within=20, what="b seeing the bind")
+    a.release("short")
+    await wait_for(lambda: not b.of("short"), within=20, what="b seeing the release")
+    await wait_for(lambda: not b._adopting, within=30, what="b's grace for the delivery over")
+    await settle(a, b)
+    assert b.entries() == [] and a.entries() == []
+
+
 async def test_permits_of_assignments_that_are_over_are_collected(replicas: Replicas) -> None:
     a = await replicas.ledger("a")
     b = await replicas.ledger("b")

@@ -246,33 +246,46 @@ class Registrations:
     async def _reuse_or_adopt(self) -> ArmedRegistration | None:
         """A stored runner this replica owns and no loop of it holds, or one whose owner is gone
         (its lease expired) or that was stored before replicas: taken by compare-and-set, then
-        checked with Gitea."""
+        checked with Gitea. It is held among this replica's loops from before the take: a
+        sibling looking while it is taken and confirmed would find it owned by this replica and
+        take it as well, and two loops would poll with one runner."""
         alive: dict[str, bool] = {}
         for stored in await self._store.listing(self.pool):
-            if stored.key in self.replica.holding or stored.registration.id in self.replica.spent:
-                continue
             owner = stored.owner
             if owner and owner not in alive:
                 alive[owner] = await self.replica.alive(owner)
             if owner and owner != self.replica.name and alive[owner]:
                 continue
-            taken = await self._store.take(stored, self.replica.name)
-            if taken is None:
-                continue  # another replica took it first
-            if owner and owner != self.replica.name:
-                log.info(
-                    "pool %s: adopted runner %s (id %s) of replica %s, which is gone",
-                    self.pool,
-                    stored.registration.name,
-                    stored.registration.id,
-                    owner,
-                )
-            if not await self._still_registered(taken.registration):
-                await self._store.remove(taken)
+            key = runner_key(self.pool, stored.registration.id)  # its key once taken
+            if key in self.replica.holding or stored.registration.id in self.replica.spent:
                 continue
-            self._hold(taken)
-            return taken.registration
+            self.replica.holding.add(key)
+            try:
+                taken = await self._take(stored)
+            finally:
+                if self._current is None or self._current.key != key:
+                    self.replica.holding.discard(key)
+            if taken is not None:
+                return taken
         return None
+
+    async def _take(self, stored: StoredRegistration) -> ArmedRegistration | None:
+        """`stored` for this loop, unless another replica took it first or Gitea no longer knows it."""
+        taken = await self._store.take(stored, self.replica.name)
+        if taken is None:
+            return None  # another replica took it first
+        if stored.owner and stored.owner != self.replica.name:
+            log.info(
+                "pool %s: adopted runner %s (id %s) of replica %s, which is gone",
+                self.pool,
+                stored.registration.name,
+                stored.registration.id,
+                stored.owner,
+            )
+        if not await self._still_registered(taken.registration):
+            await self._store.remove(taken)
+            return None
+        return self._hold(taken)
 
     async def _add(self, reg: ArmedRegistration) -> StoredRegistration:
         """Store a newly registered runner before it is used. A failure keeps it in `_unstored`."""

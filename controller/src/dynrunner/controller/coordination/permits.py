@@ -14,11 +14,11 @@ other than taking a permit are queued and made in order by one writer (the calle
 held up by NATS; each write is idempotent and retried).
 
 An assignment delivered with no permit in the mirror (its claimer died between the publish
-and the bind) gets an *extra* permit `<pool>.x.<assignment id>` after a grace: claimed work
-always runs, even when that briefly goes over the limit. Collection (every few seconds, by
-every replica; conditional deletes, so replicas never undo each other's work) removes
-reservations of replica processes that are gone, and extra permits of assignments that hold
-a regular one.
+and the bind) gets an *extra* permit `<pool>.x.<assignment id>` unless one of its permits
+shows within a grace: claimed work always runs, even when that briefly goes over the limit.
+Collection (every few seconds, by every replica; conditional deletes, so replicas never undo
+each other's work) removes reservations of replica processes that are gone, and extra
+permits of assignments that hold a regular one.
 """
 
 from __future__ import annotations
@@ -137,6 +137,8 @@ class PermitLedger:
         self._adopt_grace_s = adopt_grace_s
         self._collect_interval_s = collect_interval_s
         self._adopting: set[asyncio.Task[None]] = set()
+        self._awaited: dict[str, asyncio.Event] = {}
+        """Assignments in their adoption grace: set once a permit of theirs shows."""
         self._mine: set[str] = set()
         self._stopping = asyncio.Event()
         self._unclaimed: set[str] = set()
@@ -187,7 +189,10 @@ class PermitLedger:
                     elif entry.operation in (KV_DEL, KV_PURGE) or not entry.value:
                         self._entries.pop(entry.key, None)
                     else:
-                        self._entries[entry.key] = Permit.parse(entry.key, entry.value, int(entry.revision or 0))
+                        permit = Permit.parse(entry.key, entry.value, int(entry.revision or 0))
+                        self._entries[entry.key] = permit
+                        if permit.assignment is not None and permit.assignment in self._awaited:
+                            self._awaited[permit.assignment].set()
                     self._changed.set()
             finally:
                 with contextlib.suppress(Exception):
@@ -289,18 +294,31 @@ class PermitLedger:
 
     def adopt(self, assignment_id: str, still: Callable[[], bool] = lambda: True) -> None:
         """A delivered assignment: it gets an extra permit unless one shows within the grace
-        (or it is over by then: `still()` false)."""
-        if self.of(assignment_id):
+        (or it is over by then: `still()` false). A permit that showed counts even when it is
+        gone again by the end of the grace: a short job's claimer bound it, and the replica
+        that reaped the job released it."""
+        if self.of(assignment_id) or assignment_id in self._awaited:
             return
+        shown = self._awaited[assignment_id] = asyncio.Event()
 
         async def write() -> None:
-            await asyncio.sleep(self._adopt_grace_s)
-            if self.of(assignment_id) or not still():
+            try:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(shown.wait(), self._adopt_grace_s)
+            finally:
+                self._awaited.pop(assignment_id, None)
+            if shown.is_set() or self.of(assignment_id) or not still():
                 return
             extra = Permit(f"{self.pool}.x.{assignment_id}", self.replica, self.incarnation, assignment_id, 0)
             with contextlib.suppress(nats.js.errors.KeyWrongLastSequenceError):
                 await self._kv.create(extra.key, extra.value())
-            log.info("pool %s: assignment %s had no permit (its claimer is gone); it got one", self.pool, assignment_id)
+            log.info(
+                "pool %s: no permit of assignment %s showed within %.0f s (its claimer died between the publish "
+                "and the bind, or its bind is late); it got an extra one",
+                self.pool,
+                assignment_id,
+                self._adopt_grace_s,
+            )
 
         task = asyncio.get_running_loop().create_task(self._late(write), name=f"adopt-permit-{assignment_id}")
         self._adopting.add(task)
