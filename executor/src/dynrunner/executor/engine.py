@@ -22,12 +22,12 @@ from dynrunner.executor.actions import ActionCall, Actions
 from dynrunner.executor.actions.stages import ActionStages, PostStep
 from dynrunner.executor.commands import CommandProcessor
 from dynrunner.executor.contexts import StepRecord, reads_true
+from dynrunner.executor.expressions import ExpressionError
 from dynrunner.executor.masking import Masker
 from dynrunner.executor.reporter import Reporter
 from dynrunner.executor.runtime import ArtifactError, JobRuntime, StepFiles
 from dynrunner.executor.runtime.ahead import StepFilesPool
-from dynrunner.executor.scope import Scope
-from dynrunner.executor.scopes import Evaluator, ExpressionError
+from dynrunner.executor.scope import Evaluator, Scope
 from dynrunner.executor.stepenv import StepEnvironment
 from dynrunner.executor.steps import Handler, StepRun, form_of, handler_for
 from dynrunner.executor.steps.base import Stop, StopSignal

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from dynrunner.executor.actions.node import header
 from dynrunner.executor.expressions import ExpressionError
-from dynrunner.executor.scope import MAX_DEPTH
-from dynrunner.executor.scopes import ACTION_OUTPUT, ACTION_STEP, Evaluator
+from dynrunner.executor.scope import ACTION_OUTPUT, ACTION_STEP, MAX_DEPTH, Evaluator
 from dynrunner.executor.steps.base import StepRun, Stop
 
 

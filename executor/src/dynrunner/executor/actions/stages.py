@@ -31,7 +31,7 @@ from dynrunner.executor.actions.inputs import InputError, resolve_inputs
 from dynrunner.executor.actions.node import run_node
 from dynrunner.executor.actions.reference import LocalAction, RemoteAction
 from dynrunner.executor.expressions import ExpressionError
-from dynrunner.executor.scopes import ACTION_INPUT_DEFAULT, ACTION_POST_IF, ACTION_PRE_IF
+from dynrunner.executor.scope import ACTION_INPUT_DEFAULT, ACTION_POST_IF, ACTION_PRE_IF
 from dynrunner.executor.steps.base import Handler, StepRun, StopSignal
 from dynrunner.executor.steps.native import with_block
 
