@@ -18,16 +18,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from dynrunner.executor.actions import ActionCall, Actions
+from dynrunner.executor.actions import Actions
+from dynrunner.executor.actions.seam import Limits, Prepared
 from dynrunner.executor.actions.stages import ActionStages, PostStep
 from dynrunner.executor.commands import CommandProcessor
 from dynrunner.executor.contexts import StepRecord, reads_true
+from dynrunner.executor.expressions import ExpressionError
 from dynrunner.executor.masking import Masker
 from dynrunner.executor.reporter import Reporter
 from dynrunner.executor.runtime import ArtifactError, JobRuntime, StepFiles
 from dynrunner.executor.runtime.ahead import StepFilesPool
-from dynrunner.executor.scope import Scope
-from dynrunner.executor.scopes import Evaluator, ExpressionError
+from dynrunner.executor.scope import Evaluator, Scope
 from dynrunner.executor.stepenv import StepEnvironment
 from dynrunner.executor.steps import Handler, StepRun, form_of, handler_for
 from dynrunner.executor.steps.base import Stop, StopSignal
@@ -35,41 +36,6 @@ from dynrunner.executor.steps.files import read_step_files
 from dynrunner.executor.supervise import JobSignals
 from dynrunner.executor.workflow import Step
 from dynrunner.proto.gitea import Result
-
-
-@dataclass(frozen=True, slots=True)
-class Prepared:
-    """A step evaluated up to its handler: what its stages (main, post) run with."""
-
-    step: Step
-    scope: Scope
-    ev: Evaluator
-    row: int | None
-    log: Callable[[str], None]
-    name: str
-    env_context: dict[str, str]
-    step_env: dict[str, str]
-    with_: dict[str, str]
-    workdir: Path
-    shell: str | None
-    where: dict[str, object]
-    action: ActionCall | None = None
-
-    def holds(self, key: str, condition: str, *, status: str | None = None) -> bool:
-        """Whether `condition` holds now (an error is logged and counts as false)."""
-        try:
-            return self.ev.condition(key, condition, status=status, **self.where)
-        except ExpressionError as err:
-            self.log(f"##[error]{err}")
-            return False
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """A step's `timeout-minutes` and when, on the loop's clock, it runs out."""
-
-    minutes: float | None = None
-    deadline: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,7 +279,6 @@ class StepEngine:
             backpressure=self.reporter.throttle,
             engine=self,
             scope=p.scope,
-            action=p.action,
             stage=stage,
             state=state or {},
         )

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from dynrunner.executor import scopes
 from dynrunner.executor.actions import Actions, NodeRuntime
 from dynrunner.executor.actions.reference import GITHUB_URL
 from dynrunner.executor.actions.store import SEEDED_CACHE_ENV, ActionStore
@@ -42,13 +41,23 @@ from dynrunner.executor.contexts import (
     write_event_file,
 )
 from dynrunner.executor.engine import StepEngine
+from dynrunner.executor.expressions import ExpressionError
 from dynrunner.executor.masking import Masker
 from dynrunner.executor.reporter import OutputLimitError, Reporter
 from dynrunner.executor.runtime import JobRuntime, RepositoryError
 from dynrunner.executor.runtime.artifacts.errors import ArtifactError
 from dynrunner.executor.runtime.outputs import OutputLimits
-from dynrunner.executor.scope import Scope
-from dynrunner.executor.scopes import Evaluator, ExpressionError
+from dynrunner.executor.scope import (
+    JOB_DEFAULTS_RUN,
+    JOB_ENV,
+    JOB_IF,
+    JOB_NAME,
+    JOB_OUTPUTS,
+    JOB_TIMEOUT,
+    WORKFLOW_ENV,
+    Evaluator,
+    Scope,
+)
 from dynrunner.executor.services import close_services, open_services
 from dynrunner.executor.stepenv import StepEnvironment
 from dynrunner.executor.steps.process import StopTimings
@@ -166,7 +175,7 @@ class JobRunner:
 
         if job.if_:
             try:
-                run_job = evaluator.condition(scopes.JOB_IF, job.if_)
+                run_job = evaluator.condition(JOB_IF, job.if_)
             except ExpressionError as err:
                 self.error(f"The job's `if:` could not be evaluated: {err}")
                 return JobResult(Result.FAILURE)
@@ -176,14 +185,14 @@ class JobRunner:
         contexts.status = "success"
 
         try:
-            contexts.env = evaluator.strings(scopes.WORKFLOW_ENV, self.workflow.env, env={})
-            contexts.env.update(evaluator.strings(scopes.JOB_ENV, job.env, env=contexts.env))
-            timeout = evaluator.minutes(scopes.JOB_TIMEOUT, job.timeout_minutes) or DEFAULT_TIMEOUT_MINUTES
+            contexts.env = evaluator.strings(WORKFLOW_ENV, self.workflow.env, env={})
+            contexts.env.update(evaluator.strings(JOB_ENV, job.env, env=contexts.env))
+            timeout = evaluator.minutes(JOB_TIMEOUT, job.timeout_minutes) or DEFAULT_TIMEOUT_MINUTES
             # GitHub's runner evaluates the job's `defaults.run` once, as the job starts: a later
             # $GITHUB_ENV or a step's `env:` does not change them.
             scope.defaults = RunDefaults(
-                shell=evaluator.text(scopes.JOB_DEFAULTS_RUN, job.defaults.shell) or self.workflow.defaults.shell,
-                working_directory=evaluator.text(scopes.JOB_DEFAULTS_RUN, job.defaults.working_directory)
+                shell=evaluator.text(JOB_DEFAULTS_RUN, job.defaults.shell) or self.workflow.defaults.shell,
+                working_directory=evaluator.text(JOB_DEFAULTS_RUN, job.defaults.working_directory)
                 or self.workflow.defaults.working_directory,
             )
         except ExpressionError as err:
@@ -286,7 +295,7 @@ class JobRunner:
         a = self.assignment
         job = self.workflow.job
         try:
-            name = evaluator.text(scopes.JOB_NAME, job.name) if job.name else job.key
+            name = evaluator.text(JOB_NAME, job.name) if job.name else job.key
         except ExpressionError:
             name = job.name or job.key
         self.log(f"dynrunner executor {self.settings.version}")
@@ -302,7 +311,7 @@ class JobRunner:
         outputs: dict[str, str] = {}
         for key, value in self.workflow.job.outputs.items():
             try:
-                text = evaluator.text(scopes.JOB_OUTPUTS, value)
+                text = evaluator.text(JOB_OUTPUTS, value)
             except ExpressionError as err:
                 self.error(f"Job output '{key}' could not be evaluated: {err}")
                 ok = False

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dynrunner.executor.actions.manifest import METADATA_NAMES, Manifest, ManifestError, read_manifest
-from dynrunner.executor.actions.node import NodeRuntime
+from dynrunner.executor.actions.nodejs import NodeRuntime
 from dynrunner.executor.actions.reference import (
     DockerAction,
     LocalAction,

@@ -11,17 +11,17 @@ when one of its steps' conclusion is failure, and is cancelled when one was canc
 
 from __future__ import annotations
 
+from dynrunner.executor.actions import ActionCall
 from dynrunner.executor.actions.node import header
 from dynrunner.executor.expressions import ExpressionError
-from dynrunner.executor.scope import MAX_DEPTH
-from dynrunner.executor.scopes import ACTION_OUTPUT, ACTION_STEP, Evaluator
+from dynrunner.executor.scope import ACTION_OUTPUT, ACTION_STEP, MAX_DEPTH, Evaluator
 from dynrunner.executor.steps.base import StepRun, Stop
 
 
-async def run_composite(run: StepRun) -> bool:
-    call, scope, engine = run.action, run.scope, run.engine
-    assert call is not None and call.manifest is not None and scope is not None and engine is not None
-    run.log("\n".join(header(f"Run {call.display}", run)) + "\n")
+async def run_composite(run: StepRun, call: ActionCall) -> bool:
+    scope, engine = run.scope, run.engine
+    assert call.manifest is not None and scope is not None and engine is not None
+    run.log("\n".join(header(f"Run {call.display}", call.inputs, run)) + "\n")
     if scope.depth + 1 > MAX_DEPTH:
         run.log(
             f"##[error]The action {call.display} would nest composite actions more than {MAX_DEPTH} levels deep, "

@@ -23,23 +23,19 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dynrunner.executor.actions import ActionCall, ActionError, Actions, LoadedAction
 from dynrunner.executor.actions.composite import run_composite
 from dynrunner.executor.actions.inputs import resolve_inputs
 from dynrunner.executor.actions.node import run_node
 from dynrunner.executor.actions.reference import LocalAction, RemoteAction
+from dynrunner.executor.actions.seam import Engine, Limits, Prepared
 from dynrunner.executor.expressions import ExpressionError
-from dynrunner.executor.scopes import ACTION_INPUT_DEFAULT, ACTION_POST_IF, ACTION_PRE_IF
+from dynrunner.executor.scope import ACTION_INPUT_DEFAULT, ACTION_POST_IF, ACTION_PRE_IF, Scope
 from dynrunner.executor.steps.base import Handler, StepRun, StopSignal
 from dynrunner.executor.steps.native import with_block
-
-if TYPE_CHECKING:
-    from dynrunner.executor.engine import Limits, Prepared, StepEngine
-    from dynrunner.executor.scope import Scope
-    from dynrunner.executor.workflow import Step
-
+from dynrunner.executor.workflow import Step
 
 CONTAINER_RUNTIME_MISSING = (
     "needs a container runtime in this environment, and this runner runs each job directly in its Pod or VM "
@@ -47,15 +43,28 @@ CONTAINER_RUNTIME_MISSING = (
 )
 
 
-async def run_container_action(run: StepRun) -> bool:
-    call = run.action
-    assert call is not None
+async def run_container_action(run: StepRun, call: ActionCall) -> bool:
     with_block(run, f"Run {call.display}")
     run.log(f"##[error]The action {call.display} is a Docker container action, which {CONTAINER_RUNTIME_MISSING}")
     return False
 
 
-HANDLERS: dict[str, Handler] = {"composite": run_composite, "node": run_node, "docker": run_container_action}
+ActionHandler = Callable[[StepRun, ActionCall], Coroutine[Any, Any, bool]]
+"""The handler of an action's kind: a step handler that also gets the action it runs."""
+
+HANDLERS: dict[str, ActionHandler] = {"composite": run_composite, "node": run_node, "docker": run_container_action}
+
+
+def bound(kind: str, p: Prepared) -> Handler:
+    """The handler of an action's kind as a step handler, bound to the action `p` calls."""
+    call = p.action
+    assert call is not None
+    handler = HANDLERS[kind]
+
+    async def run(step: StepRun) -> bool:
+        return await handler(step, call)
+
+    return run
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +78,7 @@ class PostStep:
 
 
 class ActionStages:
-    def __init__(self, engine: StepEngine, actions: Actions | None) -> None:
+    def __init__(self, engine: Engine, actions: Actions | None) -> None:
         self.engine = engine
         self.actions = actions
         self.posts: list[PostStep] = []
@@ -146,11 +155,9 @@ class ActionStages:
         condition = p.action.manifest.pre_if or "always()"
         if not p.holds(ACTION_PRE_IF, condition):
             return {}
-        from dynrunner.executor.engine import Limits
-
         outcome, _, state = await self.engine.execute(
             p,
-            run_node,
+            bound("node", p),
             await self.engine.files.take(),
             limits=Limits(),
             still_wanted=lambda: p.holds(ACTION_PRE_IF, condition),
@@ -225,7 +232,7 @@ class ActionStages:
         kind = action.kind
         files = await engine.files.take() if kind != "composite" else None
         outcome, outputs, main_state = await engine.execute(
-            p, HANDLERS[kind], files, limits=limits, still_wanted=still_wanted, caller=caller, state=state
+            p, bound(kind, p), files, limits=limits, still_wanted=still_wanted, caller=caller, state=state
         )
         state = {**state, **main_state}
         post = PostStep(p, manifest.post_if, state) if manifest is not None and manifest.post else None
@@ -248,11 +255,9 @@ class ActionStages:
         condition = post.condition or "always()"
         if not p.holds(ACTION_POST_IF, condition, status=job.status):
             return "skipped"
-        from dynrunner.executor.engine import Limits
-
         outcome, _, _ = await engine.execute(
             p,
-            run_node,
+            bound("node", p),
             await engine.files.take(),
             limits=Limits(),
             still_wanted=lambda: p.holds(ACTION_POST_IF, condition, status=job.status),

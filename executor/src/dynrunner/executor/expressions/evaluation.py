@@ -12,18 +12,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from dynrunner.executor.expressions.errors import ExpressionError
 from dynrunner.executor.expressions.values import is_primitive, utf16_len
-
-if TYPE_CHECKING:
-    from dynrunner.executor.expressions.nodes import Node
 
 DEFAULT_MAX_MEMORY = 10 * 1024 * 1024
 MIN_OBJECT_SIZE = 24
 STRING_BASE_OVERHEAD = 26
 POINTER_SIZE = 8
+
+
+class Expression(Protocol):
+    """What an evaluation needs of a tree node (`nodes.Node`): its text, for the error."""
+
+    def to_expression(self) -> str: ...
 
 
 def string_bytes(s: str) -> int:
@@ -34,7 +37,7 @@ def value_bytes(value: Any) -> int:
     return string_bytes(value) if isinstance(value, str) else MIN_OBJECT_SIZE
 
 
-def memory_exceeded(node: Node | None) -> ExpressionError:
+def memory_exceeded(node: Expression | None) -> ExpressionError:
     expression = node.to_expression() if node is not None else ""
     return ExpressionError(
         f"The maximum allowed memory size was exceeded while evaluating the following expression: {expression}"
@@ -44,7 +47,7 @@ def memory_exceeded(node: Node | None) -> ExpressionError:
 class MemoryCounter:
     """Bytes of one result under construction, bounded like the runner's counter."""
 
-    def __init__(self, node: Node, max_bytes: int) -> None:
+    def __init__(self, node: Expression, max_bytes: int) -> None:
         self._node = node
         self._max = max_bytes
         self.bytes = 0
@@ -64,7 +67,7 @@ class Evaluation:
 
     def __init__(
         self,
-        root: Node,
+        root: Expression,
         values: Mapping[str, Any],
         *,
         case_sensitive_ids: frozenset[int] = frozenset(),
@@ -82,7 +85,7 @@ class Evaluation:
         self._max_active_depth = -1
         self._total = 0
 
-    def counter(self, node: Node) -> MemoryCounter:
+    def counter(self, node: Expression) -> MemoryCounter:
         return MemoryCounter(node, self.max_memory)
 
     def is_case_sensitive(self, obj: object) -> bool:

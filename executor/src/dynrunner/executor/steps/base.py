@@ -7,16 +7,12 @@ import enum
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from dynrunner.executor.runtime import JobRuntime, StepFiles
+from dynrunner.executor.scope import Scope
 from dynrunner.executor.steps.process import StopTimings
 from dynrunner.executor.workflow import Step
-
-if TYPE_CHECKING:
-    from dynrunner.executor.actions import ActionCall
-    from dynrunner.executor.engine import StepEngine
-    from dynrunner.executor.scope import Scope
 
 
 class Stop(enum.Enum):
@@ -47,6 +43,12 @@ class StopSignal:
         self.event.set()
 
 
+class StepsRunner(Protocol):
+    """The step engine as a handler sees it: what runs a composite action's steps."""
+
+    async def run_steps(self, steps: tuple[Step, ...], scope: Scope, *, caller: StopSignal | None = None) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class StepRun:
     step: Step
@@ -73,11 +75,9 @@ class StepRun:
     timings: StopTimings
     backpressure: Callable[[], Awaitable[None]] | None = None
     """Awaited after each chunk of output: waits while the log backlog is too large."""
-    engine: StepEngine | None = None
+    engine: StepsRunner | None = None
     scope: Scope | None = None
     """Where the step runs; a composite action runs its own steps in a child of it."""
-    action: ActionCall | None = None
-    """The action a `uses:` step runs, bound to its inputs."""
     stage: str = "main"
     """`pre`, `main` or `post` of the action."""
     state: Mapping[str, str] = field(default_factory=dict)

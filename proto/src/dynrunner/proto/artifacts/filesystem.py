@@ -17,9 +17,9 @@ import threading
 import uuid
 from collections.abc import Iterator
 
+from dynrunner.proto.artifacts.base import HashingWriter, Producer, Readable, Scope, StoredBlob
 from dynrunner.proto.artifacts.errors import ArtifactError, ScopeError, StagingError
 from dynrunner.proto.artifacts.paths import DIR_FLAGS, MissingPath, opened_dir
-from dynrunner.proto.artifacts.store import HashingWriter, Producer, Readable, Scope, StoredBlob
 
 
 class FilesystemStore:

@@ -26,8 +26,8 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
+from dynrunner.proto.artifacts.base import HashingWriter, Producer, Readable, Scope, StoredBlob
 from dynrunner.proto.artifacts.errors import ArtifactError, ScopeError
-from dynrunner.proto.artifacts.store import HashingWriter, Producer, Readable, Scope, StoredBlob
 from dynrunner.proto.assignment import ArtifactStoreOptions
 
 PART_SIZE = 8 * 1024 * 1024

@@ -32,18 +32,67 @@ import base64
 import binascii
 import json
 import re
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Executor
+from typing import Any, Protocol
 
+from dynrunner.doubles.gitea import views
+from dynrunner.doubles.gitea.costs import CostView
+from dynrunner.doubles.gitea.gitrepos import Commit
+from dynrunner.doubles.gitea.httpio import ASGIApp, Receive, Scope, Send
 from dynrunner.doubles.gitea.jobparser import WorkflowError
+from dynrunner.doubles.gitea.profiles import Profile
 from dynrunner.doubles.gitea.repos import RepositoryExists, RepoView
 from dynrunner.doubles.gitea.views import to_dict
 
-if TYPE_CHECKING:
-    from dynrunner.doubles.gitea.app import ASGIApp, Receive, Scope, Send
-    from dynrunner.doubles.gitea.double import GiteaDouble
-
 _SUBMIT_KEYS = ("event_name", "event", "ref", "sha", "secrets", "vars", "workflow_file", "actor")
+
+
+class Administered(Protocol):
+    """What the admin API calls of the double (`GiteaDouble`; its methods say what they do)."""
+
+    url: str
+    registration_token: str
+
+    @property
+    def profile(self) -> Profile: ...
+    def costs(self) -> CostView: ...
+    def new_registration_token(self, owner: str | None = None, repo: str | None = None) -> str: ...
+    def runners(self) -> list[views.RunnerView]: ...
+    def submit(
+        self,
+        repository: str,
+        workflow: str | Mapping[str, Any] | None,
+        *,
+        event_name: str = ...,
+        event: Mapping[str, Any] | None = ...,
+        ref: str = ...,
+        sha: str | None = ...,
+        secrets: Mapping[str, str] | None = ...,
+        vars: Mapping[str, str] | None = ...,
+        workflow_file: str = ...,
+        actor: str = ...,
+    ) -> views.RunView: ...
+    def runs(self) -> list[views.RunView]: ...
+    def run(self, run_id: int) -> views.RunView: ...
+    def jobs(self, run_id: int) -> list[views.JobView]: ...
+    def cancel_run(self, run_id: int) -> None: ...
+    def task(self, task_id: int) -> views.TaskView: ...
+    def reap_zombies(self) -> list[int]: ...
+    def create_repository(self, full_name: str, *, private: bool = ..., default_branch: str = ...) -> RepoView: ...
+    def repository(self, full_name: str) -> RepoView: ...
+    def commit(
+        self,
+        full_name: str,
+        files: Mapping[str, str | bytes],
+        *,
+        branch: str | None = ...,
+        message: str = ...,
+        executable: Iterable[str] = ...,
+        delete: Iterable[str] = ...,
+        replace: bool = ...,
+        tags: Iterable[str] = ...,
+    ) -> Commit: ...
 
 
 class _HTTPError(Exception):
@@ -52,7 +101,8 @@ class _HTTPError(Exception):
         self.status = status
 
 
-def build(double: GiteaDouble) -> ASGIApp:
+def build(double: Administered, pool: Executor) -> ASGIApp:
+    """The admin API of `double`; its handlers run in `pool` (they touch SQLite)."""
     routes: list[tuple[str, re.Pattern[str], Callable[..., Any]]] = [
         (
             "GET",
@@ -85,7 +135,7 @@ def build(double: GiteaDouble) -> ASGIApp:
             body = await _read_json(receive)
             handler, args = _route(routes, scope["method"], scope["path"].rstrip("/"))
             loop = asyncio.get_running_loop()
-            payload = await loop.run_in_executor(double._pool, lambda: handler(body, *args))
+            payload = await loop.run_in_executor(pool, lambda: handler(body, *args))
         except _HTTPError as exc:
             status, payload = exc.status, {"error": str(exc)}
         except RepositoryExists as exc:
@@ -135,19 +185,19 @@ async def _read_json(receive: Receive) -> dict[str, Any]:
     return data
 
 
-def _submit(double: GiteaDouble, body: dict[str, Any]) -> Any:
+def _submit(double: Administered, body: dict[str, Any]) -> Any:
     if "repository" not in body or "workflow" not in body:
         raise _HTTPError(400, "a run needs 'repository' and 'workflow'")
     options = {k: body[k] for k in _SUBMIT_KEYS if k in body}
     return double.submit(body["repository"], body["workflow"], **options)
 
 
-def _cancel(double: GiteaDouble, run_id: int) -> Any:
+def _cancel(double: Administered, run_id: int) -> Any:
     double.cancel_run(run_id)
     return to_dict(double.run(run_id))
 
 
-def _create_repository(double: GiteaDouble, body: dict[str, Any]) -> RepoView:
+def _create_repository(double: Administered, body: dict[str, Any]) -> RepoView:
     if not isinstance(body.get("repository"), str):
         raise _HTTPError(400, "a repository needs 'repository' (owner/name)")
     return double.create_repository(
@@ -155,7 +205,7 @@ def _create_repository(double: GiteaDouble, body: dict[str, Any]) -> RepoView:
     )
 
 
-def _commit(double: GiteaDouble, name: str, body: dict[str, Any]) -> dict[str, Any]:
+def _commit(double: Administered, name: str, body: dict[str, Any]) -> dict[str, Any]:
     files: dict[str, str | bytes] = dict(body.get("files") or {})
     try:
         encoded = body.get("files_base64") or {}

@@ -12,20 +12,14 @@ it compresses every response the client accepts gzip for.
 from __future__ import annotations
 
 import gzip
-from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from dynrunner.doubles.gitea.artifacts_v3 import ROUTE as ARTIFACTS_V3_ROUTE
 from dynrunner.doubles.gitea.artifacts_v4 import ROUTE as ARTIFACTS_V4_ROUTE
 from dynrunner.doubles.gitea.githttp import ROUTE as GIT_ROUTE
+from dynrunner.doubles.gitea.httpio import ASGIApp, Message, Receive, Scope, Send
 from dynrunner.proto._gen.ping.v1.services_connect import PingServiceASGIApplication
 from dynrunner.proto._gen.runner.v1.services_connect import RunnerServiceASGIApplication
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 PREFIX = "/api/actions"
 COMPRESS_MIN_BYTES = 1024

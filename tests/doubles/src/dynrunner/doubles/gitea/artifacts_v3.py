@@ -22,6 +22,9 @@ from typing import TYPE_CHECKING, Any
 from dynrunner.doubles.gitea import artifacts as model
 from dynrunner.doubles.gitea.httpio import (
     HTTPError,
+    Receive,
+    Scope,
+    Send,
     headers_of,
     http_error,
     json_response,
@@ -31,7 +34,6 @@ from dynrunner.doubles.gitea.httpio import (
 )
 
 if TYPE_CHECKING:
-    from dynrunner.doubles.gitea.app import Receive, Scope, Send
     from dynrunner.doubles.gitea.artifacts_service import ArtifactService
 
 PREFIX = "/api/actions_pipeline"

@@ -35,6 +35,9 @@ from google.protobuf.message import Message
 from dynrunner.doubles.gitea import artifacts as model
 from dynrunner.doubles.gitea.httpio import (
     HTTPError,
+    Receive,
+    Scope,
+    Send,
     headers_of,
     http_error,
     json_response,
@@ -45,7 +48,6 @@ from dynrunner.doubles.gitea.httpio import (
 from dynrunner.doubles.gitea.status import Status
 
 if TYPE_CHECKING:
-    from dynrunner.doubles.gitea.app import Receive, Scope, Send
     from dynrunner.doubles.gitea.artifacts_service import ArtifactService
 
 ROUTE_BASE = "/twirp/github.actions.results.api.v1.ArtifactService"

@@ -95,7 +95,7 @@ class GiteaDouble:
         self.app = build_app(
             self.runner_service,
             PingServiceImpl(),
-            admin.build(self),
+            admin.build(self, self._pool),
             git,
             ArtifactsV3(self.artifact_service),
             self.artifacts_v4,

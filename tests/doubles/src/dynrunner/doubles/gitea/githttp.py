@@ -27,11 +27,10 @@ from typing import TYPE_CHECKING
 
 from dynrunner.doubles.gitea import repos
 from dynrunner.doubles.gitea.gitrepos import git_env
-from dynrunner.doubles.gitea.httpio import headers_of, plain, query_of, read_body, respond
+from dynrunner.doubles.gitea.httpio import Receive, Scope, Send, headers_of, plain, query_of, read_body, respond
 from dynrunner.doubles.gitea.webauth import AuthFailed, web_doer
 
 if TYPE_CHECKING:
-    from dynrunner.doubles.gitea.app import Receive, Scope, Send
     from dynrunner.doubles.gitea.engine import Engine
 
 ROUTE = re.compile(r"^/([^/]+)/([^/]+)/(info/refs|git-upload-pack|git-receive-pack|git-upload-archive)$")

@@ -1,14 +1,19 @@
-"""ASGI plumbing the double's plain HTTP endpoints share (git, artifacts): request bodies,
-headers and query strings in, Go-style `http.Error` text and JSON out."""
+"""ASGI plumbing the double's endpoints share (the app, git, artifacts, the admin API): the
+ASGI types, and for the plain HTTP endpoints request bodies, headers and query strings in,
+Go-style `http.Error` text and JSON out."""
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
 from urllib.parse import parse_qs
 
-if TYPE_CHECKING:
-    from dynrunner.doubles.gitea.app import Receive, Scope, Send
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 Headers = list[tuple[bytes, bytes]]
 

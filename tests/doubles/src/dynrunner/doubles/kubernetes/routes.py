@@ -12,19 +12,31 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
 from dynrunner.doubles.kubernetes import discovery, podlogs, status
-from dynrunner.doubles.kubernetes.rbac import Attributes
+from dynrunner.doubles.kubernetes.faults import Faults
+from dynrunner.doubles.kubernetes.rbac import Attributes, Authorizer
 from dynrunner.doubles.kubernetes.resources import Resource
 from dynrunner.doubles.kubernetes.selectors import matcher, parse_fields, parse_labels
-
-if TYPE_CHECKING:
-    from dynrunner.doubles.kubernetes.server import ApiServer
+from dynrunner.doubles.kubernetes.store import Store
 
 DROP = object()
+
+
+class Served(Protocol):
+    """What the routes use of the API double (`server.ApiServer`): its store, settings and faults."""
+
+    store: Store
+    faults: Faults
+    authorizer: Authorizer
+    tokens: set[str] | None
+    bookmark_interval: float
+    default_watch_timeout: float
+    pod_logs: podlogs.LogSource | None
+    requests: int
 
 
 def _json(body: Any, code: int = 200) -> web.Response:
@@ -38,7 +50,7 @@ def _flag(value: str | None) -> bool:
 
 
 class Routes:
-    def __init__(self, server: ApiServer) -> None:
+    def __init__(self, server: Served) -> None:
         self._server = server
         self.open_watches: set[asyncio.Queue[Any]] = set()
 
