@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 from collections.abc import AsyncIterator, Collection
 from datetime import timedelta
@@ -124,14 +125,39 @@ class OpenSandboxBackend:
         lock = self._locks.setdefault(aid, asyncio.Lock())
         try:
             async with lock:
-                view = await self._sandbox(assignment, stream_seq)
+                self.watcher.finished.discard(aid)
+                try:
+                    view = await self._sandbox(assignment, stream_seq)
+                except OpenSandboxError as err:
+                    raise BackendError(f"OpenSandbox could not make the VM: {err.public}") from err
                 if builders.stage_of(view.metadata) == builders.STAGE_CREATED and not view.ended:
-                    view = await self._stage(assignment, view)
+                    try:
+                        view = await self._stage(assignment, view)
+                    except Exception as err:
+                        await self._withdraw(aid, view.id)
+                        if isinstance(err, OpenSandboxError):
+                            raise BackendError(f"the VM could not be given its job: {err.public}") from err
+                        raise
                 self.watcher.note(aid, view)
                 return self._environment(view)
         finally:
             if not lock.locked():
                 self._locks.pop(aid, None)
+
+    async def _withdraw(self, assignment_id: str, sandbox_id: str) -> None:
+        """A launch that failed removes what it made: its sandbox and the job's SPIRE entry and
+        alias (the next attempt makes them again). Nothing of it is renewed meanwhile."""
+        self.watcher.finished.add(assignment_id)
+        try:
+            if await self.api.delete(sandbox_id):
+                log.info("sandbox %s of the failed launch of %s deleted", sandbox_id, assignment_id)
+            await self._remove_identity(assignment_id)
+        except (OpenSandboxError, SpireServerError) as err:
+            log.warning(
+                "the failed launch of %s left something behind (the orphan collection removes it): %s",
+                assignment_id,
+                err,
+            )
 
     async def _job_sandboxes(self, assignment_id: str) -> list[SandboxView]:
         listed = await self.api.list({builders.metadata_key(contract.LABEL_ASSIGNMENT_ID): assignment_id})
@@ -154,11 +180,11 @@ class OpenSandboxBackend:
             sandbox_id = await self.api.create(request)
         except OpenSandboxError as err:
             if not err.transient:
-                raise BackendError(f"OpenSandbox refused the VM: {err.message}") from err
+                raise BackendError(f"OpenSandbox refused the VM: {err.public}") from err
             # A lost answer may hide a sandbox that was made: only listing can tell.
             found = await self._job_sandboxes(assignment.assignment_id)
             if not found:
-                raise BackendError(f"OpenSandbox could not make the VM: {err.message}") from err
+                raise BackendError(f"OpenSandbox could not make the VM: {err.public}") from err
             log.info("the create answer was lost, but the sandbox exists: %s", found[0].id)
         else:
             log.info("sandbox %s created for %s", sandbox_id, assignment.assignment_id)
@@ -186,7 +212,14 @@ class OpenSandboxBackend:
                 raise BackendError(f"the VM's SPIRE agent and the job's entry could not be set up: {err}") from err
             token, bundle = grant.token, grant.bundle_pem
         delivery = builders.delivery_files(encode(assignment), join_token=token, bundle_pem=bundle)
-        await files.write(builders.PARTIAL_DIR, delivery, builders.FILE_MODE)
+        own = f"{builders.PARTIAL_DIR}.{secrets.token_hex(8)}"
+        await files.write(own, delivery, builders.FILE_MODE)
+        if not await files.rename(own, builders.PARTIAL_DIR):
+            # Another controller staged it first; its delivery is whole (renamed in one step).
+            log.info("sandbox %s was staged by another controller: withdrawing this one's delivery", view.id)
+            await files.delete([f"{own}/{name}" for name in delivery])
+            if self.agents is not None and token:
+                await self.agents.revoke(self._alias(assignment.assignment_id), token)
         staged = await self.api.patch_metadata(view.id, {builders.KEY_STAGE: builders.STAGE_STAGED})
         self._started_in[assignment.assignment_id] = time.monotonic() - began
         return staged
@@ -214,7 +247,7 @@ class OpenSandboxBackend:
             try:
                 view = await self.api.get(view.id)
             except NotFound:
-                raise BackendError(f"sandbox {view.id} disappeared while it started") from None
+                raise BackendError("the VM disappeared while it started") from None
 
     # -- the start ----------------------------------------------------------------------------
 
@@ -236,11 +269,13 @@ class OpenSandboxBackend:
             view = await self._read(env)
         sandbox = view.id
         took = self._started_in.pop(aid, None)
+        # The job log names no sandbox: its id reaches execd (docs/security.md, "MicroVMs").
         yield StartEvent(
             StartStage.PROGRESS,
-            f"VM {sandbox} is running" + (f" (it took {took:.1f}s to accept the job)" if took is not None else ""),
+            "the VM is running" + (f" (it took {took:.1f}s to accept the job)" if took is not None else ""),
         )
-        yield StartEvent(StartStage.STARTING, f"handing the job to VM {sandbox}; starting the executor")
+        log.info("handing %s to sandbox %s", aid, sandbox)
+        yield StartEvent(StartStage.STARTING, "handing the job to the VM; starting the executor")
         files = await self.api.files(sandbox, EXECD_WAIT_S)
         if not await files.rename(builders.PARTIAL_DIR, builders.DELIVERY_DIR):
             log.info("sandbox %s was started already (by another controller)", sandbox)
@@ -306,6 +341,7 @@ class OpenSandboxBackend:
 
     async def delete(self, env: Environment) -> None:
         aid = env.assignment_id
+        self.watcher.finished.add(aid)
         ids = {v.id for v in await self._job_sandboxes(aid)}
         if env.extra.get("sandbox"):
             ids.add(env.extra["sandbox"])

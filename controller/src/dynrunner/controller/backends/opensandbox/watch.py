@@ -49,6 +49,9 @@ class PoolWatch:
         self.gone: dict[str, SandboxView] = {}
         """Assignment id → the last view of a job's sandbox that no longer exists."""
         self._phases: dict[str, Phase] = {}
+        self.finished: set[str] = set()
+        """Assignments whose sandbox this controller deleted (their task is finalized, or their
+        launch failed): never renewed, should a delete have failed or a list lag behind."""
         self.synced = asyncio.Event()
         self.renewals = 0
         self.lists = 0
@@ -113,15 +116,25 @@ class PoolWatch:
                 wake(aid)
             if view is None and phase is Phase.GONE:
                 self._phases.pop(aid, None)
+        self.finished &= set(groups)
         self.synced.set()
-        await self.renew_due(list(current.values()))
+        await self.renew_due([view for aid, view in current.items() if aid not in self.finished])
+
+    def _alive(self, view: SandboxView, now: datetime) -> bool:
+        """Whether a sandbox still has a job to run: not ended, and staged, or still within the
+        start timeout (one that never took its job is the reaper's to remove)."""
+        if view.ended:
+            return False
+        if builders.stage_of(view.metadata) != builders.STAGE_CREATED:
+            return True
+        return view.created_at is None or now - view.created_at < self.start_timeout
 
     async def renew_due(self, views: list[SandboxView]) -> None:
         now = self._clock()
         backend = self._settings.backend
         due = []
         for view in views:
-            if view.ended or not builders.renewal_due(view.expires_at, backend, now):
+            if not self._alive(view, now) or not builders.renewal_due(view.expires_at, backend, now):
                 continue
             target = builders.expires_at(builders.deadline_of(view.metadata), backend, now)
             if view.expires_at is not None and target - view.expires_at >= RENEW_MIN_GAIN:
