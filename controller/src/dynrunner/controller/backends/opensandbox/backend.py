@@ -11,7 +11,8 @@ vm/ — per job (docs/opensandbox.md).
 - `follow_start` starts the executor: one rename makes the delivery appear to the VM's
   entrypoint (execd refuses a rename onto an existing directory, so a VM is started once, by
   whichever controller gets there first); stage `delivered`.
-- `observe` reads the sandbox (one GET) and classifies it (`diagnosis`).
+- `observe` classifies the sandbox (`diagnosis`); it and `find` answer from the watch's last
+  list while the watch runs (the reaper looks when the watch woke it), else read or list.
 - `watch` lists the pool's sandboxes, wakes the reaper and renews leases (`watch`).
 - `delete` removes the sandbox (and any duplicate), the VM's SPIRE agent and its alias entry,
   and the job's entry.
@@ -71,6 +72,8 @@ class OpenSandboxBackend:
         self.watcher = PoolWatch(api, settings, clock, deadline_grace)
         self._clock = clock
         self._locks: dict[str, asyncio.Lock] = {}
+        self._staged_files: dict[str, SandboxFiles] = {}
+        """Assignment id → the execd file API its staging reached, for its start to use."""
         self._started_in: dict[str, float] = {}
         """Assignment id → how long its sandbox took to accept the job (for the start line)."""
 
@@ -148,6 +151,7 @@ class OpenSandboxBackend:
         """A launch that failed removes what it made: its sandbox and the job's SPIRE entry and
         alias (the next attempt makes them again). Nothing of it is renewed meanwhile."""
         self.watcher.finished.add(assignment_id)
+        self._staged_files.pop(assignment_id, None)
         try:
             if await self.api.delete(sandbox_id):
                 log.info("sandbox %s of the failed launch of %s deleted", sandbox_id, assignment_id)
@@ -163,6 +167,12 @@ class OpenSandboxBackend:
         listed = await self.api.list({builders.metadata_key(contract.LABEL_ASSIGNMENT_ID): assignment_id})
         return selection.by_assignment(listed, self.pool).get(assignment_id, [])
 
+    async def _known_sandboxes(self, assignment_id: str) -> list[SandboxView]:
+        """The job's sandboxes as the watch last listed them, while it runs; else listed now."""
+        if self.watcher.fresh:
+            return list(self.watcher.listed.get(assignment_id, []))
+        return await self._job_sandboxes(assignment_id)
+
     async def _keep_one(self, views: list[SandboxView]) -> SandboxView:
         kept, duplicates = selection.keeper(views)
         for duplicate in duplicates:
@@ -171,8 +181,10 @@ class OpenSandboxBackend:
         return kept
 
     async def _sandbox(self, assignment: Assignment, stream_seq: int | None) -> SandboxView:
-        """The job's sandbox, made if there is none."""
-        found = await self._job_sandboxes(assignment.assignment_id)
+        """The job's sandbox, made if there is none. Whether there is one is the watch's last
+        list (a redelivery comes after ack-wait, long after it); a sandbox made since by a racing
+        create is found by the list after this one's create, and every replica keeps the same."""
+        found = await self._known_sandboxes(assignment.assignment_id)
         if found:
             return await self._keep_one(found)
         request = builders.sandbox_request(assignment, self.settings, now=self._clock(), stream_seq=stream_seq)
@@ -222,6 +234,7 @@ class OpenSandboxBackend:
                 await self.agents.revoke(self._alias(assignment.assignment_id), token)
         staged = await self.api.patch_metadata(view.id, {builders.KEY_STAGE: builders.STAGE_STAGED})
         self._started_in[assignment.assignment_id] = time.monotonic() - began
+        self._staged_files[assignment.assignment_id] = files
         return staged
 
     async def _reach(self, view: SandboxView) -> tuple[SandboxView, SandboxFiles] | SandboxView:
@@ -276,7 +289,7 @@ class OpenSandboxBackend:
         )
         log.info("handing %s to sandbox %s", aid, sandbox)
         yield StartEvent(StartStage.STARTING, "handing the job to the VM; starting the executor")
-        files = await self.api.files(sandbox, EXECD_WAIT_S)
+        files = self._staged_files.pop(aid, None) or await self.api.files(sandbox, EXECD_WAIT_S)
         if not await files.rename(builders.PARTIAL_DIR, builders.DELIVERY_DIR):
             log.info("sandbox %s was started already (by another controller)", sandbox)
         view = await self.api.patch_metadata(sandbox, {builders.KEY_STAGE: builders.STAGE_DELIVERED})
@@ -286,7 +299,11 @@ class OpenSandboxBackend:
     # -- observing ----------------------------------------------------------------------------
 
     async def _read(self, env: Environment) -> SandboxView | None:
-        """The job's sandbox now (None: it does not exist)."""
+        """The job's sandbox now (None: it does not exist): as the watch last listed it (or a
+        read since noted), while the watch runs; else read."""
+        aid = env.assignment_id
+        if self.watcher.fresh and (aid in self.watcher.seen or aid in self.watcher.gone):
+            return self.watcher.seen.get(aid)
         view: SandboxView | None
         try:
             view = await self.api.get(env.extra.get("sandbox", "")) if env.extra.get("sandbox") else None
@@ -312,13 +329,17 @@ class OpenSandboxBackend:
         return self._observation(env, await self._read(env))
 
     async def find(self, assignment_id: str) -> Environment | None:
-        found = await self._job_sandboxes(assignment_id)
-        if found:
-            kept = selection.keeper(found)[0]
+        """From the watch's last list while it runs (the reaper looks when the watch woke it),
+        else from a list now."""
+        if self.watcher.fresh:
+            kept: SandboxView | None = self.watcher.seen.get(assignment_id)
+        else:
+            found = await self._job_sandboxes(assignment_id)
+            kept = selection.keeper(found)[0] if found else None
             self.watcher.note(assignment_id, kept)
+        if kept is not None:
             visible = selection.is_environment(kept, now=self._clock(), start_timeout=self._start_timeout)
             return self._environment(kept) if visible else None
-        self.watcher.note(assignment_id, None)
         tombstone = self.watcher.gone.get(assignment_id)
         return self._environment(tombstone) if tombstone is not None else None
 
@@ -342,7 +363,9 @@ class OpenSandboxBackend:
     async def delete(self, env: Environment) -> None:
         aid = env.assignment_id
         self.watcher.finished.add(aid)
-        ids = {v.id for v in await self._job_sandboxes(aid)}
+        self._staged_files.pop(aid, None)
+        self._started_in.pop(aid, None)
+        ids = {v.id for v in await self._known_sandboxes(aid)}
         if env.extra.get("sandbox"):
             ids.add(env.extra["sandbox"])
         for sandbox_id in sorted(ids):

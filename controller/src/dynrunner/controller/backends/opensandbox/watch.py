@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
@@ -24,6 +25,8 @@ from dynrunner.controller.backends.opensandbox.diagnosis import DEADLINE_SLACK, 
 log = logging.getLogger(__name__)
 
 RENEW_CONCURRENCY = 8
+FRESH_POLLS = 3
+FRESH_SLACK_S = 1.0
 RENEW_MIN_GAIN = timedelta(seconds=5)
 Clock = Callable[[], datetime]
 
@@ -52,10 +55,22 @@ class PoolWatch:
         self.finished: set[str] = set()
         """Assignments whose sandbox this controller deleted (their task is finalized, or their
         launch failed): never renewed, should a delete have failed or a list lag behind."""
+        self.listed: dict[str, list[SandboxView]] = {}
+        """Assignment id → every sandbox of the job in the last list (duplicates included)."""
+        self._listed_at: float | None = None
         self.synced = asyncio.Event()
         self.renewals = 0
         self.lists = 0
         """Lists made by `sync` (for benchmarks)."""
+
+    @property
+    def fresh(self) -> bool:
+        """Whether the last list is recent enough to answer from (the watch runs): a few poll
+        intervals, so a slow list or a missed one still counts, a stopped watch not."""
+        if self._listed_at is None:
+            return False
+        within = FRESH_POLLS * self._settings.backend.poll_interval_s + FRESH_SLACK_S
+        return time.monotonic() - self._listed_at <= within
 
     @property
     def start_timeout(self) -> timedelta:
@@ -75,6 +90,7 @@ class PoolWatch:
             self._phases[assignment_id] = self.phase(view, self.gone.get(assignment_id))
 
     def forget(self, assignment_id: str) -> None:
+        self.listed.pop(assignment_id, None)
         self.seen.pop(assignment_id, None)
         self.gone.pop(assignment_id, None)
         self._phases.pop(assignment_id, None)
@@ -102,8 +118,11 @@ class PoolWatch:
     async def sync(self, wake: Wake) -> None:
         """One list: update what is seen, wake for what changed, renew what is due."""
         self.lists += 1
+        began = time.monotonic()
         listed = await self._api.list({builders.metadata_key("dynrunner.io/pool"): self._settings.pool})
         groups = selection.by_assignment(listed, self._settings.pool)
+        self.listed = groups
+        self._listed_at = began
         current = {aid: selection.keeper(views)[0] for aid, views in groups.items()}
         for aid in [a for a in self.seen if a not in current]:
             self.gone[aid] = self.seen.pop(aid)

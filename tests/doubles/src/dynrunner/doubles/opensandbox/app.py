@@ -12,6 +12,7 @@ the double publishes for port 44772, with or without `use_server_proxy`.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Annotated, Any
@@ -124,8 +125,18 @@ def _execd_target(sandboxes: Sandboxes) -> Callable[[Request], Any]:
     return sandbox_of
 
 
-def build_app(sandboxes: Sandboxes, api_key: str | None) -> FastAPI:
+def request_kind(method: str, path: str) -> str:
+    """`GET /sandboxes/{id}`, `execd POST /files/upload`: what `OpenSandboxDouble.requests` counts."""
+    path = path.removeprefix("/v1")
+    proxied = _PROXY_PATH.match(path)
+    if proxied:
+        return f"execd {method} /{path[proxied.end() :]}"
+    return f"{method} " + re.sub(r"^/sandboxes/[^/]+", "/sandboxes/{id}", path)
+
+
+def build_app(sandboxes: Sandboxes, api_key: str | None, requests: Counter[str] | None = None) -> FastAPI:
     app = FastAPI(title="OpenSandbox Lifecycle API (double)", version="0.1.0")
+    counted: Counter[str] = Counter() if requests is None else requests
 
     @app.exception_handler(ApiError)
     async def api_error(_: Request, err: ApiError) -> JSONResponse:
@@ -134,6 +145,7 @@ def build_app(sandboxes: Sandboxes, api_key: str | None) -> FastAPI:
     @app.middleware("http")
     async def authenticate(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
         path = request.url.path
+        counted[request_kind(request.method, path)] += 1
         if api_key and not path.startswith(_EXEMPT) and not (".." not in path and _PROXY_PATH.match(path)):
             given = request.headers.get(API_KEY_HEADER)
             if not given:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+from collections import Counter
 from collections.abc import AsyncIterator, Mapping
 from datetime import timedelta
 from pathlib import Path
@@ -52,7 +53,9 @@ class OpenSandboxDouble:
         )
         self._changed = asyncio.Event()
         self.sandboxes.on_change = self._changed.set
-        self.app = build_app(self.sandboxes, self.api_key or None)
+        self.requests: Counter[str] = Counter()
+        """Requests received, by kind (`app.request_kind`): what a client costs the server."""
+        self.app = build_app(self.sandboxes, self.api_key or None, self.requests)
         self.url = ""
 
     @classmethod
