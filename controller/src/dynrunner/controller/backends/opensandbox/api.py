@@ -181,6 +181,7 @@ class OpenSandboxApi:
                     extensions=dict(request.extensions),
                     volumes=None,
                     resource_requests=dict(request.resource_requests) or None,
+                    secure_access=request.secure_access,
                 )
         except Exception as err:
             raise _translate(err, "creating a sandbox") from None

@@ -26,6 +26,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Collection
 from datetime import timedelta
+from urllib.parse import urlsplit
 
 from dynrunner.controller import contract
 from dynrunner.controller.backends.base import (
@@ -95,13 +96,32 @@ class OpenSandboxBackend:
         backend = self.settings.backend
         source = f"template {backend.template_id}" if backend.template_id else f"image {backend.image}"
         identity = "a SPIRE join token per VM" if self.agents is not None else "no workload identity"
+        execd = (
+            "execd behind a token per VM (secureAccess)"
+            if backend.secure_access
+            else "execd open to whoever reaches the server's proxy route with a sandbox id"
+        )
         warnings = []
-        if backend.network_policy is None or backend.network_policy.default_action == "allow":
+        policy = backend.network_policy
+        if policy is None or policy.default_action == "allow":
             warnings.append(
                 "the VMs' egress is not restricted (backend.networkPolicy): a job can reach any host "
                 "the OpenSandbox runtime can, other jobs' services included"
             )
-        return Isolation(f"one microVM per job on {self.api.url} ({source}), {identity}", tuple(warnings))
+        else:
+            server = (urlsplit(backend.url).hostname or "").lower()
+            opened = [
+                rule.target
+                for rule in policy.egress
+                if rule.action == "allow"
+                and (rule.target == server or (rule.target.startswith("*.") and server.endswith(rule.target[1:])))
+            ]
+            if opened:
+                warnings.append(
+                    f"backend.networkPolicy lets the VMs reach the OpenSandbox server ({', '.join(opened)}): "
+                    "its proxy route opens any sandbox's execd to a job that learns the sandbox's id"
+                )
+        return Isolation(f"one microVM per job on {self.api.url} ({source}), {identity}, {execd}", tuple(warnings))
 
     @property
     def _start_timeout(self) -> timedelta:

@@ -80,6 +80,7 @@ class SandboxRequest:
     resource_requests: Mapping[str, str] = dataclasses.field(default_factory=dict)
     network_policy: NetworkPolicy | None = None
     extensions: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    secure_access: bool = False
 
 
 # -- metadata -------------------------------------------------------------------------------------
@@ -181,6 +182,7 @@ def sandbox_request(
         env=sandbox_env(backend),
         resources=dict(backend.resources),
         resource_requests=dict(backend.resource_requests),
+        secure_access=backend.secure_access,
         **common,  # type: ignore[arg-type]
     )
 

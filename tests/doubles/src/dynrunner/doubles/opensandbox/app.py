@@ -6,11 +6,15 @@ Every route is served at the root and under `/v1`, as the server mounts them. Au
 single-tenant `OPEN-SANDBOX-API-KEY` header (401 MISSING_API_KEY / INVALID_API_KEY), with the
 server's exemptions: `/health`, `/version`, the docs, and the sandbox proxy route. execd is
 served behind that proxy route (`/sandboxes/{id}/proxy/44772/...`), which is also the endpoint
-the double publishes for port 44772, with or without `use_server_proxy`.
+the double publishes for port 44772, with or without `use_server_proxy`. So, as upstream, the
+sandbox's id alone reaches its execd — unless the sandbox was made with `secureAccess` (a
+`gateway` double): then its endpoints carry a per-sandbox `OpenSandbox-Secure-Access` token and
+the proxy route refuses a caller without it (401 MISSING_OR_INVALID_SECURE_ACCESS, `api/proxy.py`).
 """
 
 from __future__ import annotations
 
+import hmac
 import re
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -27,6 +31,7 @@ from dynrunner.doubles.opensandbox.sandboxes import Sandboxes
 from dynrunner.doubles.opensandbox.schema import CreateSandboxRequest, Endpoint, RenewRequest
 
 API_KEY_HEADER = "OPEN-SANDBOX-API-KEY"
+SECURE_ACCESS_HEADER = "OpenSandbox-Secure-Access"
 EXECD_PORT = 44772
 _EXEMPT = ("/health", "/version", "/docs", "/redoc", "/openapi.json")
 _PROXY_PATH = re.compile(r"^(/v1)?/sandboxes/[^/]+/proxy/\d+(/|$)")
@@ -95,10 +100,11 @@ def _lifecycle(sandboxes: Sandboxes) -> APIRouter:
             raise ApiError(400, "SANDBOX::INVALID_PARAMETER", "use_server_proxy cannot be combined with expires.")
         if expires is not None:
             raise ApiError(400, "SANDBOX::API_NOT_SUPPORTED", "Signed routes (expires parameter) are not supported.")
-        sandboxes.endpoint_ready(sandbox_id, port)
+        box = sandboxes.endpoint_ready(sandbox_id, port)
         prefix = request.url.path.split("/sandboxes/", 1)[0]
         base = f"{request.url.netloc}{prefix}"
-        return _json(200, Endpoint(endpoint=f"{base}/sandboxes/{sandbox_id}/proxy/{port}"))
+        headers = {SECURE_ACCESS_HEADER: box.access_token} if box.access_token else None
+        return _json(200, Endpoint(endpoint=f"{base}/sandboxes/{sandbox_id}/proxy/{port}", headers=headers))
 
     @router.post("/metrics/events", status_code=204)
     async def metrics_event() -> Response:
@@ -118,6 +124,13 @@ def _execd_target(sandboxes: Sandboxes) -> Callable[[Request], Any]:
     def sandbox_of(request: Request) -> Any:
         sandbox_id = request.path_params["sandbox_id"]
         box = sandboxes.get(sandbox_id)
+        given = request.headers.get(SECURE_ACCESS_HEADER, "")
+        if box.access_token and not hmac.compare_digest(given.encode(), box.access_token.encode()):
+            raise ApiError(
+                401,
+                "MISSING_OR_INVALID_SECURE_ACCESS",
+                f"This sandbox requires the {SECURE_ACCESS_HEADER} header for access.",
+            )
         if int(request.path_params["port"]) != EXECD_PORT or box.state != "Running":
             raise ApiError(502, "BACKEND_CONNECTION_FAILED", f"Failed to connect to sandbox {sandbox_id}.")
         return box

@@ -40,6 +40,7 @@ class OpenSandboxDouble:
         runtime: Runtime = "docker",
         boot_delay_s: float = 0.0,
         max_timeout_s: int | None = None,
+        gateway: bool = False,
     ) -> None:
         self.api_key = api_key if api_key is not None else secrets.token_urlsafe(16)
         self.clock = Clock()
@@ -50,6 +51,7 @@ class OpenSandboxDouble:
             boot_delay_s=boot_delay_s,
             max_timeout_s=max_timeout_s,
             clock=self.clock,
+            gateway=gateway,
         )
         self._changed = asyncio.Event()
         self.sandboxes.on_change = self._changed.set
