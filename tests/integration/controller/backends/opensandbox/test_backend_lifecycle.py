@@ -162,3 +162,22 @@ async def test_a_pending_sandbox_is_waited_for_on_the_kubernetes_runtime(
         events = await _start(backend, env)
         assert events[-1].stage is StartStage.STARTED
         await _phase(backend, env, Phase.RUNNING)
+
+
+async def test_a_sandbox_with_metadata_no_job_has_does_not_break_the_pools_listing(
+    opensandbox_factory: OpenSandboxFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server that does not hold metadata to label rules (or anyone who can write it) may
+    hand back `²` or a 400-digit number: that sandbox is skipped and said once, the others listed."""
+    async with opensandbox_factory(images={VM_IMAGE: stand_in_image(tmp_path, RUN)}) as osb:
+        kept, spoilt, overflowing = vm_assignment(), vm_assignment(), vm_assignment()
+        async with vm_backend(osb, tmp_path) as earlier:
+            envs = {a.assignment_id: await earlier.create(a) for a in (kept, spoilt, overflowing)}
+        osb.sandbox(envs[spoilt.assignment_id].extra["sandbox"]).metadata["dynrunner-task-id"] = "²"
+        osb.sandbox(envs[overflowing.assignment_id].extra["sandbox"]).metadata["dynrunner-deadline"] = "9" * 400
+        async with vm_backend(osb, tmp_path) as backend:  # a controller (re)starting lists them all
+            for _ in range(2):
+                await backend.watcher.sync(lambda _aid: None)
+            assert [env.assignment_id for env in await backend.list_owned()] == [kept.assignment_id]
+        skipped = [r.getMessage() for r in caplog.records if "is skipped" in r.getMessage()]
+        assert len(skipped) == 2, skipped

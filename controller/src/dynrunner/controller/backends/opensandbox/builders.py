@@ -40,6 +40,8 @@ FILE_MODE = 600
 
 MIN_TIMEOUT_S = 60
 """The shortest timeout opensandbox-server accepts."""
+MAX_DIGITS = 19
+"""Task ids, stream sequences and Unix times fit in 19 digits (a signed 64-bit integer)."""
 AGENT_ALIAS_PATH = "/spire/agent/dynrunner"
 
 
@@ -114,11 +116,29 @@ def labels_of(metadata: Mapping[str, str]) -> dict[str, str]:
 def is_job_sandbox(metadata: Mapping[str, str], pool: str) -> bool:
     """Whether a listed sandbox is a job of `pool` (has the labels an Environment needs)."""
     labels = labels_of(metadata)
-    return (
-        labels.get(contract.LABEL_POOL) == pool
-        and bool(labels.get(contract.LABEL_ASSIGNMENT_ID))
-        and labels.get(contract.LABEL_TASK_ID, "").isdigit()
-    )
+    return labels.get(contract.LABEL_POOL) == pool and not malformed(metadata)
+
+
+def malformed(metadata: Mapping[str, str]) -> str:
+    """Why a sandbox's metadata cannot be one of our jobs' ("" if it can): anyone who may
+    patch metadata could write `²` (a digit to `str.isdigit`, not to `int`) or a number no
+    date holds, and one such sandbox must not stop the pool's listing."""
+    labels = labels_of(metadata)
+    if not labels.get(contract.LABEL_ASSIGNMENT_ID):
+        return "no assignment id"
+    if _number(labels.get(contract.LABEL_TASK_ID, "")) is None:
+        return f"task id {labels.get(contract.LABEL_TASK_ID, '')[:20]!r} is not a number"
+    seq = labels.get(contract.LABEL_STREAM_SEQ)
+    if seq is not None and _number(seq) is None:
+        return f"stream sequence {seq[:20]!r} is not a number"
+    if KEY_DEADLINE in metadata and _deadline(metadata[KEY_DEADLINE]) is None:
+        return f"deadline {metadata[KEY_DEADLINE][:20]!r} is not a time"
+    return ""
+
+
+def _number(value: str) -> int | None:
+    """A non-negative integer written in ASCII digits, small enough for anything we count."""
+    return int(value) if value.isascii() and value.isdigit() and len(value) <= MAX_DIGITS else None
 
 
 def stage_of(metadata: Mapping[str, str]) -> str:
@@ -127,8 +147,17 @@ def stage_of(metadata: Mapping[str, str]) -> str:
 
 
 def deadline_of(metadata: Mapping[str, str]) -> datetime | None:
-    value = metadata.get(KEY_DEADLINE, "")
-    return datetime.fromtimestamp(int(value), UTC) if value.isdigit() else None
+    return _deadline(metadata.get(KEY_DEADLINE, ""))
+
+
+def _deadline(value: str) -> datetime | None:
+    seconds = _number(value)
+    if seconds is None:
+        return None
+    try:
+        return datetime.fromtimestamp(seconds, UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 # -- expiry ---------------------------------------------------------------------------------------

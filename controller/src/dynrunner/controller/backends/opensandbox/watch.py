@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
+from dynrunner.controller import contract
 from dynrunner.controller.backends.base import Phase, Wake
 from dynrunner.controller.backends.opensandbox import builders, selection
 from dynrunner.controller.backends.opensandbox.api import OpenSandboxApi, OpenSandboxError
@@ -52,6 +53,7 @@ class PoolWatch:
         self.gone: dict[str, SandboxView] = {}
         """Assignment id → the last view of a job's sandbox that no longer exists."""
         self._phases: dict[str, Phase] = {}
+        self._malformed: set[str] = set()
         self.finished: set[str] = set()
         """Assignments whose sandbox this controller deleted (their task is finalized, or their
         launch failed): never renewed, should a delete have failed or a list lag behind."""
@@ -119,8 +121,9 @@ class PoolWatch:
         """One list: update what is seen, wake for what changed, renew what is due."""
         self.lists += 1
         began = time.monotonic()
-        listed = await self._api.list({builders.metadata_key("dynrunner.io/pool"): self._settings.pool})
+        listed = await self._api.list({builders.metadata_key(contract.LABEL_POOL): self._settings.pool})
         groups = selection.by_assignment(listed, self._settings.pool)
+        self._diagnose(listed)
         self.listed = groups
         self._listed_at = began
         current = {aid: selection.keeper(views)[0] for aid, views in groups.items()}
@@ -138,6 +141,23 @@ class PoolWatch:
         self.finished &= set(groups)
         self.synced.set()
         await self.renew_due([view for aid, view in current.items() if aid not in self.finished])
+
+    def _diagnose(self, listed: list[SandboxView]) -> None:
+        """Say once which of the pool's sandboxes are skipped for metadata no job of ours has."""
+        bad = {}
+        for view in listed:
+            if view.metadata.get(builders.metadata_key(contract.LABEL_POOL)) == self._settings.pool:
+                why = builders.malformed(view.metadata)
+                if why:
+                    bad[view.id] = why
+        for sandbox_id in bad.keys() - self._malformed:
+            log.warning(
+                "pool %s: sandbox %s is skipped: its metadata is no job's (%s)",
+                self._settings.pool,
+                sandbox_id,
+                bad[sandbox_id],
+            )
+        self._malformed = set(bad)
 
     def _alive(self, view: SandboxView, now: datetime) -> bool:
         """Whether a sandbox still has a job to run: not ended, and staged, or still within the
