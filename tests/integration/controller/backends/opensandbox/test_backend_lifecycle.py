@@ -181,3 +181,28 @@ async def test_a_sandbox_with_metadata_no_job_has_does_not_break_the_pools_listi
             assert [env.assignment_id for env in await backend.list_owned()] == [kept.assignment_id]
         skipped = [r.getMessage() for r in caplog.records if "is skipped" in r.getMessage()]
         assert len(skipped) == 2, skipped
+
+
+async def test_s3_credentials_reach_the_executor_in_the_vm_and_only_it(
+    opensandbox_factory: OpenSandboxFactory, tmp_path: Path
+) -> None:
+    """As the `local` backend passes the controller's `AWS_*` to its executors: delivered as a
+    file beside the assignment (never in the sandbox's env or metadata), exported by the
+    entrypoint for the executor alone, and deleted."""
+    body = """
+        echo "s3=$AWS_ACCESS_KEY_ID ${AWS_SECRET_ACCESS_KEY:+with-secret}"
+        ls /run/dynrunner/delivery
+        sleep 600
+    """
+    credentials = {"AWS_ACCESS_KEY_ID": "AKIATEST", "AWS_SECRET_ACCESS_KEY": "s3-secret-key"}
+    async with (
+        opensandbox_factory(images={VM_IMAGE: stand_in_image(tmp_path, body)}) as osb,
+        vm_backend(osb, tmp_path, artifact_env=credentials) as backend,
+    ):
+        env = await backend.create(vm_assignment())
+        [box] = osb.listed()
+        assert "s3-secret-key" not in str(box.env) and "s3-secret-key" not in str(box.metadata)
+        await _start(backend, env)
+        await _console(box, "s3=AKIATEST with-secret")
+        await _console(box, "assignment.pb")
+        assert not (box.rootfs / "run/dynrunner/delivery/env").exists()

@@ -243,7 +243,9 @@ class OpenSandboxBackend:
             except SpireServerError as err:
                 raise BackendError(f"the VM's SPIRE agent and the job's entry could not be set up: {err}") from err
             token, bundle = grant.token, grant.bundle_pem
-        delivery = builders.delivery_files(encode(assignment), join_token=token, bundle_pem=bundle)
+        delivery = builders.delivery_files(
+            encode(assignment), join_token=token, bundle_pem=bundle, env=self.settings.artifact_env
+        )
         own = f"{builders.PARTIAL_DIR}.{secrets.token_hex(8)}"
         await files.write(own, delivery, builders.FILE_MODE)
         if not await files.rename(own, builders.PARTIAL_DIR):

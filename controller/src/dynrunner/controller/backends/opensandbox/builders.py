@@ -13,6 +13,7 @@ entrypoint has it: the executor runs or ran). Nothing secret is in metadata or e
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 
@@ -35,6 +36,12 @@ PARTIAL_DIR = DELIVERY_DIR + ".partial"
 ASSIGNMENT_FILE = "assignment.pb"
 TOKEN_FILE = "join-token"
 BUNDLE_FILE = "bundle.pem"
+ENV_FILE = "env"
+S3_ENV = (
+    "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION",
+    "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3",
+)  # fmt: skip
+"""boto3's variables that carry values (not paths of the controller's host) for a VM's executor."""
 FILE_MODE = 600
 """execd's `mode` is octal digits as a decimal number."""
 
@@ -54,17 +61,22 @@ class VmSettings:
     trust_domain: str
     svid_ttl_s: int = 900
     join_token_ttl_s: int = 900
+    artifact_env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """With an S3 artifact store, the controller's S3 credentials for the executor (as the
+    `local` backend passes them): delivered in the VM, never in the sandbox's env."""
 
     @classmethod
     def from_config(cls, pool: PoolConfig, config: ControllerConfig) -> VmSettings:
         assert isinstance(pool.backend, OpenSandboxBackendConfig)
         ident = config.identity
+        s3 = config.artifacts.driver == "S3"
         return cls(
             pool=pool.name,
             backend=pool.backend,
             trust_domain=ident.trust_domain,
             svid_ttl_s=ident.svid_ttl_s,
             join_token_ttl_s=ident.spire_server.join_token_ttl_s if ident.spire_server else 900,
+            artifact_env={name: os.environ[name] for name in S3_ENV if s3 and os.environ.get(name)},
         )
 
 
@@ -216,9 +228,15 @@ def sandbox_request(
     )
 
 
-def delivery_files(assignment_pb: bytes, *, join_token: str = "", bundle_pem: bytes = b"") -> dict[str, bytes]:
-    """The files of one delivery (under PARTIAL_DIR, then renamed to DELIVERY_DIR)."""
+def delivery_files(
+    assignment_pb: bytes, *, join_token: str = "", bundle_pem: bytes = b"", env: Mapping[str, str] | None = None
+) -> dict[str, bytes]:
+    """The files of one delivery (under PARTIAL_DIR, then renamed to DELIVERY_DIR); `env` is
+    for the executor only (the entrypoint exports it, then deletes the file)."""
     files = {ASSIGNMENT_FILE: assignment_pb}
+    lines = [f"{name}={value}\n" for name, value in (env or {}).items() if "\n" not in value and "\r" not in value]
+    if lines:
+        files[ENV_FILE] = "".join(lines).encode()
     if join_token:
         files[TOKEN_FILE] = join_token.encode()
         if bundle_pem:
