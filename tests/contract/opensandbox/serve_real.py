@@ -108,7 +108,16 @@ def _runtime(engine: Any) -> Any:
         def _unsupported(self, *_: Any, **__: Any) -> Any:
             raise HTTPException(501, {"code": "SANDBOX::API_NOT_SUPPORTED", "message": "not in the contract tier"})
 
-        get_sandbox_log_diagnostics = get_sandbox_event_diagnostics = _unsupported
+        def get_sandbox_log_diagnostics(self, sandbox_id: str, scope: str) -> Any:
+            from opensandbox_server.services.diagnostics import DiagnosticResult, unsupported_scope_error
+
+            box = call(engine.get, sandbox_id)
+            if scope.strip().lower() not in ("container", "all"):
+                raise unsupported_scope_error("logs", scope, ("container", "all"))
+            text = box.console.read_text(errors="replace") if box.console.exists() else ""
+            return DiagnosticResult(sandbox_id, "logs", scope.strip().lower(), "".join(text.splitlines(True)[-100:]))
+
+        get_sandbox_event_diagnostics = _unsupported
         get_sandbox_logs = get_sandbox_inspect = get_sandbox_events = _unsupported
 
     return DoubleRuntime()

@@ -339,3 +339,27 @@ async def test_the_proxy_route_refuses_a_secured_sandboxs_caller_without_its_tok
             assert real.status_code == 401, (headers, real.text)
             assert _shape(double) == _shape(real), (headers, real.text, double.text)
         await _each(both[:1], "DELETE", f"/v1/sandboxes/{ids[0]}")
+
+
+async def test_the_console_the_backend_reads_is_the_real_diagnostics_route(both: list[Target], tmp_path: Path) -> None:
+    """`api.console` (a VM that did not start: its console's last lines go to the job log) asks
+    the server's stable diagnostics logs route, which both answer alike, scopes refused alike."""
+    said = []
+    for url, key in both:
+        (created,) = await _each([(url, key)], "POST", "/v1/sandboxes", json={**VALID, "timeout": 120})
+        sandbox_id = created.json()["id"]
+        key_file = tmp_path / "key"
+        key_file.write_text(key)
+        api = OpenSandboxApi.connect(url, api_key_file=key_file, headers={"OPEN-SANDBOX-CLIENT-IP": "127.0.0.1"})
+        try:
+            said.append(await api.console(sandbox_id))
+        finally:
+            await api.aclose()
+        (wrong,) = await _each([(url, key)], "GET", f"/v1/sandboxes/{sandbox_id}/diagnostics/logs?scope=kernel")
+        said.append(_shape(wrong))
+        await _each([(url, key)], "DELETE", f"/v1/sandboxes/{sandbox_id}")
+    assert said[0] == said[2] == "" and said[1] == said[3] == (
+        400,
+        ["code", "message"],
+        "DIAGNOSTICS_SCOPE_UNSUPPORTED",
+    )

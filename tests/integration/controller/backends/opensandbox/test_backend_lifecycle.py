@@ -12,9 +12,10 @@ import pytest
 from dynrunner.controller import contract
 from dynrunner.controller.backends.base import FailureReason, Phase, StartEvent, StartStage
 from dynrunner.controller.backends.opensandbox.backend import OpenSandboxBackend
+from dynrunner.controller.reaping.reaper import failure_report
 from dynrunner.doubles.opensandbox import CreateFailure, OpenSandboxDouble
 from dynrunner.proto.assignment import decode
-from tests.fixtures.opensandbox import VM_IMAGE, OpenSandboxFactory
+from tests.fixtures.opensandbox import VM_IMAGE, OpenSandboxFactory, vm_image
 from tests.fixtures.opensandbox_backend import stand_in_image, vm_assignment, vm_backend
 
 RUN = """
@@ -206,3 +207,19 @@ async def test_s3_credentials_reach_the_executor_in_the_vm_and_only_it(
         await _console(box, "s3=AKIATEST with-secret")
         await _console(box, "assignment.pb")
         assert not (box.rootfs / "run/dynrunner/delivery/env").exists()
+
+
+async def test_a_vm_that_did_not_start_puts_its_consoles_last_lines_in_the_job_log(
+    opensandbox_factory: OpenSandboxFactory, tmp_path: Path
+) -> None:
+    """Its entrypoint says why (here: no executor in the image); the reaper's report — what the
+    job log shows — carries the console's last lines (from the server's diagnostics logs)."""
+    image = vm_image(DYNRUNNER_EXECUTOR_COMMAND="/nonexistent/dynrunner-executor")
+    async with opensandbox_factory(images={VM_IMAGE: image}) as osb, vm_backend(osb, tmp_path) as backend:
+        env = await backend.create(vm_assignment())
+        await _start(backend, env)
+        obs = await _phase(backend, env, Phase.FAILED)
+        assert obs.diagnosis.reason is FailureReason.START_FAILED  # type: ignore[attr-defined]
+        report = failure_report(obs, [])  # type: ignore[arg-type]
+        assert "/nonexistent/dynrunner-executor" in report and "not found" in report, report
+        assert env.extra["sandbox"] not in report

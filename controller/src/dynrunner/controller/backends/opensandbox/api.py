@@ -1,6 +1,6 @@
 """The one module that talks to OpenSandbox (an import-linter contract checks it), through the
 official `opensandbox` SDK: the lifecycle API (create, list by metadata, get, delete, renew,
-metadata patch) and a sandbox's execd file API (the delivery).
+metadata patch), a sandbox's console (the diagnostics API) and its execd file API (the delivery).
 
 The SDK's own readiness wait (`Sandbox.create`) is not used: it kills the sandbox when its
 budget runs out or the caller is cancelled, and a controller killed mid-create must leave a
@@ -116,6 +116,7 @@ class OpenSandboxApi:
         self._config = config
         self._transport = transport
         self._sandboxes = AdapterFactory(config).create_sandbox_service()
+        self._diagnostics = AdapterFactory(config).create_diagnostics_service()
         self.url = config.domain or ""
         self._closed = False
         self.requests: Counter[str] = Counter()
@@ -237,6 +238,15 @@ class OpenSandboxApi:
             return view(await self._sandboxes.patch_sandbox_metadata(sandbox_id, dict(patch)))
         except Exception as err:
             raise _translate(err, f"updating the metadata of sandbox {sandbox_id}", sandbox_id) from None
+
+    async def console(self, sandbox_id: str) -> str:
+        """The sandbox's console as the server keeps it (its container's log: the last lines)."""
+        self._sending("console")
+        try:
+            logs = await self._diagnostics.get_logs(sandbox_id, scope="container")
+        except Exception as err:
+            raise _translate(err, f"reading the console of sandbox {sandbox_id}", sandbox_id) from None
+        return logs.content or ""
 
     # -- execd: the delivery ----------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ vm/ — per job (docs/opensandbox.md).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import secrets
 import time
@@ -32,6 +33,7 @@ from dynrunner.controller import contract
 from dynrunner.controller.backends.base import (
     BackendError,
     Environment,
+    FailureReason,
     Isolation,
     Observation,
     StartEvent,
@@ -52,6 +54,8 @@ log = logging.getLogger(__name__)
 NAME = "opensandbox"
 EXECD_WAIT_S = 10.0
 """How long one attempt to reach execd in a running sandbox may take."""
+CONSOLE_LINES = 20
+"""How much of a VM's console the job log gets when the VM did not start."""
 
 
 class OpenSandboxBackend:
@@ -73,6 +77,8 @@ class OpenSandboxBackend:
         self.watcher = PoolWatch(api, settings, clock, deadline_grace)
         self._clock = clock
         self._locks: dict[str, asyncio.Lock] = {}
+        self._consoles: dict[str, str] = {}
+        """Sandbox id → the last lines of the console of a VM that did not start."""
         self._staged_files: dict[str, SandboxFiles] = {}
         """Assignment id → the execd file API its staging reached, for its start to use."""
         self._started_in: dict[str, float] = {}
@@ -348,7 +354,27 @@ class OpenSandboxBackend:
         )
 
     async def observe(self, env: Environment) -> Observation:
-        return self._observation(env, await self._read(env))
+        view = await self._read(env)
+        observed = self._observation(env, view)
+        diagnosis = observed.diagnosis
+        if view is not None and diagnosis is not None and diagnosis.reason is FailureReason.START_FAILED:
+            console = await self._console(view.id)
+            if console:
+                observed = dataclasses.replace(observed, diagnosis=dataclasses.replace(diagnosis, detail=console))
+        return observed
+
+    async def _console(self, sandbox_id: str) -> str:
+        """The last lines of a VM's console, which tell why it did not start (the entrypoint's
+        and the agent's words); read once per sandbox, "" when the server has none."""
+        if sandbox_id not in self._consoles:
+            try:
+                text = await self.api.console(sandbox_id)
+            except OpenSandboxError as err:
+                log.info("the console of sandbox %s cannot be read: %s", sandbox_id, err)
+                return ""
+            lines = text.replace(sandbox_id, "<the VM>").splitlines()[-CONSOLE_LINES:]
+            self._consoles[sandbox_id] = "\n".join(lines)
+        return self._consoles[sandbox_id]
 
     async def find(self, assignment_id: str) -> Environment | None:
         """From the watch's last list while it runs (the reaper looks when the watch woke it),
@@ -391,6 +417,7 @@ class OpenSandboxBackend:
         if env.extra.get("sandbox"):
             ids.add(env.extra["sandbox"])
         for sandbox_id in sorted(ids):
+            self._consoles.pop(sandbox_id, None)
             if await self.api.delete(sandbox_id):
                 log.info("sandbox %s of %s deleted", sandbox_id, aid)
         await self._remove_identity(aid)

@@ -32,6 +32,8 @@ from dynrunner.doubles.opensandbox.schema import CreateSandboxRequest, Endpoint,
 
 API_KEY_HEADER = "OPEN-SANDBOX-API-KEY"
 SECURE_ACCESS_HEADER = "OpenSandbox-Secure-Access"
+LOG_SCOPES = ("container", "all")
+CONSOLE_LINES = 100
 EXECD_PORT = 44772
 _EXEMPT = ("/health", "/version", "/docs", "/redoc", "/openapi.json")
 _PROXY_PATH = re.compile(r"^(/v1)?/sandboxes/[^/]+/proxy/\d+(/|$)")
@@ -105,6 +107,32 @@ def _lifecycle(sandboxes: Sandboxes) -> APIRouter:
         base = f"{request.url.netloc}{prefix}"
         headers = {SECURE_ACCESS_HEADER: box.access_token} if box.access_token else None
         return _json(200, Endpoint(endpoint=f"{base}/sandboxes/{sandbox_id}/proxy/{port}", headers=headers))
+
+    @router.get("/sandboxes/{sandbox_id}/diagnostics/logs")
+    async def console(sandbox_id: str, scope: str | None = None) -> Response:
+        """The stable descriptor (`api/devops.py`): the last 100 lines of the console, inline."""
+        box = sandboxes.get(sandbox_id)
+        if scope is None or scope.strip().lower() not in LOG_SCOPES:
+            raise ApiError(
+                400,
+                "DIAGNOSTICS_SCOPE_UNSUPPORTED",
+                f"Unsupported logs diagnostics scope '{scope}'. Supported scopes: {', '.join(LOG_SCOPES)}.",
+            )
+        text = box.console.read_text(errors="replace") if box.console.exists() else ""
+        lines = text.splitlines(keepends=True)
+        content = "".join(lines[-CONSOLE_LINES:])
+        return JSONResponse(
+            {
+                "sandboxId": sandbox_id,
+                "kind": "logs",
+                "scope": scope.strip().lower(),
+                "delivery": "inline",
+                "contentType": "text/plain; charset=utf-8",
+                "content": content,
+                "contentLength": len(content.encode()),
+                "truncated": len(lines) > CONSOLE_LINES,
+            }
+        )
 
     @router.post("/metrics/events", status_code=204)
     async def metrics_event() -> Response:
