@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from dynrunner.controller.backends.base import BackendError, StartStage
+from dynrunner.controller.backends.opensandbox.api import OpenSandboxError
 from dynrunner.doubles.opensandbox import OpenSandboxDouble
 from tests.fixtures.opensandbox import VM_IMAGE, OpenSandboxFactory
 from tests.fixtures.opensandbox_backend import stand_in_image, vm_assignment, vm_backend
@@ -72,3 +73,23 @@ async def test_a_server_that_cannot_secure_access_refuses_the_vm(
         with pytest.raises(BackendError, match="secureAccess is not supported"):
             await backend.create(vm_assignment())
         assert osb.listed() == []
+
+
+async def test_a_closed_client_sends_nothing_to_execd_either(
+    opensandbox_factory: OpenSandboxFactory, tmp_path: Path
+) -> None:
+    """A file API reached before `aclose` is refused after it, as the lifecycle API is: its
+    closed transport would open a connection nobody closes."""
+    async with (
+        opensandbox_factory(images={VM_IMAGE: stand_in_image(tmp_path, "sleep 600\n")}) as osb,
+        vm_backend(osb, tmp_path) as backend,
+    ):
+        env = await backend.create(vm_assignment())
+        files = await backend.api.files(env.extra["sandbox"], 10)
+        await backend.api.aclose()
+        served = sum(osb.requests.values())
+        with pytest.raises(OpenSandboxError, match="is closed"):
+            await files.write("/run/dynrunner/late", {"x": b"1"}, 600)
+        with pytest.raises(OpenSandboxError, match="is closed"):
+            await files.rename("/run/dynrunner/delivery.partial", "/run/dynrunner/delivery")
+        assert sum(osb.requests.values()) == served
