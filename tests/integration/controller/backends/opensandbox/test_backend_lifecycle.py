@@ -223,3 +223,27 @@ async def test_a_vm_that_did_not_start_puts_its_consoles_last_lines_in_the_job_l
         report = failure_report(obs, [])  # type: ignore[arg-type]
         assert "/nonexistent/dynrunner-executor" in report and "not found" in report, report
         assert env.extra["sandbox"] not in report
+
+
+async def test_a_create_that_listed_the_sandbox_before_another_started_it_leaves_no_second_delivery(
+    opensandbox_factory: OpenSandboxFactory, tmp_path: Path
+) -> None:
+    """Another controller staged and started the job between this one's look (stage `created`)
+    and its staging: this one's delivery wins the now free `delivery.partial`, sees the job
+    started, and withdraws it — no second copy of the assignment (nor a token) stays behind,
+    and the stage stays `delivered`."""
+    async with (
+        opensandbox_factory(images={VM_IMAGE: stand_in_image(tmp_path, RUN)}) as osb,
+        vm_backend(osb, tmp_path) as first,
+        vm_backend(osb, tmp_path) as late,
+    ):
+        a = vm_assignment()
+        env = await first.create(a)
+        await _start(first, env)
+        [box] = osb.listed()
+        box.metadata["dynrunner-stage"] = "created"  # what the late one's list said
+        again = await late.create(a)
+        box.metadata["dynrunner-stage"] = "delivered"
+        assert again.extra["sandbox"] == box.id
+        run = box.rootfs / "run/dynrunner"
+        assert [p for p in run.rglob("*") if p.is_file() and "/delivery/" not in str(p)] == []

@@ -156,12 +156,12 @@ class OpenSandboxBackend:
             async with lock:
                 self.watcher.finished.discard(aid)
                 try:
-                    view = await self._sandbox(assignment, stream_seq)
+                    view, found = await self._sandbox(assignment, stream_seq)
                 except OpenSandboxError as err:
                     raise BackendError(f"OpenSandbox could not make the VM: {err.public}") from err
                 if builders.stage_of(view.metadata) == builders.STAGE_CREATED and not view.ended:
                     try:
-                        view = await self._stage(assignment, view)
+                        view = await self._stage(assignment, view, found=found)
                     except Exception as err:
                         await self._withdraw(aid, view.id)
                         if isinstance(err, OpenSandboxError):
@@ -206,13 +206,13 @@ class OpenSandboxBackend:
             await self.api.delete(duplicate.id)
         return kept
 
-    async def _sandbox(self, assignment: Assignment, stream_seq: int | None) -> SandboxView:
+    async def _sandbox(self, assignment: Assignment, stream_seq: int | None) -> tuple[SandboxView, bool]:
         """The job's sandbox, made if there is none. Whether there is one is the watch's last
         list (a redelivery comes after ack-wait, long after it); a sandbox made since by a racing
         create is found by the list after this one's create, and every replica keeps the same."""
         found = await self._known_sandboxes(assignment.assignment_id)
         if found:
-            return await self._keep_one(found)
+            return await self._keep_one(found), True
         request = builders.sandbox_request(assignment, self.settings, now=self._clock(), stream_seq=stream_seq)
         try:
             sandbox_id = await self.api.create(request)
@@ -224,15 +224,17 @@ class OpenSandboxBackend:
             if not found:
                 raise BackendError(f"OpenSandbox could not make the VM: {err.public}") from err
             log.info("the create answer was lost, but the sandbox exists: %s", found[0].id)
-        else:
-            log.info("sandbox %s created for %s", sandbox_id, assignment.assignment_id)
-            found = await self._job_sandboxes(assignment.assignment_id)
-            if not found:  # listed before it shows (eventually consistent runtime): read it
-                found = [await self.api.get(sandbox_id)]
-        return await self._keep_one(found)
+            return await self._keep_one(found), True
+        log.info("sandbox %s created for %s", sandbox_id, assignment.assignment_id)
+        found = await self._job_sandboxes(assignment.assignment_id)
+        if not found:  # listed before it shows (eventually consistent runtime): read it
+            found = [await self.api.get(sandbox_id)]
+        kept = await self._keep_one(found)
+        return kept, kept.id != sandbox_id
 
-    async def _stage(self, assignment: Assignment, view: SandboxView) -> SandboxView:
-        """Wait until the sandbox takes files, then put the delivery in it."""
+    async def _stage(self, assignment: Assignment, view: SandboxView, *, found: bool) -> SandboxView:
+        """Wait until the sandbox takes files, then put the delivery in it (`found`: the sandbox
+        was there before this create, so another controller may have staged and started it)."""
         began = time.monotonic()
         reached = await self._reach(view)
         if isinstance(reached, SandboxView):
@@ -254,12 +256,18 @@ class OpenSandboxBackend:
         )
         own = f"{builders.PARTIAL_DIR}.{secrets.token_hex(8)}"
         await files.write(own, delivery, builders.FILE_MODE)
+        withdrawn, started = "", False
         if not await files.rename(own, builders.PARTIAL_DIR):
-            # Another controller staged it first; its delivery is whole (renamed in one step).
+            withdrawn = own  # another controller staged it first; its delivery is whole (one rename)
+        elif found and await files.exists(builders.DELIVERY_DIR):
+            withdrawn, started = builders.PARTIAL_DIR, True  # and started it since this one listed it
+        if withdrawn:
             log.info("sandbox %s was staged by another controller: withdrawing this one's delivery", view.id)
-            await files.delete([f"{own}/{name}" for name in delivery])
+            await files.delete([f"{withdrawn}/{name}" for name in delivery])
             if self.agents is not None and token:
                 await self.agents.revoke(self._alias(assignment.assignment_id), token)
+        if started:
+            return await self.api.get(view.id)
         staged = await self.api.patch_metadata(view.id, {builders.KEY_STAGE: builders.STAGE_STAGED})
         self._started_in[assignment.assignment_id] = time.monotonic() - began
         self._staged_files[assignment.assignment_id] = files
