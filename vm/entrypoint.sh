@@ -10,10 +10,11 @@
 #    sandbox's env or metadata.
 # 2. With a join token: render the SPIRE agent's config, start the agent (it attests with the
 #    token, which SPIRE accepts once), wait for its Workload API socket, delete the token.
-# 3. Run the executor on the assignment, as $DYNRUNNER_EXECUTOR_USER when running as root,
-#    keeping the task state Gitea last accepted in $DYNRUNNER_STATE_FILE (the controller reads
-#    it through execd when it ends a job whose VM still runs); exit with its status (the
-#    sandbox then ends Terminated or Failed).
+# 3. Export `env` from the delivery if there is one (AWS_* S3 credentials for the artifact
+#    store), delete it, and run the executor on the assignment, as $DYNRUNNER_EXECUTOR_USER
+#    when running as root, keeping the task state Gitea last accepted in $DYNRUNNER_STATE_FILE
+#    (the controller reads it through execd when it ends a job whose VM still runs); exit with
+#    its status (the sandbox then ends Terminated or Failed).
 #
 # Its own failures have exit statuses the executor never uses (0, 1, 3, 128+N), so the
 # controller's diagnosis tells them apart: 66 nothing (or no assignment) was delivered, 69 the
@@ -90,6 +91,21 @@ fi
 
 mkdir -p "$(dirname "$state_file")"
 export DYNRUNNER_STATE_FILE="$state_file"
+
+# The executor's own environment from the delivery (S3 credentials for the artifact store):
+# exported for it alone, then the file goes, as the token does.
+if [ -f "$delivery/env" ]; then
+    while IFS= read -r line; do
+        name=${line%%=*}
+        case $name in
+        AWS_*[!A-Z0-9_]* | "$line") say "ignoring a malformed line of $delivery/env" ;;
+        AWS_?*) export "$name=${line#*=}" ;;
+        *) say "ignoring $name in $delivery/env" ;;
+        esac
+    done <"$delivery/env"
+    rm -f "$delivery/env"
+fi
+
 run_as=
 if [ -n "$executor_user" ] && [ "$(id -u)" = 0 ]; then
     chown "$executor_user" "$(dirname "$state_file")"

@@ -17,7 +17,7 @@ from dynrunner.controller.config.model import load_config
 from dynrunner.controller.infra.health import HealthServer
 from dynrunner.controller.infra.metrics import Metrics
 from dynrunner.controller.render import read_task, render
-from tests.fixtures.chart import Chart, container_files, find, one
+from tests.fixtures.chart import Chart, RenderError, container_files, find, one
 
 TASK = """\
 id: 42
@@ -183,6 +183,29 @@ def test_the_executor_network_policy_reaches_the_cache_the_store_and_the_interne
     assert cache["ports"] == [{"port": 8089, "protocol": "TCP"}]
     (block,) = internet["to"]
     assert "169.254.0.0/16" in block["ipBlock"]["except"] and "10.0.0.0/8" in block["ipBlock"]["except"]
+
+
+VM_POOL = {
+    "name": "vm",
+    "labels": ["self-hosted", "vm"],
+    "backend": {"kind": "opensandbox", "url": "https://osb.example.com", "image": "registry.example.com/vm:1"},
+}
+POD_POOL = {"name": "pod", "labels": ["self-hosted", "pod"], "maxConcurrency": 100}
+
+
+def test_the_jobs_pods_never_reach_the_opensandbox_server(chart: Chart) -> None:
+    """Its proxy route opens a VM's execd to whoever knows the sandbox's id (issue 19 item 2):
+    with a vm pool, the jobs' way to the internet leaves the server out, and the chart will not
+    render one without knowing where the server is."""
+    pools = {"config": {"pools": [POD_POOL, VM_POOL]}}
+    with pytest.raises(RenderError, match=r"executorNetworkPolicy\.openSandbox is required"):
+        chart.render(["ci/production-values.yaml"], overlay=pools)
+    where = {**pools, "executorNetworkPolicy": {"openSandbox": ["203.0.113.20/32"]}}
+    objects = chart.render(["ci/production-values.yaml"], overlay=where)
+    egress = one(objects, "NetworkPolicy", "-executors")["spec"]["egress"]
+    (block,) = egress[-1]["to"]
+    assert block["ipBlock"]["cidr"] == "0.0.0.0/0" and "203.0.113.20/32" in block["ipBlock"]["except"]
+    assert all("203.0.113.20" not in str(rule) for rule in egress[:-1])
 
 
 def test_the_pods_the_backend_makes_meet_the_namespaces_pod_security_level(chart: Chart, tmp_path: Path) -> None:

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 API_KEY = "contract-key"
+SLEEPER = "registry.test/sleeper:1"
+"""The one image this runtime boots (`sleep` as its entrypoint): for what needs a running sandbox."""
 CONFIG = """
 [server]
 host = "127.0.0.1"
@@ -97,13 +99,25 @@ def _runtime(engine: Any) -> Any:
             return as_sandbox(call(engine.patch_metadata, sandbox_id, patch))
 
         def get_endpoint(self, sandbox_id: str, port: int, *_: Any, **__: Any) -> Any:
-            call(engine.endpoint_ready, sandbox_id, port)
-            return schema.Endpoint(endpoint=f"127.0.0.1:44772/proxy/{port}")
+            box = call(engine.endpoint_ready, sandbox_id, port)
+            # As the Kubernetes runtime answers for a sandbox made with secureAccess: its token
+            # in the endpoint's headers, which the server's own proxy route then demands.
+            headers = {"OpenSandbox-Secure-Access": box.access_token} if box.access_token else None
+            return schema.Endpoint(endpoint=f"127.0.0.1:44772/proxy/{port}", headers=headers)
 
         def _unsupported(self, *_: Any, **__: Any) -> Any:
             raise HTTPException(501, {"code": "SANDBOX::API_NOT_SUPPORTED", "message": "not in the contract tier"})
 
-        get_sandbox_log_diagnostics = get_sandbox_event_diagnostics = _unsupported
+        def get_sandbox_log_diagnostics(self, sandbox_id: str, scope: str) -> Any:
+            from opensandbox_server.services.diagnostics import DiagnosticResult, unsupported_scope_error
+
+            box = call(engine.get, sandbox_id)
+            if scope.strip().lower() not in ("container", "all"):
+                raise unsupported_scope_error("logs", scope, ("container", "all"))
+            text = box.console.read_text(errors="replace") if box.console.exists() else ""
+            return DiagnosticResult(sandbox_id, "logs", scope.strip().lower(), "".join(text.splitlines(True)[-100:]))
+
+        get_sandbox_event_diagnostics = _unsupported
         get_sandbox_logs = get_sandbox_inspect = get_sandbox_events = _unsupported
 
     return DoubleRuntime()
@@ -113,9 +127,11 @@ async def _serve(state: Path) -> None:
     import uvicorn
     from opensandbox_server.services import factory
 
+    from dynrunner.doubles.opensandbox import LocalImage
     from dynrunner.doubles.opensandbox.sandboxes import Sandboxes
 
-    engine = Sandboxes(state, {}, runtime="kubernetes")
+    shell = LocalImage(env={"PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin"})
+    engine = Sandboxes(state, {SLEEPER: shell}, runtime="kubernetes", gateway=True)
     runtime = _runtime(engine)
     factory.create_sandbox_service = lambda *_, **__: runtime
     from opensandbox_server.main import app

@@ -6,6 +6,7 @@ schema."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -28,9 +29,12 @@ from dynrunner.controller.backends.opensandbox.api import OpenSandboxApi
 from dynrunner.controller.backends.opensandbox.builders import VmSettings
 from dynrunner.controller.backends.opensandbox.config import OpenSandboxBackendConfig
 from dynrunner.doubles.opensandbox import OpenSandboxDouble
+from tests.fixtures.opensandbox import shell_image
 from tests.fixtures.opensandbox_backend import vm_assignment
 
 SERVE_REAL = Path(__file__).with_name("serve_real.py")
+SLEEPER = "registry.test/sleeper:1"
+"""The image serve_real.py's runtime boots."""
 IMAGE = "registry.test/dynrunner-vm:1"
 VALID: dict[str, Any] = {"image": {"uri": IMAGE}, "entrypoint": ["/entry"], "resourceLimits": {"cpu": "1"}}
 SOON = (datetime.now(UTC) + timedelta(days=1)).isoformat()
@@ -282,3 +286,81 @@ async def test_the_backends_requests_fit_the_real_schema(real_server: Target, tm
         assert await api.list({aid_key: assignment.assignment_id}) == []
     finally:
         await api.aclose()
+
+
+async def _running(target: Target, sandbox_id: str) -> httpx.Response:
+    """The execd endpoint of a sandbox, once it is published (the sandbox runs)."""
+    url, key = target
+    async with httpx.AsyncClient(base_url=url, headers={"OPEN-SANDBOX-API-KEY": key}) as client:
+        for _ in range(300):
+            answer = await client.get(f"/v1/sandboxes/{sandbox_id}/endpoints/44772")
+            if answer.status_code == 200:
+                return answer
+            await asyncio.sleep(0.1)
+    pytest.fail(f"sandbox {sandbox_id} did not run: {answer.text}")
+
+
+async def test_the_proxy_route_refuses_a_secured_sandboxs_caller_without_its_token(
+    real_server: Target, tmp_path: Path
+) -> None:
+    """The real server's proxy route takes no API key (single-tenant auth exempts it); for a
+    sandbox made with `secureAccess` it demands the sandbox's own token from the endpoint's
+    headers: a caller with only the id, a guessed token, or only the API key is refused, by the
+    real server's code and by the double alike."""
+    async with OpenSandboxDouble.start(
+        tmp_path / "double",
+        runtime="kubernetes",
+        gateway=True,
+        api_key="contract-key",
+        images={SLEEPER: shell_image()},
+    ) as osb:
+        both = [real_server, (osb.url, osb.api_key)]
+        body = {
+            **VALID,
+            "image": {"uri": SLEEPER},
+            "entrypoint": ["sleep", "600"],
+            "timeout": 120,
+            "secureAccess": True,
+        }
+        created = await _each(both, "POST", "/v1/sandboxes", json=body)
+        ids = [answer.json()["id"] for answer in created]
+        for target, sandbox_id in zip(both, ids, strict=True):
+            endpoint = await _running(target, sandbox_id)
+            assert endpoint.json()["headers"]["OpenSandbox-Secure-Access"]
+        for headers in ({}, {"OpenSandbox-Secure-Access": "guessed"}, {"OPEN-SANDBOX-API-KEY": "contract-key"}):
+            answers = []
+            for (url, _key), sandbox_id in zip(both, ids, strict=True):
+                async with httpx.AsyncClient(base_url=url, headers=headers) as client:
+                    answers.append(
+                        await client.get(
+                            f"/v1/sandboxes/{sandbox_id}/proxy/44772/files/download", params={"path": "/etc/hostname"}
+                        )
+                    )
+            real, double = answers
+            assert real.status_code == 401, (headers, real.text)
+            assert _shape(double) == _shape(real), (headers, real.text, double.text)
+        await _each(both[:1], "DELETE", f"/v1/sandboxes/{ids[0]}")
+
+
+async def test_the_console_the_backend_reads_is_the_real_diagnostics_route(both: list[Target], tmp_path: Path) -> None:
+    """`api.console` (a VM that did not start: its console's last lines go to the job log) asks
+    the server's stable diagnostics logs route, which both answer alike, scopes refused alike."""
+    said = []
+    for url, key in both:
+        (created,) = await _each([(url, key)], "POST", "/v1/sandboxes", json={**VALID, "timeout": 120})
+        sandbox_id = created.json()["id"]
+        key_file = tmp_path / "key"
+        key_file.write_text(key)
+        api = OpenSandboxApi.connect(url, api_key_file=key_file, headers={"OPEN-SANDBOX-CLIENT-IP": "127.0.0.1"})
+        try:
+            said.append(await api.console(sandbox_id))
+        finally:
+            await api.aclose()
+        (wrong,) = await _each([(url, key)], "GET", f"/v1/sandboxes/{sandbox_id}/diagnostics/logs?scope=kernel")
+        said.append(_shape(wrong))
+        await _each([(url, key)], "DELETE", f"/v1/sandboxes/{sandbox_id}")
+    assert said[0] == said[2] == "" and said[1] == said[3] == (
+        400,
+        ["code", "message"],
+        "DIAGNOSTICS_SCOPE_UNSUPPORTED",
+    )

@@ -6,6 +6,7 @@ removes the agent, the alias and the job's entry."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 from pathlib import Path
@@ -13,13 +14,21 @@ from pathlib import Path
 import pytest
 
 from dynrunner.controller.backends.base import Phase, StartStage
+from dynrunner.controller.backends.opensandbox import builders
 from dynrunner.controller.backends.opensandbox.builders import agent_alias
 from dynrunner.controller.backends.opensandbox.config import SpireServerConfig
 from dynrunner.doubles.spire.server import SpireServer
 from dynrunner.proto.gitea import Result
 from tests.fixtures.executor import ExecutorHarness
 from tests.fixtures.opensandbox import VM_IMAGE, OpenSandboxFactory
-from tests.fixtures.opensandbox_backend import POOL, as_built_for, joining_vm_image, vm_backend
+from tests.fixtures.opensandbox_backend import (
+    POOL,
+    as_built_for,
+    joining_vm_image,
+    stand_in_image,
+    vm_assignment,
+    vm_backend,
+)
 from tests.fixtures.spire_server import TRUST_DOMAIN
 
 JOB_ID = f"spiffe://{TRUST_DOMAIN}/ci/owner/repo/build"
@@ -77,3 +86,32 @@ async def test_the_job_gets_its_spiffe_id_from_the_agent_that_joined_with_the_de
         await backend.delete(env)
         assert spire_server.agent_ids() == []
         assert [e for e in spire_server.state.entries.entries() if alias in (e.spiffe_id, e.parent_id)] == []
+
+
+async def test_two_controllers_staging_one_vm_leave_one_usable_join_token(
+    spire_server: SpireServer, opensandbox_factory: OpenSandboxFactory, tmp_path: Path
+) -> None:
+    """Staging is exclusive: each controller writes its delivery into a directory of its own and
+    renames it to `delivery.partial`, which execd lets one of them do; the other withdraws its
+    files and its token's alias entry, so no second token can give anyone the job's identity."""
+    bundle = tmp_path / "bundle.pem"
+    bundle.write_bytes(spire_server.bundle_pem)
+    spire = SpireServerConfig(socket_path=spire_server.socket_path, bundle_file=bundle)
+    async with (
+        opensandbox_factory(images={VM_IMAGE: stand_in_image(tmp_path, "sleep 600\n")}) as osb,
+        vm_backend(osb, tmp_path, spire=spire, identity=True) as one,
+        vm_backend(osb, tmp_path, spire=spire, identity=True) as other,
+    ):
+        a = vm_assignment()
+        await one.api.create(builders.sandbox_request(a, one.settings, now=osb.clock.now()))
+        envs = await asyncio.gather(one.create(a), other.create(a))
+        [box] = osb.listed()
+        assert {env.extra["sandbox"] for env in envs} == {box.id}
+        assert box.metadata["dynrunner-stage"] == "staged"
+        run = box.rootfs / "run/dynrunner"
+        token = (run / "delivery.partial/join-token").read_text()
+        alias = agent_alias(TRUST_DOMAIN, POOL, a.assignment_id)
+        usable = [e.parent_id for e in spire_server.state.entries.entries() if e.spiffe_id == alias]
+        assert usable == [f"spiffe://{TRUST_DOMAIN}/spire/agent/join_token/{token}"]
+        left = [p for p in run.rglob("*") if p.is_file() and "delivery.partial/" not in str(p)]
+        assert left == []

@@ -13,10 +13,11 @@ import pytest
 from dynrunner.controller import contract
 from dynrunner.controller.backends.base import FailureReason, Phase, StartEvent, StartStage
 from dynrunner.controller.backends.opensandbox.backend import OpenSandboxBackend
+from dynrunner.controller.reaping.reaper import failure_report
 from dynrunner.doubles.opensandbox import CreateFailure, OpenSandboxDouble
 from dynrunner.proto.assignment import decode
 from dynrunner.proto.gitea import Result, StepState, TaskState
-from tests.fixtures.opensandbox import VM_IMAGE, OpenSandboxFactory
+from tests.fixtures.opensandbox import VM_IMAGE, OpenSandboxFactory, vm_image
 from tests.fixtures.opensandbox_backend import stand_in_image, vm_assignment, vm_backend
 
 T0 = datetime(2026, 12, 2, 10, 0, 0, tzinfo=UTC)
@@ -72,7 +73,9 @@ async def test_create_stages_the_delivery_and_the_start_hands_it_over(
 
         events = await _start(backend, env)
         assert [e.stage for e in events] == [StartStage.PROGRESS, StartStage.STARTING, StartStage.STARTED]
-        assert "took" in events[0].line and box.id in events[1].line
+        assert "took" in events[0].line
+        # The lines the job log shows name no sandbox: its id opens execd's proxy route.
+        assert [e.line for e in events[:2] if box.id in e.line] == []
         assert osb.sandbox(box.id).metadata["dynrunner-stage"] == "delivered"
         assert (await _phase(backend, env, Phase.RUNNING)).phase is Phase.RUNNING  # type: ignore[attr-defined]
         await _console(box, "executor: run --assignment /run/dynrunner/delivery/assignment.pb")
@@ -193,3 +196,87 @@ async def test_a_pending_sandbox_is_waited_for_on_the_kubernetes_runtime(
         events = await _start(backend, env)
         assert events[-1].stage is StartStage.STARTED
         await _phase(backend, env, Phase.RUNNING)
+
+
+async def test_a_sandbox_with_metadata_no_job_has_does_not_break_the_pools_listing(
+    opensandbox_factory: OpenSandboxFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server that does not hold metadata to label rules (or anyone who can write it) may
+    hand back `²` or a 400-digit number: that sandbox is skipped and said once, the others listed."""
+    async with opensandbox_factory(images={VM_IMAGE: stand_in_image(tmp_path, RUN)}) as osb:
+        kept, spoilt, overflowing = vm_assignment(), vm_assignment(), vm_assignment()
+        async with vm_backend(osb, tmp_path) as earlier:
+            envs = {a.assignment_id: await earlier.create(a) for a in (kept, spoilt, overflowing)}
+        osb.sandbox(envs[spoilt.assignment_id].extra["sandbox"]).metadata["dynrunner-task-id"] = "²"
+        osb.sandbox(envs[overflowing.assignment_id].extra["sandbox"]).metadata["dynrunner-deadline"] = "9" * 400
+        async with vm_backend(osb, tmp_path) as backend:  # a controller (re)starting lists them all
+            for _ in range(2):
+                await backend.watcher.sync(lambda _aid: None)
+            assert [env.assignment_id for env in await backend.list_owned()] == [kept.assignment_id]
+        skipped = [r.getMessage() for r in caplog.records if "is skipped" in r.getMessage()]
+        assert len(skipped) == 2, skipped
+
+
+async def test_s3_credentials_reach_the_executor_in_the_vm_and_only_it(
+    opensandbox_factory: OpenSandboxFactory, tmp_path: Path
+) -> None:
+    """As the `local` backend passes the controller's `AWS_*` to its executors: delivered as a
+    file beside the assignment (never in the sandbox's env or metadata), exported by the
+    entrypoint for the executor alone, and deleted."""
+    body = """
+        echo "s3=$AWS_ACCESS_KEY_ID ${AWS_SECRET_ACCESS_KEY:+with-secret}"
+        ls /run/dynrunner/delivery
+        sleep 600
+    """
+    credentials = {"AWS_ACCESS_KEY_ID": "AKIATEST", "AWS_SECRET_ACCESS_KEY": "s3-secret-key"}
+    async with (
+        opensandbox_factory(images={VM_IMAGE: stand_in_image(tmp_path, body)}) as osb,
+        vm_backend(osb, tmp_path, artifact_env=credentials) as backend,
+    ):
+        env = await backend.create(vm_assignment())
+        [box] = osb.listed()
+        assert "s3-secret-key" not in str(box.env) and "s3-secret-key" not in str(box.metadata)
+        await _start(backend, env)
+        await _console(box, "s3=AKIATEST with-secret")
+        await _console(box, "assignment.pb")
+        assert not (box.rootfs / "run/dynrunner/delivery/env").exists()
+
+
+async def test_a_vm_that_did_not_start_puts_its_consoles_last_lines_in_the_job_log(
+    opensandbox_factory: OpenSandboxFactory, tmp_path: Path
+) -> None:
+    """Its entrypoint says why (here: no executor in the image); the reaper's report — what the
+    job log shows — carries the console's last lines (from the server's diagnostics logs)."""
+    image = vm_image(DYNRUNNER_EXECUTOR_COMMAND="/nonexistent/dynrunner-executor")
+    async with opensandbox_factory(images={VM_IMAGE: image}) as osb, vm_backend(osb, tmp_path) as backend:
+        env = await backend.create(vm_assignment())
+        await _start(backend, env)
+        obs = await _phase(backend, env, Phase.FAILED)
+        assert obs.diagnosis.reason is FailureReason.START_FAILED  # type: ignore[attr-defined]
+        report = failure_report(obs, [])  # type: ignore[arg-type]
+        assert "/nonexistent/dynrunner-executor" in report and "not found" in report, report
+        assert env.extra["sandbox"] not in report
+
+
+async def test_a_create_that_listed_the_sandbox_before_another_started_it_leaves_no_second_delivery(
+    opensandbox_factory: OpenSandboxFactory, tmp_path: Path
+) -> None:
+    """Another controller staged and started the job between this one's look (stage `created`)
+    and its staging: this one's delivery wins the now free `delivery.partial`, sees the job
+    started, and withdraws it — no second copy of the assignment (nor a token) stays behind,
+    and the stage stays `delivered`."""
+    async with (
+        opensandbox_factory(images={VM_IMAGE: stand_in_image(tmp_path, RUN)}) as osb,
+        vm_backend(osb, tmp_path) as first,
+        vm_backend(osb, tmp_path) as late,
+    ):
+        a = vm_assignment()
+        env = await first.create(a)
+        await _start(first, env)
+        [box] = osb.listed()
+        box.metadata["dynrunner-stage"] = "created"  # what the late one's list said
+        again = await late.create(a)
+        box.metadata["dynrunner-stage"] = "delivered"
+        assert again.extra["sandbox"] == box.id
+        run = box.rootfs / "run/dynrunner"
+        assert [p for p in run.rglob("*") if p.is_file() and "/delivery/" not in str(p)] == []

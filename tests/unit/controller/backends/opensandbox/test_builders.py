@@ -97,3 +97,27 @@ def test_the_delivery_has_the_token_and_bundle_only_with_identity() -> None:
     }
     assert builders.PARTIAL_DIR == "/run/dynrunner/delivery.partial"
     assert builders.agent_alias("example.org", "vm", AID) == f"spiffe://example.org/dynrunner/agent/vm/{AID}"
+
+
+def test_metadata_no_job_of_ours_has_is_skipped_not_raised_on() -> None:
+    """Whoever may patch a sandbox's metadata could write `²` (a digit to `str.isdigit`, not to
+    `int`) or a number no date holds: such a sandbox is not one of our jobs, and reading it must
+    not raise (issue 19 item 6: it broke the pool's listing)."""
+    good = builders.sandbox_metadata(vm_assignment(deadline=datetime(2030, 1, 1, tzinfo=UTC)), stream_seq=5)
+    assert builders.is_job_sandbox(good, "vm") and builders.malformed(good) == ""
+    assert builders.deadline_of(good) == datetime(2030, 1, 1, tzinfo=UTC)
+    for key, value in [
+        ("dynrunner-deadline", "²"),
+        ("dynrunner-deadline", "9" * 400),
+        ("dynrunner-deadline", "99999999999999999"),
+        ("dynrunner-task-id", "²"),
+        ("dynrunner-task-id", "7" * 400),
+        ("dynrunner-stream-seq", "٣"),
+        ("dynrunner-assignment-id", ""),
+    ]:
+        bad = {**good, key: value}
+        assert not builders.is_job_sandbox(bad, "vm"), (key, value)
+        assert builders.malformed(bad), (key, value)
+        builders.deadline_of(bad)  # never raises: None or a time
+    assert builders.deadline_of({"dynrunner-deadline": "²"}) is None
+    assert builders.deadline_of({"dynrunner-deadline": "9" * 400}) is None

@@ -74,13 +74,20 @@ def test_states(view: SandboxView, phase: Phase) -> None:
             "could not be placed: no node fits",
         ),
         (box("Failed", "delivered", "1 sandbox task(s) failed"), FailureReason.EXECUTOR_FAILED, "task(s) failed"),
+        (
+            box("Failed", "created", "pod sb-1 fits no node", reason="POD_PLATFORM_UNSCHEDULABLE"),
+            FailureReason.UNSCHEDULABLE,
+            "could not be placed: pod <the VM> fits no node",
+        ),
     ],
 )
 def test_failures_are_diagnosed(view: SandboxView, reason: FailureReason, words: str) -> None:
     obs = _classify(view)
     assert obs.phase is Phase.FAILED and obs.diagnosis.reason is reason, obs  # type: ignore[attr-defined]
     assert words in obs.diagnosis.message  # type: ignore[attr-defined]
-    assert "sb-1" in obs.diagnosis.detail  # type: ignore[attr-defined]
+    assert view.state in obs.diagnosis.detail  # type: ignore[attr-defined]
+    # What the job log shows names no sandbox: its id opens its execd (docs/security.md).
+    assert "sb-1" not in obs.diagnosis.message + obs.diagnosis.detail  # type: ignore[attr-defined]
 
 
 def test_a_vm_that_does_not_take_its_job_within_the_start_timeout_failed_to_start() -> None:

@@ -22,9 +22,23 @@ async def _isolation(**options: Any) -> tuple[str, tuple[str, ...]]:
 
 async def test_a_pool_without_an_egress_policy_is_warned_about() -> None:
     summary, warnings = await _isolation()
-    assert summary == "one microVM per job on https://osb.example.org (image reg/vm:1), no workload identity"
+    assert summary == (
+        "one microVM per job on https://osb.example.org (image reg/vm:1), no workload identity, "
+        "execd open to whoever reaches the server's proxy route with a sandbox id"
+    )
     assert len(warnings) == 1 and "networkPolicy" in warnings[0]
     _, warnings = await _isolation(network_policy={"defaultAction": "allow"})
     assert warnings
     _, warnings = await _isolation(network_policy={"egress": [{"target": "gitea.example.org"}]})
     assert warnings == ()
+
+
+async def test_a_pool_whose_vms_may_reach_the_opensandbox_server_is_warned_about() -> None:
+    """Its proxy route opens a sandbox's execd to anyone with the sandbox's id."""
+    for target in ("osb.example.org", "*.example.org"):
+        _, warnings = await _isolation(network_policy={"egress": [{"target": target}]})
+        assert len(warnings) == 1 and "proxy route" in warnings[0], target
+    summary, warnings = await _isolation(
+        network_policy={"egress": [{"target": "gitea.example.org"}]}, secure_access=True
+    )
+    assert summary.endswith("execd behind a token per VM (secureAccess)") and warnings == ()

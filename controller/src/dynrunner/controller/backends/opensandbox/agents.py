@@ -123,6 +123,15 @@ class Agents:
                 )
         return JoinGrant(token.value, bundle)
 
+    async def revoke(self, alias: str, token: str) -> None:
+        """Make an unused token worthless: SPIRE cannot delete a join token, but without its
+        alias entry an agent that attests with it gets no job's identity."""
+        client = await self.client()
+        parent = f"/spire/agent/join_token/{token}"
+        await client.delete_entries(
+            [entry.id for entry in await client.entries_with_spiffe_id(alias) if entry.parent_id.endswith(parent)]
+        )
+
     async def register(self, spiffe_id: str, alias: str, uid: int, ttl_s: int) -> None:
         """The job's entry: `spiffe_id` for the process of user `uid` under the VM's agent."""
         client = await self.client()

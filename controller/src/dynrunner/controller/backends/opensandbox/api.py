@@ -1,6 +1,7 @@
 """The one module that talks to OpenSandbox (an import-linter contract checks it), through the
 official `opensandbox` SDK: the lifecycle API (create, list by metadata, get, delete, renew,
-metadata patch) and a sandbox's execd file API (the delivery, the executor's accepted state).
+metadata patch), a sandbox's console (the diagnostics API) and its execd file API (the delivery,
+the executor's accepted state).
 
 The SDK's own readiness wait (`Sandbox.create`) is not used: it kills the sandbox when its
 budget runs out or the caller is cancelled, and a controller killed mid-create must leave a
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -47,11 +48,18 @@ CLOSED = "CLIENT_CLOSED"
 class OpenSandboxError(Exception):
     """A request the server refused or did not answer; `status` 0 is no answer at all."""
 
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(self, status: int, code: str, message: str, sandbox: str = "") -> None:
         super().__init__(f"{message} ({status} {code})" if status else message)
         self.status = status
         self.code = code
         self.message = message
+        self.sandbox = sandbox
+        """The sandbox it concerns, if one: its id is kept out of job logs (`public`)."""
+
+    @property
+    def public(self) -> str:
+        """The message without the sandbox's id (which reaches its execd; docs/security.md)."""
+        return self.message.replace(self.sandbox, "<the VM>") if self.sandbox else self.message
 
     @property
     def transient(self) -> bool:
@@ -62,7 +70,7 @@ class NotFound(OpenSandboxError):
     pass
 
 
-def _translate(err: Exception, what: str) -> OpenSandboxError:
+def _translate(err: Exception, what: str, sandbox: str = "") -> OpenSandboxError:
     if isinstance(err, OpenSandboxError):
         return err
     if isinstance(err, SandboxApiException):
@@ -70,9 +78,9 @@ def _translate(err: Exception, what: str) -> OpenSandboxError:
         code = err.error.code if err.error else ""
         message = (err.error.message if err.error else "") or str(err)
         kind = NotFound if status == 404 else OpenSandboxError
-        return kind(status, code, f"{what}: {message}")
+        return kind(status, code, f"{what}: {message}", sandbox)
     cause = err.__cause__ if isinstance(err, SandboxException) and err.__cause__ is not None else err
-    return OpenSandboxError(0, type(cause).__name__, f"{what}: {cause}")
+    return OpenSandboxError(0, type(cause).__name__, f"{what}: {cause}", sandbox)
 
 
 def view(info: SandboxInfo) -> SandboxView:
@@ -109,6 +117,7 @@ class OpenSandboxApi:
         self._config = config
         self._transport = transport
         self._sandboxes = AdapterFactory(config).create_sandbox_service()
+        self._diagnostics = AdapterFactory(config).create_diagnostics_service()
         self.url = config.domain or ""
         self._closed = False
         self.requests: Counter[str] = Counter()
@@ -174,6 +183,7 @@ class OpenSandboxApi:
                     extensions=dict(request.extensions),
                     volumes=None,
                     resource_requests=dict(request.resource_requests) or None,
+                    secure_access=request.secure_access,
                 )
         except Exception as err:
             raise _translate(err, "creating a sandbox") from None
@@ -184,7 +194,7 @@ class OpenSandboxApi:
         try:
             return view(await self._sandboxes.get_sandbox_info(sandbox_id))
         except Exception as err:
-            raise _translate(err, f"reading sandbox {sandbox_id}") from None
+            raise _translate(err, f"reading sandbox {sandbox_id}", sandbox_id) from None
 
     async def list(self, metadata: Mapping[str, str]) -> list[SandboxView]:
         """Every sandbox whose metadata has all of `metadata` (all pages)."""
@@ -209,7 +219,7 @@ class OpenSandboxApi:
         try:
             await self._sandboxes.kill_sandbox(sandbox_id)
         except Exception as err:
-            translated = _translate(err, f"deleting sandbox {sandbox_id}")
+            translated = _translate(err, f"deleting sandbox {sandbox_id}", sandbox_id)
             if isinstance(translated, NotFound):
                 return False
             raise translated from None
@@ -220,7 +230,7 @@ class OpenSandboxApi:
         try:
             renewed = await self._sandboxes.renew_sandbox_expiration(sandbox_id, expires_at)
         except Exception as err:
-            raise _translate(err, f"renewing sandbox {sandbox_id}") from None
+            raise _translate(err, f"renewing sandbox {sandbox_id}", sandbox_id) from None
         return _utc(renewed.expires_at) or expires_at
 
     async def patch_metadata(self, sandbox_id: str, patch: Mapping[str, str | None]) -> SandboxView:
@@ -228,7 +238,16 @@ class OpenSandboxApi:
         try:
             return view(await self._sandboxes.patch_sandbox_metadata(sandbox_id, dict(patch)))
         except Exception as err:
-            raise _translate(err, f"updating the metadata of sandbox {sandbox_id}") from None
+            raise _translate(err, f"updating the metadata of sandbox {sandbox_id}", sandbox_id) from None
+
+    async def console(self, sandbox_id: str) -> str:
+        """The sandbox's console as the server keeps it (its container's log: the last lines)."""
+        self._sending("console")
+        try:
+            logs = await self._diagnostics.get_logs(sandbox_id, scope="container")
+        except Exception as err:
+            raise _translate(err, f"reading the console of sandbox {sandbox_id}", sandbox_id) from None
+        return logs.content or ""
 
     # -- execd: the delivery ----------------------------------------------------------------------
 
@@ -240,42 +259,50 @@ class OpenSandboxApi:
                 sandbox_id, connection_config=self._config, connect_timeout=timedelta(seconds=timeout_s)
             )
         except Exception as err:
-            raise _translate(err, f"reaching execd in sandbox {sandbox_id}") from None
-        return SandboxFiles(sandbox, self.requests)
+            raise _translate(err, f"reaching execd in sandbox {sandbox_id}", sandbox_id) from None
+        return SandboxFiles(sandbox, self._sending)
 
 
 class SandboxFiles:
-    """execd's file API of one sandbox (writes are fsynced and chmodded one after the other)."""
+    """execd's file API of one sandbox (writes are fsynced and chmodded one after the other);
+    refused, as the lifecycle API is, once the client is closed."""
 
-    def __init__(self, sandbox: Sandbox, requests: Counter[str]) -> None:
+    def __init__(self, sandbox: Sandbox, sending: Callable[[str], None]) -> None:
         self._sandbox = sandbox
-        self._requests = requests
+        self._sending = sending
 
     async def write(self, directory: str, files: Mapping[str, bytes], mode: int) -> None:
-        self._requests["upload"] += 1
+        self._sending("upload")
         entries = [WriteEntry(path=f"{directory}/{name}", data=data, mode=mode) for name, data in files.items()]
         try:
             await self._sandbox.files.write_files(entries)
         except Exception as err:
-            raise _translate(err, f"writing into sandbox {self._sandbox.id}") from None
+            raise _translate(err, f"writing into sandbox {self._sandbox.id}", self._sandbox.id) from None
+
+    async def delete(self, paths: Collection[str]) -> None:
+        self._sending("remove")
+        try:
+            await self._sandbox.files.delete_files(list(paths))
+        except Exception as err:
+            raise _translate(err, f"deleting files in sandbox {self._sandbox.id}", self._sandbox.id) from None
 
     async def read(self, path: str) -> bytes | None:
         """The file's bytes; None when there is no such file."""
-        self._requests["download"] += 1
+        self._sending("download")
         try:
             return await self._sandbox.files.read_bytes(path)
         except Exception as err:
-            translated = _translate(err, f"reading {path} in sandbox {self._sandbox.id}")
+            translated = _translate(err, f"reading {path} in sandbox {self._sandbox.id}", self._sandbox.id)
             if isinstance(translated, NotFound):
                 return None
             raise translated from None
 
     async def exists(self, path: str) -> bool:
-        self._requests["info"] += 1
+        self._sending("info")
         try:
             await self._sandbox.files.get_file_info([path])
         except Exception as err:
-            translated = _translate(err, f"looking at {path} in sandbox {self._sandbox.id}")
+            translated = _translate(err, f"looking at {path} in sandbox {self._sandbox.id}", self._sandbox.id)
             if isinstance(translated, NotFound):
                 return False
             raise translated from None
@@ -283,11 +310,11 @@ class SandboxFiles:
 
     async def rename(self, source: str, destination: str) -> bool:
         """Rename; False when `destination` exists already (execd refuses to replace it)."""
-        self._requests["move"] += 1
+        self._sending("move")
         try:
             await self._sandbox.files.move_files([MoveEntry(source=source, destination=destination)])
         except Exception as err:
-            translated = _translate(err, f"renaming {source} in sandbox {self._sandbox.id}")
+            translated = _translate(err, f"renaming {source} in sandbox {self._sandbox.id}", self._sandbox.id)
             if await self.exists(destination):
                 return False
             raise translated from None

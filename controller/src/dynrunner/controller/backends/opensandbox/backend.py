@@ -11,10 +11,12 @@ vm/ — per job (docs/opensandbox.md).
 - `follow_start` starts the executor: one rename makes the delivery appear to the VM's
   entrypoint (execd refuses a rename onto an existing directory, so a VM is started once, by
   whichever controller gets there first); stage `delivered`.
-- `observe` reads the sandbox (one GET) and classifies it (`diagnosis`); a job that failed
-  while its VM still runs (past its deadline) is observed with the task state Gitea last
-  accepted from the executor, read through execd (`builders.STATE_FILE`) — once the VM has
-  ended, execd has gone with it.
+- `observe` classifies the sandbox (`diagnosis`); it and `find` answer from the watch's last
+  list while the watch runs (the reaper looks when the watch woke it), else read or list. A
+  job that failed while its VM still runs (past its deadline) is observed with the task state
+  Gitea last accepted from the executor, read through execd (`builders.STATE_FILE`) — once
+  the VM has ended, execd has gone with it; a VM that did not start, with its console's last
+  lines.
 - `watch` lists the pool's sandboxes, wakes the reaper and renews leases (`watch`).
 - `delete` removes the sandbox (and any duplicate), the VM's SPIRE agent and its alias entry,
   and the job's entry.
@@ -25,14 +27,17 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import secrets
 import time
 from collections.abc import AsyncIterator, Collection
 from datetime import timedelta
+from urllib.parse import urlsplit
 
 from dynrunner.controller import contract
 from dynrunner.controller.backends.base import (
     BackendError,
     Environment,
+    FailureReason,
     Isolation,
     Observation,
     Phase,
@@ -55,6 +60,8 @@ log = logging.getLogger(__name__)
 NAME = "opensandbox"
 EXECD_WAIT_S = 10.0
 """How long one attempt to reach execd in a running sandbox may take."""
+CONSOLE_LINES = 20
+"""How much of a VM's console the job log gets when the VM did not start."""
 
 
 class OpenSandboxBackend:
@@ -76,6 +83,10 @@ class OpenSandboxBackend:
         self.watcher = PoolWatch(api, settings, clock, deadline_grace)
         self._clock = clock
         self._locks: dict[str, asyncio.Lock] = {}
+        self._consoles: dict[str, str] = {}
+        """Sandbox id → the last lines of the console of a VM that did not start."""
+        self._staged_files: dict[str, SandboxFiles] = {}
+        """Assignment id → the execd file API its staging reached, for its start to use."""
         self._started_in: dict[str, float] = {}
         """Assignment id → how long its sandbox took to accept the job (for the start line)."""
 
@@ -97,13 +108,32 @@ class OpenSandboxBackend:
         backend = self.settings.backend
         source = f"template {backend.template_id}" if backend.template_id else f"image {backend.image}"
         identity = "a SPIRE join token per VM" if self.agents is not None else "no workload identity"
+        execd = (
+            "execd behind a token per VM (secureAccess)"
+            if backend.secure_access
+            else "execd open to whoever reaches the server's proxy route with a sandbox id"
+        )
         warnings = []
-        if backend.network_policy is None or backend.network_policy.default_action == "allow":
+        policy = backend.network_policy
+        if policy is None or policy.default_action == "allow":
             warnings.append(
                 "the VMs' egress is not restricted (backend.networkPolicy): a job can reach any host "
                 "the OpenSandbox runtime can, other jobs' services included"
             )
-        return Isolation(f"one microVM per job on {self.api.url} ({source}), {identity}", tuple(warnings))
+        else:
+            server = (urlsplit(backend.url).hostname or "").lower()
+            opened = [
+                rule.target
+                for rule in policy.egress
+                if rule.action == "allow"
+                and (rule.target == server or (rule.target.startswith("*.") and server.endswith(rule.target[1:])))
+            ]
+            if opened:
+                warnings.append(
+                    f"backend.networkPolicy lets the VMs reach the OpenSandbox server ({', '.join(opened)}): "
+                    "its proxy route opens any sandbox's execd to a job that learns the sandbox's id"
+                )
+        return Isolation(f"one microVM per job on {self.api.url} ({source}), {identity}, {execd}", tuple(warnings))
 
     @property
     def _start_timeout(self) -> timedelta:
@@ -130,18 +160,50 @@ class OpenSandboxBackend:
         lock = self._locks.setdefault(aid, asyncio.Lock())
         try:
             async with lock:
-                view = await self._sandbox(assignment, stream_seq)
+                self.watcher.finished.discard(aid)
+                try:
+                    view, found = await self._sandbox(assignment, stream_seq)
+                except OpenSandboxError as err:
+                    raise BackendError(f"OpenSandbox could not make the VM: {err.public}") from err
                 if builders.stage_of(view.metadata) == builders.STAGE_CREATED and not view.ended:
-                    view = await self._stage(assignment, view)
+                    try:
+                        view = await self._stage(assignment, view, found=found)
+                    except Exception as err:
+                        await self._withdraw(aid, view.id)
+                        if isinstance(err, OpenSandboxError):
+                            raise BackendError(f"the VM could not be given its job: {err.public}") from err
+                        raise
                 self.watcher.note(aid, view)
                 return self._environment(view)
         finally:
             if not lock.locked():
                 self._locks.pop(aid, None)
 
+    async def _withdraw(self, assignment_id: str, sandbox_id: str) -> None:
+        """A launch that failed removes what it made: its sandbox and the job's SPIRE entry and
+        alias (the next attempt makes them again). Nothing of it is renewed meanwhile."""
+        self.watcher.finished.add(assignment_id)
+        self._staged_files.pop(assignment_id, None)
+        try:
+            if await self.api.delete(sandbox_id):
+                log.info("sandbox %s of the failed launch of %s deleted", sandbox_id, assignment_id)
+            await self._remove_identity(assignment_id)
+        except (OpenSandboxError, SpireServerError) as err:
+            log.warning(
+                "the failed launch of %s left something behind (the orphan collection removes it): %s",
+                assignment_id,
+                err,
+            )
+
     async def _job_sandboxes(self, assignment_id: str) -> list[SandboxView]:
         listed = await self.api.list({builders.metadata_key(contract.LABEL_ASSIGNMENT_ID): assignment_id})
         return selection.by_assignment(listed, self.pool).get(assignment_id, [])
+
+    async def _known_sandboxes(self, assignment_id: str) -> list[SandboxView]:
+        """The job's sandboxes as the watch last listed them, while it runs; else listed now."""
+        if self.watcher.fresh:
+            return list(self.watcher.listed.get(assignment_id, []))
+        return await self._job_sandboxes(assignment_id)
 
     async def _keep_one(self, views: list[SandboxView]) -> SandboxView:
         kept, duplicates = selection.keeper(views)
@@ -150,31 +212,35 @@ class OpenSandboxBackend:
             await self.api.delete(duplicate.id)
         return kept
 
-    async def _sandbox(self, assignment: Assignment, stream_seq: int | None) -> SandboxView:
-        """The job's sandbox, made if there is none."""
-        found = await self._job_sandboxes(assignment.assignment_id)
+    async def _sandbox(self, assignment: Assignment, stream_seq: int | None) -> tuple[SandboxView, bool]:
+        """The job's sandbox, made if there is none. Whether there is one is the watch's last
+        list (a redelivery comes after ack-wait, long after it); a sandbox made since by a racing
+        create is found by the list after this one's create, and every replica keeps the same."""
+        found = await self._known_sandboxes(assignment.assignment_id)
         if found:
-            return await self._keep_one(found)
+            return await self._keep_one(found), True
         request = builders.sandbox_request(assignment, self.settings, now=self._clock(), stream_seq=stream_seq)
         try:
             sandbox_id = await self.api.create(request)
         except OpenSandboxError as err:
             if not err.transient:
-                raise BackendError(f"OpenSandbox refused the VM: {err.message}") from err
+                raise BackendError(f"OpenSandbox refused the VM: {err.public}") from err
             # A lost answer may hide a sandbox that was made: only listing can tell.
             found = await self._job_sandboxes(assignment.assignment_id)
             if not found:
-                raise BackendError(f"OpenSandbox could not make the VM: {err.message}") from err
+                raise BackendError(f"OpenSandbox could not make the VM: {err.public}") from err
             log.info("the create answer was lost, but the sandbox exists: %s", found[0].id)
-        else:
-            log.info("sandbox %s created for %s", sandbox_id, assignment.assignment_id)
-            found = await self._job_sandboxes(assignment.assignment_id)
-            if not found:  # listed before it shows (eventually consistent runtime): read it
-                found = [await self.api.get(sandbox_id)]
-        return await self._keep_one(found)
+            return await self._keep_one(found), True
+        log.info("sandbox %s created for %s", sandbox_id, assignment.assignment_id)
+        found = await self._job_sandboxes(assignment.assignment_id)
+        if not found:  # listed before it shows (eventually consistent runtime): read it
+            found = [await self.api.get(sandbox_id)]
+        kept = await self._keep_one(found)
+        return kept, kept.id != sandbox_id
 
-    async def _stage(self, assignment: Assignment, view: SandboxView) -> SandboxView:
-        """Wait until the sandbox takes files, then put the delivery in it."""
+    async def _stage(self, assignment: Assignment, view: SandboxView, *, found: bool) -> SandboxView:
+        """Wait until the sandbox takes files, then put the delivery in it (`found`: the sandbox
+        was there before this create, so another controller may have staged and started it)."""
         began = time.monotonic()
         reached = await self._reach(view)
         if isinstance(reached, SandboxView):
@@ -191,10 +257,26 @@ class OpenSandboxBackend:
             except SpireServerError as err:
                 raise BackendError(f"the VM's SPIRE agent and the job's entry could not be set up: {err}") from err
             token, bundle = grant.token, grant.bundle_pem
-        delivery = builders.delivery_files(encode(assignment), join_token=token, bundle_pem=bundle)
-        await files.write(builders.PARTIAL_DIR, delivery, builders.FILE_MODE)
+        delivery = builders.delivery_files(
+            encode(assignment), join_token=token, bundle_pem=bundle, env=self.settings.artifact_env
+        )
+        own = f"{builders.PARTIAL_DIR}.{secrets.token_hex(8)}"
+        await files.write(own, delivery, builders.FILE_MODE)
+        withdrawn, started = "", False
+        if not await files.rename(own, builders.PARTIAL_DIR):
+            withdrawn = own  # another controller staged it first; its delivery is whole (one rename)
+        elif found and await files.exists(builders.DELIVERY_DIR):
+            withdrawn, started = builders.PARTIAL_DIR, True  # and started it since this one listed it
+        if withdrawn:
+            log.info("sandbox %s was staged by another controller: withdrawing this one's delivery", view.id)
+            await files.delete([f"{withdrawn}/{name}" for name in delivery])
+            if self.agents is not None and token:
+                await self.agents.revoke(self._alias(assignment.assignment_id), token)
+        if started:
+            return await self.api.get(view.id)
         staged = await self.api.patch_metadata(view.id, {builders.KEY_STAGE: builders.STAGE_STAGED})
         self._started_in[assignment.assignment_id] = time.monotonic() - began
+        self._staged_files[assignment.assignment_id] = files
         return staged
 
     async def _reach(self, view: SandboxView) -> tuple[SandboxView, SandboxFiles] | SandboxView:
@@ -220,7 +302,7 @@ class OpenSandboxBackend:
             try:
                 view = await self.api.get(view.id)
             except NotFound:
-                raise BackendError(f"sandbox {view.id} disappeared while it started") from None
+                raise BackendError("the VM disappeared while it started") from None
 
     # -- the start ----------------------------------------------------------------------------
 
@@ -242,12 +324,14 @@ class OpenSandboxBackend:
             view = await self._read(env)
         sandbox = view.id
         took = self._started_in.pop(aid, None)
+        # The job log names no sandbox: its id reaches execd (docs/security.md, "MicroVMs").
         yield StartEvent(
             StartStage.PROGRESS,
-            f"VM {sandbox} is running" + (f" (it took {took:.1f}s to accept the job)" if took is not None else ""),
+            "the VM is running" + (f" (it took {took:.1f}s to accept the job)" if took is not None else ""),
         )
-        yield StartEvent(StartStage.STARTING, f"handing the job to VM {sandbox}; starting the executor")
-        files = await self.api.files(sandbox, EXECD_WAIT_S)
+        log.info("handing %s to sandbox %s", aid, sandbox)
+        yield StartEvent(StartStage.STARTING, "handing the job to the VM; starting the executor")
+        files = self._staged_files.pop(aid, None) or await self.api.files(sandbox, EXECD_WAIT_S)
         if not await files.rename(builders.PARTIAL_DIR, builders.DELIVERY_DIR):
             log.info("sandbox %s was started already (by another controller)", sandbox)
         view = await self.api.patch_metadata(sandbox, {builders.KEY_STAGE: builders.STAGE_DELIVERED})
@@ -257,7 +341,11 @@ class OpenSandboxBackend:
     # -- observing ----------------------------------------------------------------------------
 
     async def _read(self, env: Environment) -> SandboxView | None:
-        """The job's sandbox now (None: it does not exist)."""
+        """The job's sandbox now (None: it does not exist): as the watch last listed it (or a
+        read since noted), while the watch runs; else read."""
+        aid = env.assignment_id
+        if self.watcher.fresh and (aid in self.watcher.seen or aid in self.watcher.gone):
+            return self.watcher.seen.get(aid)
         view: SandboxView | None
         try:
             view = await self.api.get(env.extra.get("sandbox", "")) if env.extra.get("sandbox") else None
@@ -281,10 +369,15 @@ class OpenSandboxBackend:
 
     async def observe(self, env: Environment) -> Observation:
         view = await self._read(env)
-        observation = self._observation(env, view)
-        if observation.phase is Phase.FAILED and view is not None and view.delivered and view.state == "Running":
-            observation = dataclasses.replace(observation, reported=await self._reported(view))
-        return observation
+        observed = self._observation(env, view)
+        diagnosis = observed.diagnosis
+        if view is not None and diagnosis is not None and diagnosis.reason is FailureReason.START_FAILED:
+            console = await self._console(view.id)
+            if console:
+                observed = dataclasses.replace(observed, diagnosis=dataclasses.replace(diagnosis, detail=console))
+        if observed.phase is Phase.FAILED and view is not None and view.delivered and view.state == "Running":
+            observed = dataclasses.replace(observed, reported=await self._reported(view))
+        return observed
 
     async def _reported(self, view: SandboxView) -> TaskState | None:
         """What the executor in the VM kept of the task's accepted state; None when it cannot
@@ -297,14 +390,31 @@ class OpenSandboxBackend:
             log.warning("sandbox %s: the executor's accepted state cannot be read: %s", view.id, err)
             return None
 
+    async def _console(self, sandbox_id: str) -> str:
+        """The last lines of a VM's console, which tell why it did not start (the entrypoint's
+        and the agent's words); read once per sandbox, "" when the server has none."""
+        if sandbox_id not in self._consoles:
+            try:
+                text = await self.api.console(sandbox_id)
+            except OpenSandboxError as err:
+                log.info("the console of sandbox %s cannot be read: %s", sandbox_id, err)
+                return ""
+            lines = text.replace(sandbox_id, "<the VM>").splitlines()[-CONSOLE_LINES:]
+            self._consoles[sandbox_id] = "\n".join(lines)
+        return self._consoles[sandbox_id]
+
     async def find(self, assignment_id: str) -> Environment | None:
-        found = await self._job_sandboxes(assignment_id)
-        if found:
-            kept = selection.keeper(found)[0]
+        """From the watch's last list while it runs (the reaper looks when the watch woke it),
+        else from a list now."""
+        if self.watcher.fresh:
+            kept: SandboxView | None = self.watcher.seen.get(assignment_id)
+        else:
+            found = await self._job_sandboxes(assignment_id)
+            kept = selection.keeper(found)[0] if found else None
             self.watcher.note(assignment_id, kept)
+        if kept is not None:
             visible = selection.is_environment(kept, now=self._clock(), start_timeout=self._start_timeout)
             return self._environment(kept) if visible else None
-        self.watcher.note(assignment_id, None)
         tombstone = self.watcher.gone.get(assignment_id)
         return self._environment(tombstone) if tombstone is not None else None
 
@@ -327,10 +437,14 @@ class OpenSandboxBackend:
 
     async def delete(self, env: Environment) -> None:
         aid = env.assignment_id
-        ids = {v.id for v in await self._job_sandboxes(aid)}
+        self.watcher.finished.add(aid)
+        self._staged_files.pop(aid, None)
+        self._started_in.pop(aid, None)
+        ids = {v.id for v in await self._known_sandboxes(aid)}
         if env.extra.get("sandbox"):
             ids.add(env.extra["sandbox"])
         for sandbox_id in sorted(ids):
+            self._consoles.pop(sandbox_id, None)
             if await self.api.delete(sandbox_id):
                 log.info("sandbox %s of %s deleted", sandbox_id, aid)
         await self._remove_identity(aid)

@@ -13,6 +13,7 @@ entrypoint has it: the executor runs or ran). Nothing secret is in metadata or e
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 
@@ -38,11 +39,19 @@ BUNDLE_FILE = "bundle.pem"
 STATE_FILE = "/run/dynrunner/reported/accepted-state.pb"
 """Where the executor keeps the task state Gitea last accepted (the entrypoint's
 `DYNRUNNER_STATE_FILE`), read through execd before a VM that still runs is deleted."""
+ENV_FILE = "env"
+S3_ENV = (
+    "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION",
+    "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3",
+)  # fmt: skip
+"""boto3's variables that carry values (not paths of the controller's host) for a VM's executor."""
 FILE_MODE = 600
 """execd's `mode` is octal digits as a decimal number."""
 
 MIN_TIMEOUT_S = 60
 """The shortest timeout opensandbox-server accepts."""
+MAX_DIGITS = 19
+"""Task ids, stream sequences and Unix times fit in 19 digits (a signed 64-bit integer)."""
 AGENT_ALIAS_PATH = "/dynrunner/agent"
 """Outside `/spire/`: SPIRE refuses an agent ID in its reserved namespace (CreateJoinToken:
 INVALID_ARGUMENT, "path is in the reserved namespace")."""
@@ -57,17 +66,22 @@ class VmSettings:
     trust_domain: str
     svid_ttl_s: int = 900
     join_token_ttl_s: int = 900
+    artifact_env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """With an S3 artifact store, the controller's S3 credentials for the executor (as the
+    `local` backend passes them): delivered in the VM, never in the sandbox's env."""
 
     @classmethod
     def from_config(cls, pool: PoolConfig, config: ControllerConfig) -> VmSettings:
         assert isinstance(pool.backend, OpenSandboxBackendConfig)
         ident = config.identity
+        s3 = config.artifacts.driver == "S3"
         return cls(
             pool=pool.name,
             backend=pool.backend,
             trust_domain=ident.trust_domain,
             svid_ttl_s=ident.svid_ttl_s,
             join_token_ttl_s=ident.spire_server.join_token_ttl_s if ident.spire_server else 900,
+            artifact_env={name: os.environ[name] for name in S3_ENV if s3 and os.environ.get(name)},
         )
 
 
@@ -85,6 +99,7 @@ class SandboxRequest:
     resource_requests: Mapping[str, str] = dataclasses.field(default_factory=dict)
     network_policy: NetworkPolicy | None = None
     extensions: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    secure_access: bool = False
 
 
 # -- metadata -------------------------------------------------------------------------------------
@@ -118,11 +133,29 @@ def labels_of(metadata: Mapping[str, str]) -> dict[str, str]:
 def is_job_sandbox(metadata: Mapping[str, str], pool: str) -> bool:
     """Whether a listed sandbox is a job of `pool` (has the labels an Environment needs)."""
     labels = labels_of(metadata)
-    return (
-        labels.get(contract.LABEL_POOL) == pool
-        and bool(labels.get(contract.LABEL_ASSIGNMENT_ID))
-        and labels.get(contract.LABEL_TASK_ID, "").isdigit()
-    )
+    return labels.get(contract.LABEL_POOL) == pool and not malformed(metadata)
+
+
+def malformed(metadata: Mapping[str, str]) -> str:
+    """Why a sandbox's metadata cannot be one of our jobs' ("" if it can): anyone who may
+    patch metadata could write `²` (a digit to `str.isdigit`, not to `int`) or a number no
+    date holds, and one such sandbox must not stop the pool's listing."""
+    labels = labels_of(metadata)
+    if not labels.get(contract.LABEL_ASSIGNMENT_ID):
+        return "no assignment id"
+    if _number(labels.get(contract.LABEL_TASK_ID, "")) is None:
+        return f"task id {labels.get(contract.LABEL_TASK_ID, '')[:20]!r} is not a number"
+    seq = labels.get(contract.LABEL_STREAM_SEQ)
+    if seq is not None and _number(seq) is None:
+        return f"stream sequence {seq[:20]!r} is not a number"
+    if KEY_DEADLINE in metadata and _deadline(metadata[KEY_DEADLINE]) is None:
+        return f"deadline {metadata[KEY_DEADLINE][:20]!r} is not a time"
+    return ""
+
+
+def _number(value: str) -> int | None:
+    """A non-negative integer written in ASCII digits, small enough for anything we count."""
+    return int(value) if value.isascii() and value.isdigit() and len(value) <= MAX_DIGITS else None
 
 
 def stage_of(metadata: Mapping[str, str]) -> str:
@@ -131,8 +164,17 @@ def stage_of(metadata: Mapping[str, str]) -> str:
 
 
 def deadline_of(metadata: Mapping[str, str]) -> datetime | None:
-    value = metadata.get(KEY_DEADLINE, "")
-    return datetime.fromtimestamp(int(value), UTC) if value.isdigit() else None
+    return _deadline(metadata.get(KEY_DEADLINE, ""))
+
+
+def _deadline(value: str) -> datetime | None:
+    seconds = _number(value)
+    if seconds is None:
+        return None
+    try:
+        return datetime.fromtimestamp(seconds, UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 # -- expiry ---------------------------------------------------------------------------------------
@@ -186,13 +228,20 @@ def sandbox_request(
         env=sandbox_env(backend),
         resources=dict(backend.resources),
         resource_requests=dict(backend.resource_requests),
+        secure_access=backend.secure_access,
         **common,  # type: ignore[arg-type]
     )
 
 
-def delivery_files(assignment_pb: bytes, *, join_token: str = "", bundle_pem: bytes = b"") -> dict[str, bytes]:
-    """The files of one delivery (under PARTIAL_DIR, then renamed to DELIVERY_DIR)."""
+def delivery_files(
+    assignment_pb: bytes, *, join_token: str = "", bundle_pem: bytes = b"", env: Mapping[str, str] | None = None
+) -> dict[str, bytes]:
+    """The files of one delivery (under PARTIAL_DIR, then renamed to DELIVERY_DIR); `env` is
+    for the executor only (the entrypoint exports it, then deletes the file)."""
     files = {ASSIGNMENT_FILE: assignment_pb}
+    lines = [f"{name}={value}\n" for name, value in (env or {}).items() if "\n" not in value and "\r" not in value]
+    if lines:
+        files[ENV_FILE] = "".join(lines).encode()
     if join_token:
         files[TOKEN_FILE] = join_token.encode()
         if bundle_pem:

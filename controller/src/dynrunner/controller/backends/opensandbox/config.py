@@ -83,6 +83,12 @@ class OpenSandboxBackendConfig(ConfigModel):
     request_timeout_s: float = Field(default=30.0, gt=0, le=600)
     use_server_proxy: bool = False
     """Reach execd through the server's proxy route (when the controller cannot reach sandboxes)."""
+    secure_access: bool = False
+    """Create each sandbox with OpenSandbox's `secureAccess`: its endpoints, the server's proxy
+    route included, then need a per-sandbox token only the API key can read, not just the
+    sandbox's id. opensandbox-server 1.1 honours it on the Kubernetes runtime behind its
+    ingress gateway only (it refuses the create elsewhere); without it the proxy route must
+    be unreachable from jobs and from the network (docs/security.md, "MicroVMs")."""
     identity: bool = True
     """Give each job its SPIFFE ID through a SPIRE agent in the VM (identity.spireServer)."""
     executor_uid: int = Field(default=1001, ge=0)
@@ -140,7 +146,15 @@ class OpenSandboxBackendConfig(ConfigModel):
         if bool(self.image) == bool(self.template_id):
             raise ValueError("set one of image (the VM image) and templateId (an fsb template made from it)")
         if self.template_id:
-            fixed = [name for name, set_ in (("env", self.env), ("resourceRequests", self.resource_requests)) if set_]
+            fixed = [
+                name
+                for name, set_ in (
+                    ("env", self.env),
+                    ("resourceRequests", self.resource_requests),
+                    ("secureAccess", self.secure_access),
+                )
+                if set_
+            ]
             if fixed:
                 raise ValueError(f"{', '.join(fixed)} cannot be set with templateId: a template fixes them")
         elif not self.resources and "poolRef" not in self.extensions:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 import signal
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from dynrunner.controller.backends.base import Diagnosis, FailureReason, Observation, Phase
@@ -71,7 +71,20 @@ def _signal_name(number: int) -> str:
 
 def _said(view: SandboxView) -> str:
     """What OpenSandbox said, for the detail."""
-    return f"sandbox {view.id}: {view.state} {view.reason}: {view.message}".strip(": ")
+    return f"{view.state} {view.reason}: {view.message}".strip(": ")
+
+
+def _hidden(observation: Observation, *views: SandboxView | None) -> Observation:
+    """The diagnosis without the sandbox's id: it goes to the job log, and the id opens the
+    sandbox's execd through the server's proxy route (docs/security.md, "MicroVMs")."""
+    diagnosis = observation.diagnosis
+    if diagnosis is None:
+        return observation
+    message, detail = diagnosis.message, diagnosis.detail
+    for view in views:
+        if view is not None and view.id:
+            message, detail = message.replace(view.id, "<the VM>"), detail.replace(view.id, "<the VM>")
+    return replace(observation, diagnosis=replace(diagnosis, message=message, detail=detail))
 
 
 def ended(view: SandboxView) -> Observation:
@@ -116,6 +129,28 @@ def ended(view: SandboxView) -> Observation:
 
 
 def classify(
+    view: SandboxView | None,
+    *,
+    deadline: datetime | None,
+    now: datetime,
+    start_timeout: timedelta,
+    last_seen: SandboxView | None = None,
+    deadline_grace: timedelta = DEADLINE_SLACK,
+) -> Observation:
+    """The phase of a job's sandbox (`view`; None when the API says it does not exist, with
+    `last_seen` what the backend saw of it before, if anything); a diagnosis names no sandbox."""
+    observed = _classify(
+        view,
+        deadline=deadline,
+        now=now,
+        start_timeout=start_timeout,
+        last_seen=last_seen,
+        deadline_grace=deadline_grace,
+    )
+    return _hidden(observed, view, last_seen)
+
+
+def _classify(
     view: SandboxView | None,
     *,
     deadline: datetime | None,

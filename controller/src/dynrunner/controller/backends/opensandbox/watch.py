@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
+from dynrunner.controller import contract
 from dynrunner.controller.backends.base import Phase, Wake
 from dynrunner.controller.backends.opensandbox import builders, selection
 from dynrunner.controller.backends.opensandbox.api import OpenSandboxApi, OpenSandboxError
@@ -24,6 +26,8 @@ from dynrunner.controller.backends.opensandbox.diagnosis import DEADLINE_SLACK, 
 log = logging.getLogger(__name__)
 
 RENEW_CONCURRENCY = 8
+FRESH_POLLS = 3
+FRESH_SLACK_S = 1.0
 RENEW_MIN_GAIN = timedelta(seconds=5)
 Clock = Callable[[], datetime]
 
@@ -49,10 +53,26 @@ class PoolWatch:
         self.gone: dict[str, SandboxView] = {}
         """Assignment id → the last view of a job's sandbox that no longer exists."""
         self._phases: dict[str, Phase] = {}
+        self._malformed: set[str] = set()
+        self.finished: set[str] = set()
+        """Assignments whose sandbox this controller deleted (their task is finalized, or their
+        launch failed): never renewed, should a delete have failed or a list lag behind."""
+        self.listed: dict[str, list[SandboxView]] = {}
+        """Assignment id → every sandbox of the job in the last list (duplicates included)."""
+        self._listed_at: float | None = None
         self.synced = asyncio.Event()
         self.renewals = 0
         self.lists = 0
         """Lists made by `sync` (for benchmarks)."""
+
+    @property
+    def fresh(self) -> bool:
+        """Whether the last list is recent enough to answer from (the watch runs): a few poll
+        intervals, so a slow list or a missed one still counts, a stopped watch not."""
+        if self._listed_at is None:
+            return False
+        within = FRESH_POLLS * self._settings.backend.poll_interval_s + FRESH_SLACK_S
+        return time.monotonic() - self._listed_at <= within
 
     @property
     def start_timeout(self) -> timedelta:
@@ -72,6 +92,7 @@ class PoolWatch:
             self._phases[assignment_id] = self.phase(view, self.gone.get(assignment_id))
 
     def forget(self, assignment_id: str) -> None:
+        self.listed.pop(assignment_id, None)
         self.seen.pop(assignment_id, None)
         self.gone.pop(assignment_id, None)
         self._phases.pop(assignment_id, None)
@@ -99,8 +120,12 @@ class PoolWatch:
     async def sync(self, wake: Wake) -> None:
         """One list: update what is seen, wake for what changed, renew what is due."""
         self.lists += 1
-        listed = await self._api.list({builders.metadata_key("dynrunner.io/pool"): self._settings.pool})
+        began = time.monotonic()
+        listed = await self._api.list({builders.metadata_key(contract.LABEL_POOL): self._settings.pool})
         groups = selection.by_assignment(listed, self._settings.pool)
+        self._diagnose(listed)
+        self.listed = groups
+        self._listed_at = began
         current = {aid: selection.keeper(views)[0] for aid, views in groups.items()}
         for aid in [a for a in self.seen if a not in current]:
             self.gone[aid] = self.seen.pop(aid)
@@ -113,15 +138,42 @@ class PoolWatch:
                 wake(aid)
             if view is None and phase is Phase.GONE:
                 self._phases.pop(aid, None)
+        self.finished &= set(groups)
         self.synced.set()
-        await self.renew_due(list(current.values()))
+        await self.renew_due([view for aid, view in current.items() if aid not in self.finished])
+
+    def _diagnose(self, listed: list[SandboxView]) -> None:
+        """Say once which of the pool's sandboxes are skipped for metadata no job of ours has."""
+        bad = {}
+        for view in listed:
+            if view.metadata.get(builders.metadata_key(contract.LABEL_POOL)) == self._settings.pool:
+                why = builders.malformed(view.metadata)
+                if why:
+                    bad[view.id] = why
+        for sandbox_id in bad.keys() - self._malformed:
+            log.warning(
+                "pool %s: sandbox %s is skipped: its metadata is no job's (%s)",
+                self._settings.pool,
+                sandbox_id,
+                bad[sandbox_id],
+            )
+        self._malformed = set(bad)
+
+    def _alive(self, view: SandboxView, now: datetime) -> bool:
+        """Whether a sandbox still has a job to run: not ended, and staged, or still within the
+        start timeout (one that never took its job is the reaper's to remove)."""
+        if view.ended:
+            return False
+        if builders.stage_of(view.metadata) != builders.STAGE_CREATED:
+            return True
+        return view.created_at is None or now - view.created_at < self.start_timeout
 
     async def renew_due(self, views: list[SandboxView]) -> None:
         now = self._clock()
         backend = self._settings.backend
         due = []
         for view in views:
-            if view.ended or not builders.renewal_due(view.expires_at, backend, now):
+            if not self._alive(view, now) or not builders.renewal_due(view.expires_at, backend, now):
                 continue
             target = builders.expires_at(builders.deadline_of(view.metadata), backend, now)
             if view.expires_at is not None and target - view.expires_at >= RENEW_MIN_GAIN:

@@ -6,12 +6,17 @@ Every route is served at the root and under `/v1`, as the server mounts them. Au
 single-tenant `OPEN-SANDBOX-API-KEY` header (401 MISSING_API_KEY / INVALID_API_KEY), with the
 server's exemptions: `/health`, `/version`, the docs, and the sandbox proxy route. execd is
 served behind that proxy route (`/sandboxes/{id}/proxy/44772/...`), which is also the endpoint
-the double publishes for port 44772, with or without `use_server_proxy`.
+the double publishes for port 44772, with or without `use_server_proxy`. So, as upstream, the
+sandbox's id alone reaches its execd — unless the sandbox was made with `secureAccess` (a
+`gateway` double): then its endpoints carry a per-sandbox `OpenSandbox-Secure-Access` token and
+the proxy route refuses a caller without it (401 MISSING_OR_INVALID_SECURE_ACCESS, `api/proxy.py`).
 """
 
 from __future__ import annotations
 
+import hmac
 import re
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Annotated, Any
@@ -26,6 +31,9 @@ from dynrunner.doubles.opensandbox.sandboxes import Sandboxes
 from dynrunner.doubles.opensandbox.schema import CreateSandboxRequest, Endpoint, RenewRequest
 
 API_KEY_HEADER = "OPEN-SANDBOX-API-KEY"
+SECURE_ACCESS_HEADER = "OpenSandbox-Secure-Access"
+LOG_SCOPES = ("container", "all")
+CONSOLE_LINES = 100
 EXECD_PORT = 44772
 _EXEMPT = ("/health", "/version", "/docs", "/redoc", "/openapi.json")
 _PROXY_PATH = re.compile(r"^(/v1)?/sandboxes/[^/]+/proxy/\d+(/|$)")
@@ -94,10 +102,37 @@ def _lifecycle(sandboxes: Sandboxes) -> APIRouter:
             raise ApiError(400, "SANDBOX::INVALID_PARAMETER", "use_server_proxy cannot be combined with expires.")
         if expires is not None:
             raise ApiError(400, "SANDBOX::API_NOT_SUPPORTED", "Signed routes (expires parameter) are not supported.")
-        sandboxes.endpoint_ready(sandbox_id, port)
+        box = sandboxes.endpoint_ready(sandbox_id, port)
         prefix = request.url.path.split("/sandboxes/", 1)[0]
         base = f"{request.url.netloc}{prefix}"
-        return _json(200, Endpoint(endpoint=f"{base}/sandboxes/{sandbox_id}/proxy/{port}"))
+        headers = {SECURE_ACCESS_HEADER: box.access_token} if box.access_token else None
+        return _json(200, Endpoint(endpoint=f"{base}/sandboxes/{sandbox_id}/proxy/{port}", headers=headers))
+
+    @router.get("/sandboxes/{sandbox_id}/diagnostics/logs")
+    async def console(sandbox_id: str, scope: str | None = None) -> Response:
+        """The stable descriptor (`api/devops.py`): the last 100 lines of the console, inline."""
+        box = sandboxes.get(sandbox_id)
+        if scope is None or scope.strip().lower() not in LOG_SCOPES:
+            raise ApiError(
+                400,
+                "DIAGNOSTICS_SCOPE_UNSUPPORTED",
+                f"Unsupported logs diagnostics scope '{scope}'. Supported scopes: {', '.join(LOG_SCOPES)}.",
+            )
+        text = box.console.read_text(errors="replace") if box.console.exists() else ""
+        lines = text.splitlines(keepends=True)
+        content = "".join(lines[-CONSOLE_LINES:])
+        return JSONResponse(
+            {
+                "sandboxId": sandbox_id,
+                "kind": "logs",
+                "scope": scope.strip().lower(),
+                "delivery": "inline",
+                "contentType": "text/plain; charset=utf-8",
+                "content": content,
+                "contentLength": len(content.encode()),
+                "truncated": len(lines) > CONSOLE_LINES,
+            }
+        )
 
     @router.post("/metrics/events", status_code=204)
     async def metrics_event() -> Response:
@@ -117,6 +152,13 @@ def _execd_target(sandboxes: Sandboxes) -> Callable[[Request], Any]:
     def sandbox_of(request: Request) -> Any:
         sandbox_id = request.path_params["sandbox_id"]
         box = sandboxes.get(sandbox_id)
+        given = request.headers.get(SECURE_ACCESS_HEADER, "")
+        if box.access_token and not hmac.compare_digest(given.encode(), box.access_token.encode()):
+            raise ApiError(
+                401,
+                "MISSING_OR_INVALID_SECURE_ACCESS",
+                f"This sandbox requires the {SECURE_ACCESS_HEADER} header for access.",
+            )
         if int(request.path_params["port"]) != EXECD_PORT or box.state != "Running":
             raise ApiError(502, "BACKEND_CONNECTION_FAILED", f"Failed to connect to sandbox {sandbox_id}.")
         return box
@@ -124,8 +166,18 @@ def _execd_target(sandboxes: Sandboxes) -> Callable[[Request], Any]:
     return sandbox_of
 
 
-def build_app(sandboxes: Sandboxes, api_key: str | None) -> FastAPI:
+def request_kind(method: str, path: str) -> str:
+    """`GET /sandboxes/{id}`, `execd POST /files/upload`: what `OpenSandboxDouble.requests` counts."""
+    path = path.removeprefix("/v1")
+    proxied = _PROXY_PATH.match(path)
+    if proxied:
+        return f"execd {method} /{path[proxied.end() :]}"
+    return f"{method} " + re.sub(r"^/sandboxes/[^/]+", "/sandboxes/{id}", path)
+
+
+def build_app(sandboxes: Sandboxes, api_key: str | None, requests: Counter[str] | None = None) -> FastAPI:
     app = FastAPI(title="OpenSandbox Lifecycle API (double)", version="0.1.0")
+    counted: Counter[str] = Counter() if requests is None else requests
 
     @app.exception_handler(ApiError)
     async def api_error(_: Request, err: ApiError) -> JSONResponse:
@@ -134,6 +186,7 @@ def build_app(sandboxes: Sandboxes, api_key: str | None) -> FastAPI:
     @app.middleware("http")
     async def authenticate(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
         path = request.url.path
+        counted[request_kind(request.method, path)] += 1
         if api_key and not path.startswith(_EXEMPT) and not (".." not in path and _PROXY_PATH.match(path)):
             given = request.headers.get(API_KEY_HEADER)
             if not given:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+from collections import Counter
 from collections.abc import AsyncIterator, Mapping
 from datetime import timedelta
 from pathlib import Path
@@ -39,6 +40,7 @@ class OpenSandboxDouble:
         runtime: Runtime = "docker",
         boot_delay_s: float = 0.0,
         max_timeout_s: int | None = None,
+        gateway: bool = False,
     ) -> None:
         self.api_key = api_key if api_key is not None else secrets.token_urlsafe(16)
         self.clock = Clock()
@@ -49,10 +51,13 @@ class OpenSandboxDouble:
             boot_delay_s=boot_delay_s,
             max_timeout_s=max_timeout_s,
             clock=self.clock,
+            gateway=gateway,
         )
         self._changed = asyncio.Event()
         self.sandboxes.on_change = self._changed.set
-        self.app = build_app(self.sandboxes, self.api_key or None)
+        self.requests: Counter[str] = Counter()
+        """Requests received, by kind (`app.request_kind`): what a client costs the server."""
+        self.app = build_app(self.sandboxes, self.api_key or None, self.requests)
         self.url = ""
 
     @classmethod

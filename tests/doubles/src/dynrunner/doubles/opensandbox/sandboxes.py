@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import math
 import os
+import secrets
 import shutil
 import signal
 import uuid
@@ -74,6 +75,8 @@ class Sandbox:
     metadata: dict[str, str] = field(default_factory=dict)
     process: asyncio.subprocess.Process | None = None
     watcher: asyncio.Task[None] | None = None
+    access_token: str = field(default="", repr=False)
+    """With `secureAccess`: what a caller of its endpoints must send (`SECURE_ACCESS_HEADER`)."""
 
     @property
     def rootfs(self) -> Path:
@@ -102,10 +105,14 @@ class Sandboxes:
         boot_delay_s: float = 0.0,
         max_timeout_s: int | None = None,
         clock: Clock | None = None,
+        gateway: bool = False,
     ) -> None:
         self.state_dir = state_dir
         self.images = dict(images)
         self.runtime = runtime
+        self.gateway = gateway
+        """The Kubernetes runtime behind `ingress.mode = gateway`, the one setup in which the
+        server honours `secureAccess`."""
         self.boot_delay_s = boot_delay_s
         self.max_timeout_s = max_timeout_s
         self.clock = clock or Clock()
@@ -168,6 +175,7 @@ class Sandboxes:
             status=_status("Pending", "CREATING", "Sandbox is being created", now),
             env=dict(request.env or {}),
             metadata=dict(request.metadata or {}),
+            access_token=secrets.token_urlsafe(24) if request.secure_access else "",
         )
         image = self.images.get(request.image.uri if request.image else "")
         if self.runtime == "docker":
@@ -198,6 +206,20 @@ class Sandboxes:
             raise ApiError(400, invalid, "lifecycle hooks are not supported by the Docker provider.")
         if request.volumes:
             raise ApiError(400, "VOLUME::INVALID_BACKEND", "the OpenSandbox double mounts no volumes.")
+        if request.secure_access and self.runtime == "docker":
+            raise ApiError(
+                400,
+                invalid,
+                "secureAccess is not supported when runtime.type='docker'. "
+                "Use the Kubernetes runtime to create secured sandboxes.",
+            )
+        if request.secure_access and not self.gateway:
+            raise ApiError(
+                400,
+                invalid,
+                "secureAccess is currently supported only for Kubernetes sandboxes exposed "
+                "through ingress.mode='gateway'. Configure ingress gateway mode or disable secureAccess.",
+            )
         check_metadata(request.metadata)
         if request.timeout is not None and self.max_timeout_s is not None and request.timeout > self.max_timeout_s:
             raise ApiError(
