@@ -35,7 +35,6 @@ import secrets
 import xml.etree.ElementTree as ET
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 import aiohttp
@@ -52,6 +51,7 @@ from dynrunner.controller.cache.service import (
     check_key,
 )
 from dynrunner.controller.cache.storage import UploadError
+from dynrunner.controller.cache.uploads import Pieces
 
 log = logging.getLogger(__name__)
 
@@ -104,10 +104,7 @@ class CacheServer:
         """Requests served, by protocol: v1, v2, blob, download, artifacts (forwarded), jobs."""
         self._http: aiohttp.ClientSession | None = None
         self._in_progress: collections.Counter[str] = collections.Counter()
-        self._writing: dict[Path, int] = {}
-        """Pieces being received, and their entries: one upload per piece at a time, and no
-        commit of an entry while a piece of it is still arriving."""
-        self._streamed: dict[Path, int] = {}
+        self.pieces = Pieces(service, self.timeouts.body_s)
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=1024**2, middlewares=[self._busy, self._errors])
@@ -227,15 +224,15 @@ class CacheServer:
         if end < start:
             raise Refused(400, f"Content-Range {match.group(0)!r} ends before it starts")
         target = await self._call(self.service.storage.range_file, entry.id, start)
-        await self._receive(request, entry, target, length=end - start + 1)
+        await self.pieces.receive(request, entry, target, length=end - start + 1)
         return web.Response(status=204)
 
     async def _v1_commit(self, request: web.Request) -> web.StreamResponse:
         job = await self._job(request)
         entry = await self._call(self.service.writable, job, int(request.match_info["id"]))
         body = await self._json(request)
-        self._not_receiving(entry)
-        await self._call(self.service.commit, entry, _int_or_none(body, "size"))
+        with self.pieces.settled(entry):
+            await self._call(self.service.commit, entry, _int_or_none(body, "size"))
         return web.Response(status=204)
 
     async def _v1_clean(self, request: web.Request) -> web.StreamResponse:
@@ -266,62 +263,6 @@ class CacheServer:
             return response
         finally:
             await self._call(opened.__exit__, None, None, None)
-
-    def _not_receiving(self, entry: Entry) -> None:
-        if entry.id in self._writing.values():
-            raise Refused(409, f"cache {entry.id} ({entry.key}): a piece of it is still being uploaded")
-
-    async def _receive(self, request: web.Request, entry: Entry, target: Path, length: int | None = None) -> None:
-        """Stream the request body into `target` (exactly `length` bytes when given). Its room
-        is taken before a byte is written (`CacheService.take_room`): the whole declared length
-        at once, else chunk by chunk. A piece sent again replaces the one before."""
-        if target in self._writing:
-            raise Refused(409, f"cache {entry.id} ({entry.key}): this piece is being uploaded already")
-        self._writing[target] = entry.id
-        try:
-            await self._call(self.service.drop_piece, entry, target)
-            declared = length if length is not None else request.content_length
-            taken = 0
-            if declared is not None:
-                await self._call(self.service.take_room, entry, declared)
-                taken = declared
-            try:
-                written = await self._stream(request, entry, target, declared)
-            except BaseException:
-                await self._call(target.unlink, True)
-                await self._call(self.service.give_room, entry, max(taken, self._streamed.pop(target, 0)))
-                raise
-            finally:
-                self._streamed.pop(target, None)
-            if declared is not None and written != declared:
-                await self._call(target.unlink, True)
-                await self._call(self.service.give_room, entry, taken)
-                raise Refused(400, f"the piece has {written} bytes, but the request declared {declared}")
-        finally:
-            del self._writing[target]
-
-    async def _stream(self, request: web.Request, entry: Entry, target: Path, declared: int | None) -> int:
-        written = 0
-        reader = request.content
-        handle = await self._call(open, target, "wb")
-        try:
-            while True:
-                try:
-                    async with asyncio.timeout(self.timeouts.body_s):
-                        chunk = await reader.read(WRITE_CHUNK)
-                except TimeoutError:
-                    raise Refused(408, f"cache {entry.id}: the upload stalled") from None
-                if not chunk:
-                    return written
-                if declared is None:
-                    await self._call(self.service.take_room, entry, len(chunk))
-                elif written + len(chunk) > declared:
-                    raise Refused(400, f"the piece has more bytes than the {declared} its request declared")
-                written += len(chunk)
-                self._streamed[target] = written
-                await self._call(handle.write, chunk)
-        finally:
-            await self._call(handle.close)
 
     # -- v2 ------------------------------------------------------------------------------------
 
@@ -354,9 +295,9 @@ class CacheServer:
         entry = await self._call(self.service.pending, job, key, version)
         if entry is None:
             return {"ok": False, "message": f"no upload of cache {key!r} by this job to finalize"}
-        self._not_receiving(entry)
         try:
-            done = await self._call(self.service.commit, entry, size)
+            with self.pieces.settled(entry):
+                done = await self._call(self.service.commit, entry, size)
         except Refused as refused:
             return {"ok": False, "message": str(refused)}
         return {"ok": True, "entry_id": str(done.id)}
@@ -385,12 +326,12 @@ class CacheServer:
         comp = request.query.get("comp", "").lower()
         if comp == "block":
             target = await self._call(storage.block_file, entry_id, request.query.get("blockid", ""))
-            await self._receive(request, entry, target)
+            await self.pieces.receive(request, entry, target)
         elif comp == "blocklist":
             ids = _block_list(await self._body(request))
             await self._call(storage.order_blocks, entry_id, ids)
         else:
-            await self._receive(request, entry, await self._call(storage.whole_file, entry_id))
+            await self.pieces.receive(request, entry, await self._call(storage.whole_file, entry_id))
         return web.Response(status=201, headers={"x-ms-request-id": secrets.token_hex(8), "x-ms-version": "2024-08-04"})
 
     # -- the artifact half of the results service ----------------------------------------------

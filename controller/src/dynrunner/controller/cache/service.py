@@ -251,6 +251,10 @@ class CacheService:
         for orphan in staged - self.index.existing(staged):
             self.storage.discard(orphan)
             self.staging.forget(orphan)
+        for counted in self.staging.entry_ids():
+            entry = self.index.get(counted)
+            if entry is None or entry.complete:  # a piece that raced its entry's end
+                self.staging.forget(counted)
         return gone
 
     def _evict(self, victims: list[Entry], why: str) -> None:

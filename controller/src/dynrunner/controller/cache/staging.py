@@ -60,6 +60,10 @@ class StagingLedger:
         if self._repos[repo] <= 0:
             del self._repos[repo]
 
+    def entry_ids(self) -> set[int]:
+        with self._lock:
+            return set(self._entries)
+
     def held(self, entry_id: int) -> int:
         with self._lock:
             return self._entries.get(entry_id, ((0, ""), 0))[1]
