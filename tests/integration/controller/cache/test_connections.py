@@ -46,28 +46,32 @@ async def _standalone(tmp_path: Path) -> AsyncIterator[tuple[str, bytes]]:
              "dir": str(tmp_path / "cache")}  # fmt: skip
     config = tmp_path / "c.yaml"
     config.write_text(yaml.safe_dump({"cache": cache, "logging": {"json": False}}))
-    process = await asyncio.create_subprocess_exec(
-        CLI, "cache-server", "--config", str(config), preexec_fn=_low_fd_limit, stderr=asyncio.subprocess.DEVNULL
-    )
+    output = tmp_path / "cache-server.log"
+    with output.open("wb") as sink:
+        process = await asyncio.create_subprocess_exec(
+            CLI, "cache-server", "--config", str(config), preexec_fn=_low_fd_limit, stdout=sink, stderr=sink
+        )
     url = f"http://127.0.0.1:{port}"
     try:
+        deadline = asyncio.get_running_loop().time() + 90  # a start under load may be slow
         async with aiohttp.ClientSession() as http:
-            for _ in range(200):
+            while True:
+                assert process.returncode is None, f"the cache server exited: {output.read_text()}"
+                assert asyncio.get_running_loop().time() < deadline, f"never answered: {output.read_text()}"
                 with contextlib.suppress(aiohttp.ClientConnectionError):
                     async with http.get(f"{url}/healthz") as response:
                         if response.status == 200:
                             break
                 await asyncio.sleep(0.1)
-            else:
-                raise AssertionError("the cache server never answered")
         yield url, read_key_file(key_file)
     finally:
         process.send_signal(signal.SIGTERM)
         try:
-            await asyncio.wait_for(process.wait(), 30)
-        except TimeoutError:
-            process.kill()
-            await process.wait()
+            assert await asyncio.wait_for(process.wait(), 60) == 0, output.read_text()
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
 
 
 async def _register(http: aiohttp.ClientSession, url: str, key: bytes, token: str, repo: str) -> dict[str, str]:
