@@ -21,6 +21,7 @@ from dynrunner.controller.cache.grants import grant_for_task, sign
 from dynrunner.controller.cache.server import Timeouts
 from dynrunner.controller.infra.sealing import ensure_key_file, read_key_file
 from tests.fixtures.cache import CacheFactory
+from tests.fixtures.harness import wait_for
 
 CLI = str(Path(sys.executable).parent / "dynrunner-controller")
 FD_LIMIT = 200
@@ -165,3 +166,33 @@ async def test_a_stalled_request_head_or_body_is_ended(cache_server_factory: Cac
             f"{cache.url}/_apis/artifactcache/caches/{entry}", data=b"0123456789", headers=headers
         ) as r:
             assert r.status == 204
+
+
+async def test_at_the_cap_idle_connections_make_room_and_busy_ones_stay(cache_server_factory: CacheFactory) -> None:
+    """Four connections at most: an upload in progress on the oldest survives eight new
+    connections that send nothing (each closes the longest idle one), and finishes."""
+    async with cache_server_factory(max_connections=4) as cache, aiohttp.ClientSession() as http:
+        auth = await _register(http, cache.url, cache.grants.key, "tok", "acme/app")
+        async with http.post(
+            f"{cache.url}/_apis/artifactcache/caches", json={"key": "k", "version": "v"}, headers=auth
+        ) as response:
+            entry = (await response.json())["cacheId"]
+        await http.close()  # its pooled connection would be one of the four
+        head = (
+            f"PATCH /_apis/artifactcache/caches/{entry} HTTP/1.1\r\nHost: cache\r\nAuthorization: Bearer tok\r\n"
+            "Content-Range: bytes 0-9/*\r\nContent-Length: 10\r\nConnection: close\r\n\r\n"
+        )
+        busy = await _hold(cache.url, head, b"01234")
+        assert busy is not None
+        await wait_for(lambda: cache.service.staging.held(entry) == 10, within=PATIENCE_S, what="the upload's room")
+        idle = [await _hold(cache.url, "") for _ in range(8)]
+        guard = cache.server.connections
+        assert guard is not None
+        await wait_for(lambda: guard.evicted == 5, within=PATIENCE_S, what="five evictions")
+        busy[1].write(b"56789")
+        answer = await asyncio.wait_for(busy[0].readline(), PATIENCE_S)
+        assert answer.startswith(b"HTTP/1.1 204"), answer
+        for connection in idle:
+            if connection is not None:
+                connection[1].close()
+        busy[1].close()
