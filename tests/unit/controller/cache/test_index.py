@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -154,3 +155,34 @@ def test_a_revoked_registration_is_not_registered_again_before_it_expires(tmp_pa
     clock.now += 100
     index.forget_expired()  # the sweep forgets revocations past their grant's expiry
     assert index.revoked_count() == 0
+
+
+def test_an_index_written_before_repository_ids_opens_with_its_entries_as_name_only(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path)
+    try:
+        conn.executescript(
+            """
+            CREATE TABLE entry (
+              id INTEGER PRIMARY KEY AUTOINCREMENT, repo TEXT NOT NULL, scope TEXT NOT NULL, key TEXT NOT NULL,
+              version TEXT NOT NULL, size INTEGER NOT NULL DEFAULT 0, location TEXT NOT NULL DEFAULT '',
+              complete INTEGER NOT NULL DEFAULT 0, writer TEXT NOT NULL, created REAL NOT NULL, used REAL NOT NULL
+            );
+            CREATE INDEX entry_match ON entry (repo, scope, version, key);
+            CREATE TABLE job (
+              token_sha256 TEXT PRIMARY KEY, repo TEXT NOT NULL, scope TEXT NOT NULL, reads TEXT NOT NULL,
+              results_url TEXT NOT NULL, task_id INTEGER NOT NULL, expires REAL NOT NULL
+            );
+            INSERT INTO entry (repo, scope, key, version, complete, writer, created, used)
+              VALUES ('acme/app', 'refs/heads/feature', 'deps', 'v', 1, 'w', 1, 1);
+            """
+        )
+    finally:
+        conn.close()
+    index = Index(path, Clock())
+    [entry] = index.entries()
+    assert entry.repository == (0, "acme/app")
+    assert index.lookup(job(), ["deps"], "v") == entry
+    with_id = Grant("acme/app", "refs/heads/feature", ("refs/heads/feature",), "t", 1, 10**10, "", repo_id=5)
+    assert index.lookup(with_id, ["deps"], "v") is None
+    assert index.reserve(with_id, "new", "v", 1).id == 2  # the old sequence goes on
