@@ -149,6 +149,8 @@ async def test_signed_urls_are_bound_to_their_entry_purpose_and_time(
         assert response.status == 401
     async with http.get(found["signed_download_url"].replace(f"/{entry}?", f"/{entry + 1}?")) as response:
         assert response.status == 401
+    async with http.get(found["signed_download_url"] + "%C3%A9") as response:
+        assert response.status == 401  # not a 500 from comparing non-ASCII text
 
 
 async def test_the_artifact_forward_serves_only_registered_jobs_with_a_gitea(

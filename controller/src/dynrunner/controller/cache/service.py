@@ -291,5 +291,5 @@ class CacheService:
             raise Refused(401, "missing or malformed signature") from None
         if when < self.clock():
             raise Refused(401, "this signed URL has expired")
-        if not hmac.compare_digest(sig, self.signature(purpose, entry_id, when, by)):
+        if not sig.isascii() or not hmac.compare_digest(sig, self.signature(purpose, entry_id, when, by)):
             raise Refused(401, "bad signature")
