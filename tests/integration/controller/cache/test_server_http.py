@@ -328,6 +328,9 @@ async def test_malformed_fields_are_refused_naming_the_field(
         status, body = await _post(http, f"{base}/caches", {"key": "k", "version": "v", "cacheSize": "big"}, "tok")
         assert status == 400 and "cacheSize" in body["message"]
         _, reserved = await _post(http, f"{base}/caches", {"key": "k", "version": "v"}, "tok")
+        headers = {"Authorization": "Bearer tok", "Content-Range": "bytes 0-1/*"}
+        async with http.patch(f"{base}/caches/{10**30}", data=b"xx", headers=headers) as response:
+            assert response.status == 404  # an id SQLite cannot hold was a 500
         for content_range in ("bytes 1000-1001/*", "bytes 5-2/*"):
             headers = {"Authorization": "Bearer tok", "Content-Range": content_range}
             async with http.patch(f"{base}/caches/{reserved['cacheId']}", data=b"xx", headers=headers) as response:
