@@ -320,6 +320,8 @@ async def test_malformed_fields_are_refused_naming_the_field(
                 http, url, {"key": "zzz", "restore_keys": restore_keys, "version": "v"}, "tok"
             )  # a string was split into the one-letter prefixes "a", "b", "c" and matched "a-key"
             assert status == 400 and "restore_keys" in body["msg"], (restore_keys, status, body)
+        async with http.post(url, data=b"[" * 100_000, headers={"Authorization": "Bearer tok"}) as response:
+            assert response.status == 400  # nested too deep for the parser: was a 500
         status, body = await _post(http, url, {"key": 7, "version": "v"}, "tok")
         assert status == 400 and "key" in body["msg"]
         status, body = await _post(http, url, {"key": "\ud800", "version": "v"}, "tok")

@@ -180,7 +180,7 @@ class CacheServer:
     async def _json(self, request: web.Request) -> dict[str, Any]:
         try:
             body = json.loads(await self._body(request))
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, RecursionError):
             raise Refused(400, "the request body is not JSON") from None
         if not isinstance(body, dict):
             raise Refused(400, "the request body must be a JSON object")
