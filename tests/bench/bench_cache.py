@@ -1,10 +1,13 @@
 """Cache server throughput: save (v1: reserve, 8 MiB chunks in parallel, commit; v2: one Azure
 Put Blob, finalize) and restore (lookup, download) of one archive through the HTTP API, with the
 server in this process and its Filesystem store on a temp dir. Also the per-request cost of a
-lookup (a miss and a hit). Figures are printed, never asserted.
+lookup (a miss and a hit), and of a listing (`GET caches?key=`) and a lookup for a repository
+with a few entries while other repositories hold many (0 to 100,000 entries in the index).
+Figures are printed, never asserted.
 
     .venv/bin/python -m pytest -q -s tests/bench/bench_cache.py     # 64 MiB
     DYNRUNNER_BENCH_SIZE_MB=512 .venv/bin/python -m pytest -q -s tests/bench/bench_cache.py
+    .venv/bin/python -m pytest -q -s tests/bench/bench_cache.py -k many_entries
 """
 
 from __future__ import annotations
@@ -17,11 +20,13 @@ from pathlib import Path
 
 import aiohttp
 
-from dynrunner.controller.cache.grants import grant_for_task, sign
+from dynrunner.controller.cache.grants import Grant, grant_for_task, sign
+from dynrunner.controller.cache.index import Index
 from tests.fixtures.cache import CacheFactory
 
 MIB = 1024 * 1024
 CHUNK = 8 * MIB
+UPLOAD_CONCURRENCY = 4  # the toolkit's
 
 
 def _size() -> int:
@@ -46,7 +51,9 @@ async def _v1_save(http: aiohttp.ClientSession, url: str, auth: dict[str, str], 
         async with http.patch(f"{url}/_apis/artifactcache/caches/{entry}", data=body, headers=headers) as r:
             assert r.status == 204
 
-    await asyncio.gather(*(put(start) for start in range(0, len(data), CHUNK)))
+    starts = list(range(0, len(data), CHUNK))
+    for first in range(0, len(starts), UPLOAD_CONCURRENCY):
+        await asyncio.gather(*(put(start) for start in starts[first : first + UPLOAD_CONCURRENCY]))
     async with http.post(f"{url}/_apis/artifactcache/caches/{entry}", json={"size": len(data)}, headers=auth) as r:
         assert r.status == 204
 
@@ -99,3 +106,44 @@ async def test_cache_throughput(cache_server_factory: CacheFactory, tmp_path: Pa
         print(f"  {name:<11} {figures[name]:6.2f} s  {mib / figures[name]:7.1f} MiB/s")
     for name in ("lookup miss", "lookup hit"):
         print(f"  {name:<11} {figures[name] * 1000:6.2f} ms per request")
+
+
+async def test_listing_and_lookup_latency_with_many_entries(cache_server_factory: CacheFactory) -> None:
+    """A repository's listing and lookup while the other repositories' entries grow: each
+    query names one repository, so neither should grow with the index."""
+    sizes = (0, 10_000, 100_000)
+    async with cache_server_factory() as cache, aiohttp.ClientSession() as http:
+        await _register(http, cache.url, cache.grants.key, "bench-token")
+        auth = {"Authorization": "Bearer bench-token"}
+        for n in range(5):
+            await _v2_save(http, cache.url, auth, b"x", f"deps-{n}")
+        index = cache.service.index
+        added = 0
+        figures: dict[int, tuple[float, float]] = {}
+        for size in sizes:
+            await asyncio.to_thread(_fill, index, added, size)
+            added = size
+            rounds = 200
+            started = time.perf_counter()
+            for _ in range(rounds):
+                async with http.get(f"{cache.url}/_apis/artifactcache/caches?key=deps-1", headers=auth) as r:
+                    assert (await r.json())["totalCount"] == 1
+            listing = (time.perf_counter() - started) / rounds
+            started = time.perf_counter()
+            for _ in range(rounds):
+                async with http.get(f"{cache.url}/_apis/artifactcache/cache?keys=deps-&version=v", headers=auth) as r:
+                    assert r.status == 200
+            lookup = (time.perf_counter() - started) / rounds
+            figures[size] = (listing, lookup)
+    print("\ncache server, one repository's 5 entries among others' (index entries: list / prefix lookup):")
+    for size, (listing, lookup) in figures.items():
+        print(f"  {size:>7} others  {listing * 1000:6.2f} ms  {lookup * 1000:6.2f} ms per request")
+
+
+def _fill(index: Index, start: int, end: int) -> None:
+    """Zero-byte entries of 100 other repositories, straight into the index."""
+    for n in range(start, end):
+        repo = n % 100
+        other = Grant(f"other/r{repo}", "refs/heads/main", ("refs/heads/main",), f"t{repo}", 1, 2**40, "", repo)
+        entry = index.reserve(other, f"deps-{n}", "v", max_pending=1)
+        index.complete(entry.id, "", 0)

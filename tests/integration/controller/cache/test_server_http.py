@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -148,6 +149,8 @@ async def test_signed_urls_are_bound_to_their_entry_purpose_and_time(
         assert response.status == 401
     async with http.get(found["signed_download_url"].replace(f"/{entry}?", f"/{entry + 1}?")) as response:
         assert response.status == 401
+    async with http.get(found["signed_download_url"] + "%C3%A9") as response:
+        assert response.status == 401  # not a 500 from comparing non-ASCII text
 
 
 async def test_the_artifact_forward_serves_only_registered_jobs_with_a_gitea(
@@ -279,3 +282,103 @@ async def test_the_artifact_forward_reaches_only_the_artifact_service(
             ), seen
     finally:
         await runner.cleanup()
+
+
+async def test_a_revoked_token_cannot_register_again_with_its_grant(
+    cache_server: CacheFixture, http: aiohttp.ClientSession
+) -> None:
+    """The grant sits in the assignment the job's own user reads: once revoked, registering the
+    same grant and token again is refused until the grant would have expired anyway."""
+    grant = _grant(cache_server, "tok")
+    url = f"{cache_server.url}/_dynrunner/register"
+    assert (await _post(http, url, {"grant": grant, "token": "tok"}))[0] == 200
+    assert (await _post(http, f"{cache_server.url}/_dynrunner/revoke", {"token": "tok"}))[0] == 204
+    status, body = await _post(http, url, {"grant": grant, "token": "tok"})
+    assert status == 403 and "revoked" in body["message"]
+    lookup = f"{cache_server.url}/_apis/artifactcache/cache?keys=k&version=v"
+    async with http.get(lookup, headers={"Authorization": "Bearer tok"}) as response:
+        assert response.status == 401
+
+
+async def _save_v2(http: aiohttp.ClientSession, cache: CacheFixture, token: str, key: str, data: bytes) -> None:
+    _, created = await _post(http, f"{cache.url}{V2}/CreateCacheEntry", {"key": key, "version": "v"}, token)
+    async with http.put(created["signed_upload_url"], data=data) as response:
+        assert response.status == 201
+    body = {"key": key, "version": "v", "size_bytes": len(data)}
+    assert (await _post(http, f"{cache.url}{V2}/FinalizeCacheEntryUpload", body, token))[1]["ok"] is True
+
+
+async def test_malformed_fields_are_refused_naming_the_field(
+    cache_server_factory: CacheFactory, http: aiohttp.ClientSession
+) -> None:
+    async with cache_server_factory(max_entry_bytes=1000, repo_size_limit_bytes=1000) as cache:
+        await _register(http, cache, "tok")
+        await _save_v2(http, cache, "tok", "a-key", b"x")
+        url = f"{cache.url}{V2}/GetCacheEntryDownloadURL"
+        for restore_keys in (5, "abc", [1], {"a": 1}):
+            status, body = await _post(
+                http, url, {"key": "zzz", "restore_keys": restore_keys, "version": "v"}, "tok"
+            )  # a string was split into the one-letter prefixes "a", "b", "c" and matched "a-key"
+            assert status == 400 and "restore_keys" in body["msg"], (restore_keys, status, body)
+        async with http.post(url, data=b"[" * 100_000, headers={"Authorization": "Bearer tok"}) as response:
+            assert response.status == 400  # nested too deep for the parser: was a 500
+        status, body = await _post(http, url, {"key": 7, "version": "v"}, "tok")
+        assert status == 400 and "key" in body["msg"]
+        status, body = await _post(http, url, {"key": "\ud800", "version": "v"}, "tok")
+        assert status == 400 and body["code"] == "invalid_argument"
+        base = f"{cache.url}/_apis/artifactcache"
+        status, body = await _post(http, f"{base}/caches", {"key": "k", "version": "v", "cacheSize": "big"}, "tok")
+        assert status == 400 and "cacheSize" in body["message"]
+        _, reserved = await _post(http, f"{base}/caches", {"key": "k", "version": "v"}, "tok")
+        headers = {"Authorization": "Bearer tok", "Content-Range": "bytes 0-1/*"}
+        async with http.patch(f"{base}/caches/{10**30}", data=b"xx", headers=headers) as response:
+            assert response.status == 404  # an id SQLite cannot hold was a 500
+        for content_range in ("bytes 1000-1001/*", "bytes 5-2/*"):
+            headers = {"Authorization": "Bearer tok", "Content-Range": content_range}
+            async with http.patch(f"{base}/caches/{reserved['cacheId']}", data=b"xx", headers=headers) as response:
+                assert response.status == 400, (content_range, await response.text())
+
+
+def _context(repo: str, repo_id: int) -> dict[str, Any]:
+    repository = {"id": repo_id, "default_branch": "main"}
+    return {"repository": repo, "ref": "refs/heads/main", "event": {"repository": repository}}
+
+
+async def _register_as(http: aiohttp.ClientSession, cache: CacheFixture, token: str, context: dict[str, Any]) -> None:
+    grant = grant_for_task(context, runtime_token=token, task_id=1, expires=int(time.time()) + 600, results_url="")
+    body = {"grant": sign(grant, cache.grants.key), "token": token}
+    assert (await _post(http, f"{cache.url}/_dynrunner/register", body))[0] == 200
+
+
+async def test_entries_belong_to_the_repository_id_not_only_its_name(
+    cache_server: CacheFixture, http: aiohttp.ClientSession
+) -> None:
+    """A repository deleted and created again under the same name (or another one transferred
+    to that name) is a new repository: it does not inherit the old one's caches."""
+    await _register_as(http, cache_server, "old", _context("acme/app", 41))
+    await _save_v2(http, cache_server, "old", "deps", b"old repository's archive")
+    await _register_as(http, cache_server, "same", _context("acme/app", 41))
+    await _register_as(http, cache_server, "recreated", _context("acme/app", 42))
+    url = f"{cache_server.url}{V2}/GetCacheEntryDownloadURL"
+    assert (await _post(http, url, {"key": "deps", "version": "v"}, "same"))[1]["ok"] is True
+    assert (await _post(http, url, {"key": "deps", "version": "v"}, "recreated"))[1] == {"ok": False}
+
+
+async def test_a_signed_url_from_before_a_lost_index_serves_nothing_after_it(
+    cache_server_factory: CacheFactory, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    """Entry ids are the index's: after the index is lost they could name another repository's
+    entry, while download URLs signed before still live for minutes."""
+    settings = {"dir": tmp_path / "kept", "key_file": tmp_path / "kept" / "cache.key"}
+    async with cache_server_factory(**settings) as cache:
+        await _register_as(http, cache, "a", _context("acme/app", 1))
+        await _save_v2(http, cache, "a", "deps", b"acme's archive")
+        _, found = await _post(http, f"{cache.url}{V2}/GetCacheEntryDownloadURL", {"key": "deps", "version": "v"}, "a")
+        old_url = yarl.URL(found["signed_download_url"])
+    for name in ("index.db", "index.db-wal", "index.db-shm"):
+        (tmp_path / "kept" / name).unlink(missing_ok=True)
+    async with cache_server_factory(**settings) as cache:
+        await _register_as(http, cache, "b", _context("evil/other", 2))
+        await _save_v2(http, cache, "b", "deps", b"evil's archive")
+        async with http.get(old_url.with_port(yarl.URL(cache.url).port)) as response:
+            assert response.status == 401, await response.read()

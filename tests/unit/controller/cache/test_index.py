@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
 
 from dynrunner.controller.cache.grants import Grant
-from dynrunner.controller.cache.index import Conflict, Index
+from dynrunner.controller.cache.index import Conflict, Index, Revoked, TooManyPending
 
 
 class Clock:
@@ -31,7 +32,7 @@ def index(tmp_path: Path) -> Index:
 
 
 def save(index: Index, writer: Grant, key: str, version: str = "v", size: int = 10) -> int:
-    entry = index.reserve(writer, key, version)
+    entry = index.reserve(writer, key, version, max_pending=100)
     index.complete(entry.id, f"loc-{entry.id}", size)
     return entry.id
 
@@ -63,24 +64,56 @@ def test_prefix_matching_takes_keys_literally(index: Index) -> None:
 
 def test_a_key_and_version_is_written_once_per_scope(index: Index) -> None:
     writer, other = job(token="w"), job(token="o")
-    pending = index.reserve(writer, "k", "v")
-    assert index.reserve(writer, "k", "v").id == pending.id  # the same job retrying
+    pending = index.reserve(writer, "k", "v", 2)
+    assert index.reserve(writer, "k", "v", 2).id == pending.id  # the same job retrying
     with pytest.raises(Conflict, match="another job"):
-        index.reserve(other, "k", "v")
+        index.reserve(other, "k", "v", 2)
     index.complete(pending.id, "loc", 1)
     with pytest.raises(Conflict, match="already exists"):
-        index.reserve(other, "k", "v")
-    assert index.reserve(job(scope="refs/heads/main", token="o"), "k", "v").scope == "refs/heads/main"
+        index.reserve(other, "k", "v", 2)
+    assert index.reserve(job(scope="refs/heads/main", token="o"), "k", "v", 2).scope == "refs/heads/main"
+
+
+def test_a_job_holds_a_bounded_number_of_reservations_open(index: Index) -> None:
+    writer = job()
+    first = index.reserve(writer, "a", "v", 2)
+    index.reserve(writer, "b", "v", 2)
+    with pytest.raises(TooManyPending):
+        index.reserve(writer, "c", "v", 2)
+    index.complete(first.id, "loc", 0)
+    assert index.reserve(writer, "c", "v", 2).key == "c"
+
+
+def test_entries_belong_to_the_repository_id_and_name(index: Index) -> None:
+    old = Grant("acme/app", "refs/heads/main", ("refs/heads/main",), "t", 1, 10**10, "", repo_id=1)
+    save(index, old, "deps")
+    assert index.lookup(old, ["deps"], "v") is not None
+    for other in ((2, "acme/app"), (0, "acme/app"), (1, "acme/other")):
+        stranger = Grant(other[1], "refs/heads/main", ("refs/heads/main",), "s", 1, 10**10, "", repo_id=other[0])
+        assert index.lookup(stranger, ["deps"], "v") is None
+        assert index.listing(stranger, "deps") == []
+
+
+def test_a_new_index_has_a_new_epoch_and_ids_that_do_not_restart(tmp_path: Path) -> None:
+    first = Index(tmp_path / "a.db", Clock())
+    entry = first.reserve(job(), "k", "v", 1)
+    again = Index(tmp_path / "a.db", Clock())
+    assert again.epoch == first.epoch
+    lost = Index(tmp_path / "b.db", Clock())
+    assert lost.epoch != first.epoch
+    assert entry.id >= 1_000_000  # from the index's creation time in ms, not 1
 
 
 def test_eviction_takes_the_least_recently_used_first_and_never_the_new_entry(index: Index) -> None:
     writer = job()
     a, b, c = (save(index, writer, key, size=40) for key in ("a", "b", "c"))
     index.touch(a)
-    victims = index.over_limit("acme/app", 80, keep=c)
+    repo = (0, "acme/app")
+    victims = index.over_limit(repo, 80, keep=c)
     assert [v.id for v in victims] == [b]
-    assert [v.id for v in index.over_limit("acme/app", 10, keep=c)] == [b, a]
+    assert [v.id for v in index.over_limit(repo, 10, keep=c)] == [b, a]
     assert index.over_limit(None, 120, keep=c) == []
+    assert [v.id for v in index.over_limit(repo, 1000, keep=c, max_entries=1)] == [b, a]
 
 
 def test_retention_drops_unused_entries_stale_reservations_and_expired_jobs(tmp_path: Path) -> None:
@@ -89,10 +122,67 @@ def test_retention_drops_unused_entries_stale_reservations_and_expired_jobs(tmp_
     writer = job()
     index.register(Grant("acme/app", "r", ("r",), "tok", 1, int(clock.now + 50), ""))
     old = save(index, writer, "old")
-    stale = index.reserve(writer, "never-committed", "v")
+    stale = index.reserve(writer, "never-committed", "v", 10)
     clock.now += 100
     fresh = save(index, writer, "fresh")
-    gone = index.stale(unused_before=clock.now - 50, pending_before=clock.now - 50)
+    assert index.repositories() == [(0, "acme/app")]
+    gone = index.stale((0, "acme/app"), unused_before=clock.now - 50, pending_before=clock.now - 50)
     assert sorted(e.id for e in gone) == sorted([old, stale.id])
     assert fresh not in [e.id for e in gone]
     assert index.job("tok") is None
+    index.forget_expired()
+    assert sorted(e.id for e in index.abandoned()) == [stale.id]  # "t1" never registered
+
+
+def test_prefix_matching_is_case_sensitive_like_githubs(index: Index) -> None:
+    writer = job()
+    save(index, writer, "Deps-linux")
+    assert index.lookup(writer, ["deps"], "v") is None
+    assert index.lookup(writer, ["DEPS"], "v") is None
+    found = index.lookup(writer, ["Deps"], "v")
+    assert found is not None and found.key == "Deps-linux"
+
+
+def test_a_revoked_registration_is_not_registered_again_before_it_expires(tmp_path: Path) -> None:
+    clock = Clock()
+    index = Index(tmp_path / "i.db", clock)
+    grant = Grant("acme/app", "r", ("r",), "tok", 1, int(clock.now + 50), "")
+    index.register(grant)
+    assert index.revoke("tok")
+    with pytest.raises(Revoked):
+        index.register(grant)
+    assert index.job("tok") is None
+    clock.now += 100
+    index.forget_expired()  # the sweep forgets revocations past their grant's expiry
+    assert index.revoked_count() == 0
+
+
+def test_an_index_written_before_repository_ids_opens_with_its_entries_as_name_only(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path)
+    try:
+        conn.executescript(
+            """
+            CREATE TABLE entry (
+              id INTEGER PRIMARY KEY AUTOINCREMENT, repo TEXT NOT NULL, scope TEXT NOT NULL, key TEXT NOT NULL,
+              version TEXT NOT NULL, size INTEGER NOT NULL DEFAULT 0, location TEXT NOT NULL DEFAULT '',
+              complete INTEGER NOT NULL DEFAULT 0, writer TEXT NOT NULL, created REAL NOT NULL, used REAL NOT NULL
+            );
+            CREATE INDEX entry_match ON entry (repo, scope, version, key);
+            CREATE TABLE job (
+              token_sha256 TEXT PRIMARY KEY, repo TEXT NOT NULL, scope TEXT NOT NULL, reads TEXT NOT NULL,
+              results_url TEXT NOT NULL, task_id INTEGER NOT NULL, expires REAL NOT NULL
+            );
+            INSERT INTO entry (repo, scope, key, version, complete, writer, created, used)
+              VALUES ('acme/app', 'refs/heads/feature', 'deps', 'v', 1, 'w', 1, 1);
+            """
+        )
+    finally:
+        conn.close()
+    index = Index(path, Clock())
+    [entry] = index.entries()
+    assert entry.repository == (0, "acme/app")
+    assert index.lookup(job(), ["deps"], "v") == entry
+    with_id = Grant("acme/app", "refs/heads/feature", ("refs/heads/feature",), "t", 1, 10**10, "", repo_id=5)
+    assert index.lookup(with_id, ["deps"], "v") is None
+    assert index.reserve(with_id, "new", "v", 1).id == 2  # the old sequence goes on

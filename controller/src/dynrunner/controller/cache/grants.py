@@ -50,6 +50,11 @@ class Grant:
     """Unix seconds: the job's deadline."""
     results_url: str
     """The Gitea whose artifact service this server forwards for the job ("" = none)."""
+    repo_id: int = 0
+    """Gitea's id of the repository (0: unknown, the name alone). Entries belong to the id and
+    the name together, so a repository created again under a name, or transferred to it, does
+    not inherit the caches of the one that had it. Last, with a default: grants signed before
+    it verify (as name-only grants)."""
 
 
 def token_digest(token: str) -> str:
@@ -103,7 +108,8 @@ def grant_for_task(
     context: Mapping[str, Any], *, runtime_token: str, task_id: int, expires: int, results_url: str
 ) -> Grant:
     """The grant for a task, from Gitea's task context (`github`): its repository, `ref`,
-    `base_ref` (pull requests) and the event's `repository.default_branch`."""
+    `base_ref` (pull requests), the event's `repository.default_branch` and `repository.id`
+    (Gitea's task context names no repository id; its event payloads all carry the repository)."""
     repo = str(context.get("repository") or "").lower()
     ref = str(context.get("ref") or "")
     reads = [ref]
@@ -111,6 +117,7 @@ def grant_for_task(
     event = context.get("event")
     repository = event.get("repository") if isinstance(event, Mapping) else None
     default = str(repository.get("default_branch") or "") if isinstance(repository, Mapping) else ""
+    repo_id = repository.get("id") if isinstance(repository, Mapping) else None
     for branch in (base, default):
         if branch and f"refs/heads/{branch}" not in reads:
             reads.append(f"refs/heads/{branch}")
@@ -122,6 +129,7 @@ def grant_for_task(
         task_id=task_id,
         expires=expires,
         results_url=results_url,
+        repo_id=repo_id if type(repo_id) is int and repo_id > 0 else 0,
     )
 
 

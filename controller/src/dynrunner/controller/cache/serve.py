@@ -16,8 +16,9 @@ from pathlib import Path
 
 from aiohttp import web
 
+from dynrunner.controller.cache.connections import ConnectionGuard, connection_cap
 from dynrunner.controller.cache.index import Index
-from dynrunner.controller.cache.server import CacheServer
+from dynrunner.controller.cache.server import CacheServer, Timeouts
 from dynrunner.controller.cache.service import CacheService, Limits
 from dynrunner.controller.cache.storage import CacheStorage
 from dynrunner.controller.config.model import CacheConfig
@@ -66,6 +67,7 @@ def build_service(cfg: CacheConfig, key: bytes, clock: Callable[[], float] = tim
             total_bytes=cfg.total_size_limit_bytes,
             retention_s=cfg.retention_days * 86400,
             pending_s=PENDING_S,
+            max_entries=cfg.max_entries_per_repository,
         ),
         clock=clock,
     )
@@ -73,23 +75,31 @@ def build_service(cfg: CacheConfig, key: bytes, clock: Callable[[], float] = tim
 
 @contextlib.asynccontextmanager
 async def serve_cache(
-    cfg: CacheConfig, *, create_key: bool = True, sweep_interval_s: float = SWEEP_INTERVAL_S
+    cfg: CacheConfig,
+    *,
+    create_key: bool = True,
+    sweep_interval_s: float = SWEEP_INTERVAL_S,
+    timeouts: Timeouts | None = None,
 ) -> AsyncIterator[CacheServer]:
     """Listen on `cfg.listen` until the block ends. With port 0 (tests, the demo) the server's
     public URL is the address it got."""
     service = build_service(cfg, cache_key(cfg, create=create_key))
     host, port = parse_address(cfg.listen)
-    server = CacheServer(service, cfg.url or f"http://{host}:{port}")
-    runner = web.AppRunner(server.app(), access_log=None, handle_signals=False)
+    timeouts = timeouts or Timeouts()
+    server = CacheServer(service, cfg.url or f"http://{host}:{port}", timeouts=timeouts)
+    app = server.app()
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=timeouts.headers_s)
     await runner.setup()
+    assert runner.server is not None
+    guard = ConnectionGuard(runner.server, connection_cap(cfg.max_connections))
+    server.connections = guard
     try:
-        site = web.TCPSite(runner, host, port, reuse_address=True)
         try:
-            await site.start()
+            listener = await asyncio.get_running_loop().create_server(guard, host, port, reuse_address=True)
         except OSError as err:
             raise OSError(err.errno, f"cannot listen on {cfg.listen} for the cache server: {err}") from err
         if port == 0:
-            bound_host, bound_port = runner.addresses[0][:2]
+            bound_host, bound_port = listener.sockets[0].getsockname()[:2]
             server.public_url = f"http://{f'[{bound_host}]' if ':' in bound_host else bound_host}:{bound_port}"
         log.info("serving the actions cache", extra={"url": server.public_url, "listen": cfg.listen})
         sweeper = asyncio.create_task(_sweep_forever(service, sweep_interval_s), name="cache-sweeper")
@@ -99,6 +109,7 @@ async def serve_cache(
             sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await sweeper
+            listener.close()
     finally:
         await runner.cleanup()
         service.index.close()

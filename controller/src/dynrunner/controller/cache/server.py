@@ -17,6 +17,11 @@ job registration. Served by the controller (`cache.serve`) or `dynrunner-control
       POST  /_dynrunner/register {grant, token}   200 {"results_url": <this server>} | 403
       POST  /_dynrunner/revoke {token}            204
       GET   /healthz
+
+Held connections: a body or a download that moves no byte for `Timeouts.body_s` ends the
+request; one job (by its token, or whom its signed URL was handed to) has at most
+`MAX_JOB_REQUESTS` requests in progress (429 beyond). Connections without a request in
+progress are capped and timed out by `connections.ConnectionGuard`.
 """
 
 from __future__ import annotations
@@ -29,12 +34,13 @@ import re
 import secrets
 import xml.etree.ElementTree as ET
 from collections.abc import Awaitable, Callable
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import aiohttp
 from aiohttp import web
 
+from dynrunner.controller.cache.connections import ConnectionGuard
 from dynrunner.controller.cache.grants import Grant
 from dynrunner.controller.cache.index import Entry
 from dynrunner.controller.cache.service import (
@@ -45,6 +51,7 @@ from dynrunner.controller.cache.service import (
     check_key,
 )
 from dynrunner.controller.cache.storage import UploadError
+from dynrunner.controller.cache.uploads import Pieces
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +61,12 @@ ARTIFACT_SERVICE = "/twirp/github.actions.results.api.v1.ArtifactService"
 WRITE_CHUNK = 1024 * 1024
 _RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
 _TWIRP_CODES = {400: "invalid_argument", 401: "unauthenticated", 403: "permission_denied", 404: "not_found",
-                409: "already_exists", 413: "resource_exhausted", 500: "internal"}  # fmt: skip
+                408: "deadline_exceeded", 409: "already_exists", 413: "resource_exhausted",
+                429: "resource_exhausted", 500: "internal"}  # fmt: skip
+MAX_JOB_REQUESTS = 16
+"""Requests of one job in progress at once: the toolkit uploads and downloads 4-8 pieces in
+parallel; more is a job holding connections open."""
+_HOLDER = web.RequestKey("holder", str)
 T = TypeVar("T")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -64,26 +76,47 @@ def _bearer(request: web.Request) -> str:
     return token.strip() if scheme.lower() == "bearer" else ""
 
 
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    headers_s: float = 30.0
+    """A connection that has not sent a whole request head within this of its start or its
+    last answer is closed (idle keep-alive connections too)."""
+    body_s: float = 60.0
+    """A request body or a download that moves no byte for this long ends."""
+
+
 class CacheServer:
-    def __init__(self, service: CacheService, public_url: str, *, forward_artifacts: bool = True) -> None:
+    def __init__(
+        self,
+        service: CacheService,
+        public_url: str,
+        *,
+        forward_artifacts: bool = True,
+        timeouts: Timeouts | None = None,
+    ) -> None:
         self.service = service
         self.public_url = public_url.rstrip("/")
         self.forward_artifacts = forward_artifacts
+        self.timeouts = timeouts or Timeouts()
+        self.connections: ConnectionGuard | None = None
+        """Set by `serve_cache`: the connections' cap, told by a middleware which are busy."""
         self.requests: collections.Counter[str] = collections.Counter()
         """Requests served, by protocol: v1, v2, blob, download, artifacts (forwarded), jobs."""
         self._http: aiohttp.ClientSession | None = None
+        self._in_progress: collections.Counter[str] = collections.Counter()
+        self.pieces = Pieces(service, self.timeouts.body_s)
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=1024**2, middlewares=[self._errors])
+        app = web.Application(client_max_size=1024**2, middlewares=[self._busy, self._errors])
         add = app.router.add_route
         add("GET", f"{API}/cache", self._v1_lookup)
         add("GET", f"{API}/caches", self._v1_list)
         add("POST", f"{API}/caches", self._v1_reserve)
-        add("PATCH", f"{API}/caches/{{id:\\d+}}", self._v1_upload)
-        add("POST", f"{API}/caches/{{id:\\d+}}", self._v1_commit)
+        add("PATCH", f"{API}/caches/{{id:\\d{{1,18}}}}", self._v1_upload)
+        add("POST", f"{API}/caches/{{id:\\d{{1,18}}}}", self._v1_commit)
         add("POST", f"{API}/clean", self._v1_clean)
-        add("GET", f"{API}/artifacts/{{id:\\d+}}", self._download)
-        add("PUT", f"{API}/blobs/{{id:\\d+}}", self._v2_blob)
+        add("GET", f"{API}/artifacts/{{id:\\d{{1,18}}}}", self._download)
+        add("PUT", f"{API}/blobs/{{id:\\d{{1,18}}}}", self._v2_blob)
         add("POST", f"{CACHE_SERVICE}/{{method}}", self._v2_rpc)
         add("*", f"{ARTIFACT_SERVICE}/{{method:[A-Za-z]+}}", self._forward)
         add("POST", "/_dynrunner/register", self._register)
@@ -100,30 +133,61 @@ class CacheServer:
         return await asyncio.to_thread(fn, *args)
 
     @web.middleware
+    async def _busy(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if self.connections is None:
+            return await handler(request)
+        return await self.connections.middleware(request, handler)
+
+    @web.middleware
     async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         self.requests[_protocol(request.path)] += 1
         try:
-            return await handler(request)
+            try:
+                return await handler(request)
+            except UploadError as err:
+                raise Refused(400, str(err)) from None
+            finally:
+                holder = request.get(_HOLDER)
+                if holder is not None:
+                    self._in_progress[holder] -= 1
+                    if self._in_progress[holder] <= 0:
+                        del self._in_progress[holder]
         except Refused as refused:
             if request.path.startswith("/twirp/"):
                 code = _TWIRP_CODES.get(refused.status, "internal")
                 return web.json_response({"code": code, "msg": str(refused)}, status=refused.status)
             return web.json_response({"message": str(refused)}, status=refused.status)
 
+    def _hold(self, request: web.Request, holder: str) -> None:
+        """Count this request against `holder`'s (a job's) requests in progress."""
+        if self._in_progress[holder] >= MAX_JOB_REQUESTS:
+            raise Refused(429, f"this job has {MAX_JOB_REQUESTS} cache requests in progress, the most it may")
+        self._in_progress[holder] += 1
+        request[_HOLDER] = holder
+
     async def _job(self, request: web.Request) -> Grant:
-        return await self._call(self.service.job, _bearer(request))
+        job = await self._call(self.service.job, _bearer(request))
+        self._hold(request, _holder(job.token_sha256))
+        return job
+
+    async def _body(self, request: web.Request) -> bytes:
+        try:
+            async with asyncio.timeout(self.timeouts.body_s):
+                return await request.read()
+        except TimeoutError:
+            raise Refused(408, "the request body stalled") from None
 
     async def _json(self, request: web.Request) -> dict[str, Any]:
         try:
-            body = await request.json(loads=json.loads)
-        except (ValueError, UnicodeDecodeError):
+            body = json.loads(await self._body(request))
+        except (ValueError, RecursionError):
             raise Refused(400, "the request body is not JSON") from None
         if not isinstance(body, dict):
             raise Refused(400, "the request body must be a JSON object")
         return body
 
-    def _download_url(self, entry_id: int) -> str:
-        query = self.service.signed_query("download", entry_id, DOWNLOAD_URL_TTL_S)
+    def _download_url(self, entry_id: int, job: Grant) -> str:
+        query = self.service.signed_query("download", entry_id, DOWNLOAD_URL_TTL_S, _holder(job.token_sha256))
         return f"{self.public_url}{API}/artifacts/{entry_id}?{query}"
 
     # -- v1 ------------------------------------------------------------------------------------
@@ -134,25 +198,20 @@ class CacheServer:
         entry = await self._call(self.service.lookup, job, keys, request.query.get("version", ""))
         if entry is None:
             return web.Response(status=204)
-        return web.json_response(_v1_entry(entry) | {"result": "hit", "archiveLocation": self._download_url(entry.id)})
+        location = self._download_url(entry.id, job)
+        return web.json_response(_v1_entry(entry) | {"result": "hit", "archiveLocation": location})
 
     async def _v1_list(self, request: web.Request) -> web.StreamResponse:
         job = await self._job(request)
         key = check_key(request.query.get("key", ""))
-        entries = [
-            e
-            for e in await self._call(self.service.index.entries)
-            if e.repo == job.repo and e.key == key and e.complete
-        ]
+        entries = await self._call(self.service.index.listing, job, key)
         return web.json_response({"totalCount": len(entries), "artifactCaches": [_v1_entry(e) for e in entries]})
 
     async def _v1_reserve(self, request: web.Request) -> web.StreamResponse:
         job = await self._job(request)
         body = await self._json(request)
-        size = body.get("cacheSize")
-        entry = await self._call(
-            self.service.reserve, job, str(body.get("key", "")), str(body.get("version", "")), _int_or_none(size)
-        )
+        key, version = _string(body, "key"), _string(body, "version")
+        entry = await self._call(self.service.reserve, job, key, version, _int_or_none(body, "cacheSize"))
         return web.json_response({"cacheId": entry.id})
 
     async def _v1_upload(self, request: web.Request) -> web.StreamResponse:
@@ -162,15 +221,18 @@ class CacheServer:
         if match is None:
             raise Refused(400, "a chunk needs Content-Range: bytes <start>-<end>/*")
         start, end = int(match.group(1)), int(match.group(2))
+        if end < start:
+            raise Refused(400, f"Content-Range {match.group(0)!r} ends before it starts")
         target = await self._call(self.service.storage.range_file, entry.id, start)
-        await self._receive(request, entry, target, limit=end - start + 1)
+        await self.pieces.receive(request, entry, target, length=end - start + 1)
         return web.Response(status=204)
 
     async def _v1_commit(self, request: web.Request) -> web.StreamResponse:
         job = await self._job(request)
         entry = await self._call(self.service.writable, job, int(request.match_info["id"]))
         body = await self._json(request)
-        await self._call(self.service.commit, entry, _int_or_none(body.get("size")))
+        with self.pieces.settled(entry):
+            await self._call(self.service.commit, entry, _int_or_none(body, "size"))
         return web.Response(status=204)
 
     async def _v1_clean(self, request: web.Request) -> web.StreamResponse:
@@ -179,7 +241,10 @@ class CacheServer:
 
     async def _download(self, request: web.Request) -> web.StreamResponse:
         entry_id = int(request.match_info["id"])
-        self.service.check_signature("download", entry_id, request.query.get("exp", ""), request.query.get("sig", ""))
+        query = request.query
+        by = query.get("by", "")
+        self.service.check_signature("download", entry_id, query.get("exp", ""), query.get("sig", ""), by)
+        self._hold(request, by)
         opened = self.service.open(entry_id)
         entry, stream = await self._call(opened.__enter__)
         try:
@@ -187,41 +252,17 @@ class CacheServer:
             response.content_length = entry.size
             await response.prepare(request)
             while chunk := await self._call(stream.read, WRITE_CHUNK):
-                await response.write(chunk)
+                try:
+                    async with asyncio.timeout(self.timeouts.body_s):
+                        await response.write(chunk)
+                except TimeoutError:  # a reader that stopped reading: the connection goes
+                    if request.transport is not None:
+                        request.transport.abort()
+                    return response
             await response.write_eof()
             return response
         finally:
             await self._call(opened.__exit__, None, None, None)
-
-    async def _receive(self, request: web.Request, entry: Entry, target: Path, limit: int | None = None) -> int:
-        """Stream the request body into `target`; no more than `limit` bytes, and never more
-        than the entry's and its repository's staging room (`CacheService.staging_room`)."""
-        room = await self._call(self.service.staging_room, entry, target)
-        limits = self.service.limits
-        too_large = Refused(
-            413,
-            f"cache {entry.id} ({entry.key}): the upload would stage more than this cache allows "
-            f"({limits.max_entry_bytes} B per entry, {limits.repo_bytes} B of uploads pending per repository)",
-        )
-        if limit is not None and limit > room:
-            raise too_large
-        cap = room if limit is None else limit
-        written = 0
-        handle = await self._call(open, target, "wb")
-        try:
-            async for chunk in request.content.iter_chunked(WRITE_CHUNK):
-                written += len(chunk)
-                if written > cap:
-                    raise too_large
-                await self._call(handle.write, chunk)
-        except BaseException:
-            await self._call(handle.close)
-            await self._call(target.unlink, True)
-            raise
-        await self._call(handle.close)
-        if limit is not None and written != limit:
-            raise Refused(400, f"the chunk has {written} bytes, but its Content-Range says {limit}")
-        return written
 
     # -- v2 ------------------------------------------------------------------------------------
 
@@ -240,7 +281,7 @@ class CacheServer:
 
     async def _v2_create(self, job: Grant, body: dict[str, Any]) -> dict[str, Any]:
         try:
-            entry = await self._call(self.service.reserve, job, str(body.get("key", "")), str(body.get("version", "")))
+            entry = await self._call(self.service.reserve, job, _string(body, "key"), _string(body, "version"))
         except Refused as refused:
             if refused.status == 409:
                 return {"ok": False, "message": str(refused)}
@@ -249,24 +290,29 @@ class CacheServer:
         return {"ok": True, "signed_upload_url": f"{self.public_url}{API}/blobs/{entry.id}?{query}"}
 
     async def _v2_finalize(self, job: Grant, body: dict[str, Any]) -> dict[str, Any]:
-        key, version = str(body.get("key", "")), str(body.get("version", ""))
+        key, version = _string(body, "key"), _string(body, "version")
+        size = _int_or_none(body, "size_bytes", "sizeBytes")
         entry = await self._call(self.service.pending, job, key, version)
         if entry is None:
             return {"ok": False, "message": f"no upload of cache {key!r} by this job to finalize"}
-        size = _int_or_none(body.get("size_bytes", body.get("sizeBytes")))
         try:
-            done = await self._call(self.service.commit, entry, size)
+            with self.pieces.settled(entry):
+                done = await self._call(self.service.commit, entry, size)
         except Refused as refused:
             return {"ok": False, "message": str(refused)}
         return {"ok": True, "entry_id": str(done.id)}
 
     async def _v2_download_url(self, job: Grant, body: dict[str, Any]) -> dict[str, Any]:
-        restore = body.get("restore_keys", body.get("restoreKeys")) or []
-        keys = [str(body.get("key", "")), *(str(k) for k in restore)]
-        entry = await self._call(self.service.lookup, job, keys, str(body.get("version", "")))
+        restore = _field(body, "restore_keys", "restoreKeys")
+        if restore is None:
+            restore = []
+        if not isinstance(restore, list) or not all(isinstance(k, str) for k in restore):
+            raise Refused(400, "restore_keys must be a list of strings")
+        keys = [_string(body, "key"), *restore]
+        entry = await self._call(self.service.lookup, job, keys, _string(body, "version"))
         if entry is None:
             return {"ok": False}
-        return {"ok": True, "signed_download_url": self._download_url(entry.id), "matched_key": entry.key}
+        return {"ok": True, "signed_download_url": self._download_url(entry.id, job), "matched_key": entry.key}
 
     async def _v2_blob(self, request: web.Request) -> web.StreamResponse:
         """Azure's Put Blob, Put Block and Put Block List, as `@azure/storage-blob` sends them."""
@@ -275,19 +321,17 @@ class CacheServer:
         entry = await self._call(self.service.index.get, entry_id)
         if entry is None or entry.complete:
             raise Refused(400, f"cache {entry_id}: not reserved, or already complete")
+        self._hold(request, _holder(entry.writer))
         storage = self.service.storage
         comp = request.query.get("comp", "").lower()
-        try:
-            if comp == "block":
-                target = await self._call(storage.block_file, entry_id, request.query.get("blockid", ""))
-                await self._receive(request, entry, target)
-            elif comp == "blocklist":
-                ids = _block_list(await request.read())
-                await self._call(storage.order_blocks, entry_id, ids)
-            else:
-                await self._receive(request, entry, await self._call(storage.whole_file, entry_id))
-        except UploadError as err:
-            raise Refused(400, str(err)) from None
+        if comp == "block":
+            target = await self._call(storage.block_file, entry_id, request.query.get("blockid", ""))
+            await self.pieces.receive(request, entry, target)
+        elif comp == "blocklist":
+            ids = _block_list(await self._body(request))
+            await self._call(storage.order_blocks, entry_id, ids)
+        else:
+            await self.pieces.receive(request, entry, await self._call(storage.whole_file, entry_id))
         return web.Response(status=201, headers={"x-ms-request-id": secrets.token_hex(8), "x-ms-version": "2024-08-04"})
 
     # -- the artifact half of the results service ----------------------------------------------
@@ -305,7 +349,7 @@ class CacheServer:
         url = f"{job.results_url.rstrip('/')}{ARTIFACT_SERVICE}/{request.match_info['method']}"
         try:
             async with self._http.request(
-                request.method, url, params=request.query, data=await request.read(), headers=headers
+                request.method, url, params=request.query, data=await self._body(request), headers=headers
             ) as upstream:
                 body = await upstream.read()
                 content_type = upstream.headers.get("Content-Type", "application/octet-stream")
@@ -347,11 +391,36 @@ def _v1_entry(entry: Entry) -> dict[str, Any]:
     return {"cacheKey": entry.key, "cacheVersion": entry.version, "scope": entry.scope, "creationTime": entry.created}
 
 
-def _int_or_none(value: object) -> int | None:
+def _holder(token_sha256: str) -> str:
+    """A job's short name in signed URLs and per-job counts."""
+    return token_sha256[:16]
+
+
+def _field(body: dict[str, Any], *names: str) -> Any:
+    """A field by its proto name or its JSON name."""
+    return next((body[name] for name in names if name in body), None)
+
+
+def _string(body: dict[str, Any], *names: str) -> str:
+    value = _field(body, *names)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise Refused(400, f"{names[0]} must be a string")
+    return value
+
+
+def _int_or_none(body: dict[str, Any], *names: str) -> int | None:
+    """An integer field (int64 comes as a JSON string in proto JSON)."""
+    value = _field(body, *names)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise Refused(400, f"{names[0]} must be a number")
     try:
-        return int(str(value)) if value is not None else None
+        return int(value)
     except ValueError:
-        raise Refused(400, f"{value!r} is not a number") from None
+        raise Refused(400, f"{names[0]} must be a number, not {value!r}") from None
 
 
 def _block_list(data: bytes) -> list[str]:

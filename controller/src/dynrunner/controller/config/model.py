@@ -410,6 +410,12 @@ class CacheConfig(_Model):
     repo_size_limit_bytes: int = Field(default=10 * 1024**3, ge=1)
     total_size_limit_bytes: int = Field(default=0, ge=0)
     retention_days: float = Field(default=7.0, gt=0)
+    max_entries_per_repository: int = Field(default=10_000, ge=1)
+    """Entries one repository keeps, whatever their size (zero-byte ones too): over it, the
+    least recently used go."""
+    max_connections: int = Field(default=512, ge=1)
+    """Connections the server keeps open at once (at most half the process's file descriptor
+    limit); at the cap the longest idle one is closed for a new one."""
 
     @field_validator("url")
     @classmethod
