@@ -301,9 +301,16 @@ class Controller:
 
         async with asyncio.TaskGroup() as tg:
             lease = self.replica.lease
-            renewing = tg.create_task(supervise("replica lease", lease.run), name="replica-lease") if lease else None
+            renewing = None
+            if lease is not None:
+                renewing = tg.create_task(
+                    supervise("replica lease", lease.run, stop=lease.stopping), name="replica-lease"
+                )
             ledgers = [
-                tg.create_task(supervise(f"permits {name}", p.capacity.ledger.run), name=f"permits-{name}")
+                tg.create_task(
+                    supervise(f"permits {name}", p.capacity.ledger.run, stop=p.capacity.ledger.stopping),
+                    name=f"permits-{name}",
+                )
                 for name, p in self.pools.items()
                 if p.capacity.ledger is not None
             ]
@@ -324,7 +331,9 @@ class Controller:
             reaping = tg.create_task(supervise("reaper", reaper.run, stop=stop), name="reaper")
             launching = [
                 tg.create_task(
-                    supervise(f"launcher {name}", p.launcher.run, on_error=counted(name, "launcher")),
+                    supervise(
+                        f"launcher {name}", p.launcher.run, on_error=counted(name, "launcher"), stop=p.launcher.stopping
+                    ),
                     name=f"launcher-{name}",
                 )
                 for name, p in self.pools.items()
@@ -351,8 +360,10 @@ class Controller:
                 for claimer in p.claimers:
                     claimer.stop()
             await asyncio.gather(*claiming, return_exceptions=True)
+            for p in self.pools.values():
+                p.launcher.stop()
             for task in launching:
-                task.cancel()
+                task.cancel()  # an idle pull ends at once; one that swallows this ends on the flag
             await asyncio.gather(*launching, return_exceptions=True)
             await self._claimed_lines.flush()  # claims published but not launched: their first line
             reaper.stop()

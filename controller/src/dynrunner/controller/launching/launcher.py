@@ -37,7 +37,7 @@ from dynrunner.controller.assignments.launched import LaunchRecord
 from dynrunner.controller.backends.base import Backend
 from dynrunner.controller.coordination.capacity import Capacity
 from dynrunner.controller.infra.logs import log_context
-from dynrunner.controller.infra.loops import Backoff
+from dynrunner.controller.infra.loops import Backoff, Stopping
 from dynrunner.controller.infra.metrics import Metrics
 from dynrunner.controller.infra.sealing import ForgedAssignment, Sealer, SealingError
 from dynrunner.controller.launching.starts import Starts, end_cancelled
@@ -74,7 +74,9 @@ class Delivery(Protocol):
 
 
 class DeliverySource(Protocol):
-    def deliveries(self, pool: str, batch: int | Callable[[], int] = 1) -> AsyncIterator[Delivery]: ...
+    def deliveries(
+        self, pool: str, batch: int | Callable[[], int] = 1, stopping: Stopping | None = None
+    ) -> AsyncIterator[Delivery]: ...
 
 
 def nak_delay(num_delivered: int) -> float:
@@ -116,6 +118,7 @@ class Launcher:
         self._claimed_lines = claimed_lines
         self._on_released = on_released
         self._launches: set[asyncio.Task[None]] = set()
+        self._stopping = Stopping()
         self.launching: set[str] = set()
         """Assignment ids being launched right now."""
         self.starts = Starts(
@@ -134,9 +137,20 @@ class Launcher:
         """Assignment ids being launched or whose start is followed (the reaper leaves them alone)."""
         return self.launching | self.starts.ids()
 
+    def stop(self) -> None:
+        """Pull no more: `run()` returns once the pull in flight answered or expired (cancel it
+        too, to end an idle pull at once)."""
+        self._stopping.set()
+        self.starts.stop()
+
+    @property
+    def stopping(self) -> Stopping:
+        """Set by `stop()` (`supervise` restarts nothing once it is)."""
+        return self._stopping
+
     async def run(self) -> None:
-        """Pull and launch until cancelled; launches in hand are finished first (`drain`).
-        A pull takes as many assignments as there are free launch slots."""
+        """Pull and launch until `stop()` or cancelled; launches in hand are finished first
+        (`drain`). A pull takes as many assignments as there are free launch slots."""
         slots = asyncio.Semaphore(self._concurrency)
         free = [self._concurrency]
 
@@ -144,15 +158,17 @@ class Launcher:
             free[0] += 1
             slots.release()
 
-        deliveries = self._source.deliveries(self.pool, batch=lambda: free[0] + 1)
+        deliveries = self._source.deliveries(self.pool, batch=lambda: free[0] + 1, stopping=self._stopping)
         try:
-            while True:
+            while not self._stopping.is_set():
                 await slots.acquire()
                 free[0] -= 1
                 try:
                     delivery = await anext(deliveries)
-                except BaseException:
+                except BaseException as err:
                     release(None)
+                    if isinstance(err, StopAsyncIteration):
+                        return
                     raise
                 name = f"launch-{delivery.assignment.assignment_id}"
                 launch = asyncio.create_task(self._launch(delivery), name=name)

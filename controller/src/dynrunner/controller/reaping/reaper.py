@@ -46,6 +46,7 @@ from dynrunner.controller.assignments.finalize_records import FinalizeRecord, Fi
 from dynrunner.controller.backends.base import Backend, Diagnosis, Environment, FailureReason, Observation, Phase
 from dynrunner.controller.coordination.capacity import Capacity
 from dynrunner.controller.infra.logs import log_context
+from dynrunner.controller.infra.loops import Stopping
 from dynrunner.controller.infra.metrics import Metrics
 from dynrunner.controller.infra.sealing import SealingError
 from dynrunner.controller.reporting.finalize import FinalizeOutcome, final_steps, finalize_failed
@@ -146,11 +147,13 @@ class Reaper:
         self._gitea_down = False
         """Set when a finalize outlasted the client's retries in this round: the other failed
         environments wait for the next round instead of each spending the retry budget."""
-        self._stopping = asyncio.Event()
+        self._stopping = Stopping()
         self.sweeps = 0
         """Full sweeps so far (for tests and the benchmark)."""
 
     def stop(self) -> None:
+        """End `run()` once the round in hand is over (never by cancelling: a reap half done
+        is looked at again, but costs a round)."""
         self._stopping.set()
 
     def wake(self, pool: str, assignment_id: str | None = None) -> None:
@@ -168,6 +171,8 @@ class Reaper:
             self._woken.clear()
             self._gitea_down = False
             for pool in self._pools:
+                if self._stopping.is_set():
+                    break
                 try:
                     await self._round(pool, loop.time())
                 except Exception as err:
