@@ -293,7 +293,10 @@ class Launcher:
                     )
         except TaskEnded as ended:
             await heartbeat.stop()
-            await self._ended_before_start(delivery, assignment, client, ended)
+            if existing is None and await self._reaped_already(assignment.assignment_id):
+                await self._over_already(delivery, assignment.assignment_id)
+            else:
+                await self._ended_before_start(delivery, assignment, client, ended)
         except asyncio.CancelledError:
             heartbeat.cancel()
             raise
@@ -348,6 +351,24 @@ class Launcher:
         await self._done(delivery, assignment.assignment_id)
         await delivery.term()
         self._capacity.release(assignment.assignment_id)
+
+    async def _reaped_already(self, assignment_id: str) -> bool:
+        """Its finalize record was consumed: its environment was reaped after the job ended
+        (or its start was ended after a cancel), so this delivery came after all of it."""
+        try:
+            return await self._records.consumed(assignment_id)
+        except Exception as err:
+            self._metrics.errors.labels(pool=self.pool, kind="nats").inc()
+            log.warning("whether %s was reaped cannot be told: %s", assignment_id, _describe(err))
+            return False
+
+    async def _over_already(self, delivery: Delivery, assignment_id: str) -> None:
+        """A delivery after the job was run and reaped (its launcher died before the ack): its
+        result was counted when it was reaped; nothing is run, reported or counted again."""
+        log.info("delivered again after its job ended and its environment was reaped; not run again")
+        await self._done(delivery, assignment_id)
+        await self._acknowledge(delivery)
+        self._capacity.release(assignment_id)
 
     async def _ended_before_start(
         self, delivery: Delivery, assignment: Assignment, client: GiteaClient, ended: TaskEnded
