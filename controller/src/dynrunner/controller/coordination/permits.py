@@ -300,9 +300,11 @@ class PermitLedger:
 
     def adopt(self, assignment_id: str, still: Callable[[], bool] = lambda: True) -> None:
         """A delivered assignment: it gets an extra permit unless one shows within the grace
-        (or it is over by then: `still()` false). A permit that showed counts even when it is
-        gone again by the end of the grace: a short job's claimer bound it, and the replica
-        that reaped the job released it."""
+        (or by then it is over, or bound here with its write still queued: `still()` false). A
+        permit that showed counts even when it is gone again by the end of the grace: a short
+        job's claimer bound it, and the replica that reaped the job released it. A claimer of
+        another replica may bind late (a publish retried, a busy writer): its regular permit
+        then shows after the extra one, which the collection removes."""
         if self.of(assignment_id) or assignment_id in self._awaited:
             return
         shown = self._awaited[assignment_id] = asyncio.Event()
