@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 
 from dynrunner.controller.assignments.finalize_records import FinalizeRecordStore
@@ -299,7 +299,7 @@ class Controller:
         def counted(pool: str, kind: str):  # type: ignore[no-untyped-def]
             return lambda err: self.metrics.errors.labels(pool=pool, kind=kind).inc()
 
-        async with asyncio.TaskGroup() as tg:
+        async with asyncio.TaskGroup() as tg, self._stopped_on_failure(reaper):
             lease = self.replica.lease
             renewing = None
             if lease is not None:
@@ -380,6 +380,24 @@ class Controller:
             for task in watching:
                 task.cancel()
             await asyncio.gather(*watching, return_exceptions=True)
+
+    @contextlib.asynccontextmanager
+    async def _stopped_on_failure(self, reaper: Reaper) -> AsyncIterator[None]:
+        """A loop that failed for good makes the task group cancel the others: their flags are
+        set as well, so one whose cancellation a request lost does not hold up the exit."""
+        try:
+            yield
+        except BaseException:
+            for p in self.pools.values():
+                for claimer in p.claimers:
+                    claimer.stop()
+                p.launcher.stop()
+                if p.capacity.ledger is not None:
+                    p.capacity.ledger.stop()
+            reaper.stop()
+            if self.replica.lease is not None:
+                self.replica.lease.stop()
+            raise
 
     async def _recover(self, pool: Pool) -> None:
         """Capacity for the environments that exist and the assignments still queued (a
