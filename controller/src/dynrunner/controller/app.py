@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 
 from dynrunner.controller.assignments.finalize_records import FinalizeRecordStore
@@ -299,11 +299,18 @@ class Controller:
         def counted(pool: str, kind: str):  # type: ignore[no-untyped-def]
             return lambda err: self.metrics.errors.labels(pool=pool, kind=kind).inc()
 
-        async with asyncio.TaskGroup() as tg:
+        async with asyncio.TaskGroup() as tg, self._stopped_on_failure(reaper):
             lease = self.replica.lease
-            renewing = tg.create_task(supervise("replica lease", lease.run), name="replica-lease") if lease else None
+            renewing = None
+            if lease is not None:
+                renewing = tg.create_task(
+                    supervise("replica lease", lease.run, stop=lease.stopping), name="replica-lease"
+                )
             ledgers = [
-                tg.create_task(supervise(f"permits {name}", p.capacity.ledger.run), name=f"permits-{name}")
+                tg.create_task(
+                    supervise(f"permits {name}", p.capacity.ledger.run, stop=p.capacity.ledger.stopping),
+                    name=f"permits-{name}",
+                )
                 for name, p in self.pools.items()
                 if p.capacity.ledger is not None
             ]
@@ -324,7 +331,9 @@ class Controller:
             reaping = tg.create_task(supervise("reaper", reaper.run, stop=stop), name="reaper")
             launching = [
                 tg.create_task(
-                    supervise(f"launcher {name}", p.launcher.run, on_error=counted(name, "launcher")),
+                    supervise(
+                        f"launcher {name}", p.launcher.run, on_error=counted(name, "launcher"), stop=p.launcher.stopping
+                    ),
                     name=f"launcher-{name}",
                 )
                 for name, p in self.pools.items()
@@ -351,8 +360,10 @@ class Controller:
                 for claimer in p.claimers:
                     claimer.stop()
             await asyncio.gather(*claiming, return_exceptions=True)
+            for p in self.pools.values():
+                p.launcher.stop()
             for task in launching:
-                task.cancel()
+                task.cancel()  # an idle pull ends at once; one that swallows this ends on the flag
             await asyncio.gather(*launching, return_exceptions=True)
             await self._claimed_lines.flush()  # claims published but not launched: their first line
             reaper.stop()
@@ -369,6 +380,24 @@ class Controller:
             for task in watching:
                 task.cancel()
             await asyncio.gather(*watching, return_exceptions=True)
+
+    @contextlib.asynccontextmanager
+    async def _stopped_on_failure(self, reaper: Reaper) -> AsyncIterator[None]:
+        """A loop that failed for good makes the task group cancel the others: their flags are
+        set as well, so one whose cancellation a request lost does not hold up the exit."""
+        try:
+            yield
+        except BaseException:
+            for p in self.pools.values():
+                for claimer in p.claimers:
+                    claimer.stop()
+                p.launcher.stop()
+                if p.capacity.ledger is not None:
+                    p.capacity.ledger.stop()
+            reaper.stop()
+            if self.replica.lease is not None:
+                self.replica.lease.stop()
+            raise
 
     async def _recover(self, pool: Pool) -> None:
         """Capacity for the environments that exist and the assignments still queued (a

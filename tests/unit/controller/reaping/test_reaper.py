@@ -493,7 +493,36 @@ async def test_a_failed_environment_two_replicas_see_is_finalized_once_and_not_a
     await asyncio.gather(*(r.sweep(r._pools[0]) for r in reapers))
     assert len(gitea.results[task_id]) == 1
     for m in metrics:
-        assert not m.sample("dynrunner_results_total", pool="p", result="vanished")
+        assert not m.sample("dynrunner_job_results_total", pool="p", result="vanished")
     finalized = [m.sample("dynrunner_finalized_failed_total", pool="p", reason="start-failed") for m in metrics]
     assert sorted(f or 0 for f in finalized) == [0, 1]
     assert all([await records.consumed(a.assignment_id) for a in backend.assignments.values()])
+
+
+async def test_a_start_its_follower_ended_is_not_finalized_again_as_vanished(caplog: pytest.LogCaptureFixture) -> None:
+    """A run cancelled during its start: the start follower ends the task, deletes the
+    environment and consumes its finalize record (counting it cancelled), then lets go. The
+    reaper that saw the environment then finds it gone with its record consumed: settled, not
+    vanished. Before, a reaper without the replicas' leases counted it vanished as well ("no
+    finalize record"), and one with them said another replica had reaped it."""
+    backend = Backend({"pulling": Phase.STARTING})
+    [a] = backend.assignments.values()
+    records = backend.records()
+    capacity = Capacity("p", 4)
+    capacity.adopt(a.assignment_id)
+    following = {a.assignment_id}
+    metrics = Metrics()
+    watch = PoolWatch("p", backend, capacity, lambda: following, records=records, watched=True)  # type: ignore[arg-type]
+    reaper = Reaper([watch], gitea=TakingGitea(), metrics=metrics)  # type: ignore[arg-type]
+
+    await reaper.look_at(watch, [a.assignment_id])  # the watch: created (its follower holds it)
+    backend.deleted.append("pulling")  # the follower's end of a cancelled run: environment deleted,
+    await records.delete(a.assignment_id)  # record consumed,
+    capacity.release(a.assignment_id)  # permit released,
+    following.clear()  # and let go (its on_end wake)
+    await reaper.look_at(watch, [a.assignment_id])
+
+    assert metrics.sample("dynrunner_job_results_total", pool="p", result="vanished") is None
+    assert "no finalize record" not in caplog.text
+    assert not capacity.holds(a.assignment_id)
+    assert a.assignment_id not in reaper._seen["p"]

@@ -47,6 +47,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_bef
 
 from dynrunner.controller.assignments.delivery import Delivery
 from dynrunner.controller.config.model import NatsConfig
+from dynrunner.controller.infra.loops import Stopping
 from dynrunner.controller.infra.metrics import Metrics
 from dynrunner.proto.assignment import (
     AssignmentError,
@@ -345,13 +346,16 @@ class AssignmentLog:
 
     # --- consuming --------------------------------------------------------------------------
 
-    async def deliveries(self, pool: str, batch: int | Callable[[], int] = 1) -> AsyncGenerator[Delivery, None]:
+    async def deliveries(
+        self, pool: str, batch: int | Callable[[], int] = 1, stopping: Stopping | None = None
+    ) -> AsyncGenerator[Delivery, None]:
         """Deliveries for `pool`, pulled only when the caller asks for the next one, so a launcher
         without free capacity holds none. `batch` (or what it returns at each pull) is how many
         one pull may take: a launcher with several free slots takes several at once, one NATS
         round trip for all of them. Messages pulled but not handed out when the generator is
         closed are given back (nak) for immediate redelivery. Close with
-        `contextlib.aclosing` (or `close()`)."""
+        `contextlib.aclosing` (or `close()`). It ends once `stopping` is set, after the pull
+        in flight: a cancellation a pull lost does not keep it pulling."""
         if pool not in self.pools:
             raise ValueError(f"pool {pool!r} is not configured")
         sub = await self.js.pull_subscribe_bind(consumer_name(pool), stream=self.cfg.stream)
@@ -359,7 +363,7 @@ class AssignmentLog:
         failures = 0
         held: list[Msg] = []
         try:
-            while True:
+            while stopping is None or not stopping.is_set():
                 if not self.nc.is_connected:
                     await asyncio.sleep(0.05)  # a pull sent now would wait out its expiry after the reconnect
                     continue

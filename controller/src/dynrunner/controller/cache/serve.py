@@ -23,6 +23,7 @@ from dynrunner.controller.cache.service import CacheService, Limits
 from dynrunner.controller.cache.storage import CacheStorage
 from dynrunner.controller.config.model import CacheConfig
 from dynrunner.controller.infra.health import parse_address
+from dynrunner.controller.infra.loops import Stopping
 from dynrunner.controller.infra.sealing import SealingError, ensure_key_file, read_key_file
 from dynrunner.proto.assignment import ArtifactStoreOptions
 
@@ -102,10 +103,12 @@ async def serve_cache(
             bound_host, bound_port = listener.sockets[0].getsockname()[:2]
             server.public_url = f"http://{f'[{bound_host}]' if ':' in bound_host else bound_host}:{bound_port}"
         log.info("serving the actions cache", extra={"url": server.public_url, "listen": cfg.listen})
-        sweeper = asyncio.create_task(_sweep_forever(service, sweep_interval_s), name="cache-sweeper")
+        stopping = Stopping()
+        sweeper = asyncio.create_task(_sweep(service, sweep_interval_s, stopping), name="cache-sweeper")
         try:
             yield server
         finally:
+            stopping.set()
             sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await sweeper
@@ -115,15 +118,16 @@ async def serve_cache(
         service.index.close()
 
 
-async def _sweep_forever(service: CacheService, interval_s: float) -> None:
-    while True:
+async def _sweep(service: CacheService, interval_s: float, stopping: Stopping) -> None:
+    """Every `interval_s` until `stopping` (the sweep in hand runs in a thread and is let end)."""
+    while not stopping.is_set():
         try:
             evicted = await asyncio.to_thread(service.sweep)
             if evicted:
                 log.info("cache: the sweep removed %d entries", evicted)
         except Exception:  # a failed sweep must not stop the server; the next one retries
             log.exception("cache: the sweep failed")
-        await asyncio.sleep(interval_s)
+        await stopping.sleep(interval_s)
 
 
 def run_standalone(config_path: Path | None) -> int:

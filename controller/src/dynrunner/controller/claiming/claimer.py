@@ -35,7 +35,7 @@ from dynrunner.controller.claiming.registrations import Registrations
 from dynrunner.controller.claiming.registrations_store import ArmedRegistration
 from dynrunner.controller.coordination.capacity import Capacity, Reservation
 from dynrunner.controller.infra.logs import log_context
-from dynrunner.controller.infra.loops import Backoff, Fatal, PollPacer
+from dynrunner.controller.infra.loops import Backoff, Fatal, PollPacer, Stopping
 from dynrunner.controller.infra.metrics import Metrics
 from dynrunner.controller.infra.sealing import Sealer
 from dynrunner.controller.reporting.finalize import final_steps, finalize_failed
@@ -131,7 +131,7 @@ class Claimer:
         """Loop time of the poll that brought `_tasks_version` from a scan."""
         self._tasks_version_claims = 0
         """The pool's claim count (`PollPacer.claims`) when that poll was sent."""
-        self._stopping = asyncio.Event()
+        self._stopping = Stopping()
         self._claims: set[asyncio.Task[None]] = set()
         self._error_pages = 0
         """FetchTasks of the armed runner answered in a row with an `ErrorPage`."""
@@ -375,8 +375,7 @@ class Claimer:
         log.warning("pool %s: %s failed: %s", self.pool, kind, text)
 
     async def _sleep(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stopping.wait(), seconds)
+        await self._stopping.sleep(seconds)
 
     async def _reserve(self) -> Reservation | None:
         """A reserved permit, or None when `stop()` came first."""

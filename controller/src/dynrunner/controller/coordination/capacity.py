@@ -111,7 +111,11 @@ class Capacity:
             self._recovered -= 1
         self._held.add(assignment_id)
         if self.ledger is not None:
-            self.ledger.adopt(assignment_id, still=lambda: assignment_id in self._held)
+            # Bound here meanwhile (the delivery came before its claimer's publish returned):
+            # that permit's write is queued, and will show.
+            self.ledger.adopt(
+                assignment_id, still=lambda: assignment_id in self._held and assignment_id not in self._bound
+            )
 
     def release(self, assignment_id: str) -> bool:
         """The assignment is over (environment deleted or task finalized); True if it held one

@@ -34,7 +34,7 @@ from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
 from dynrunner.controller.assignments.log import open_bucket
-from dynrunner.controller.infra.loops import Fatal
+from dynrunner.controller.infra.loops import Fatal, Stopping
 
 __all__ = [
     "FENCE_AFTER_S",
@@ -120,7 +120,7 @@ class Lease:
         """Counts the times the lease was (re)gained: whatever was decided under an earlier
         term is checked again before it is acted on."""
         self._changed = asyncio.Event()
-        self._stopping = asyncio.Event()
+        self._stopping = Stopping()
 
     @property
     def held(self) -> bool:
@@ -147,12 +147,16 @@ class Lease:
                 raise
             except Exception as err:
                 log.warning("lease %s: renewal failed: %s", self.key, str(err) or type(err).__name__)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), self.renew_interval_s)
+            await self._stopping.sleep(self.renew_interval_s)
 
     def stop(self) -> None:
         """End `run()` (after the renewal in flight)."""
         self._stopping.set()
+
+    @property
+    def stopping(self) -> Stopping:
+        """Set by `stop()` (`supervise` restarts nothing once it is)."""
+        return self._stopping
 
     async def renew(self) -> bool:
         """Take or renew the lease once; True when it is held."""

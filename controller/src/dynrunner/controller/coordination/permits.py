@@ -39,6 +39,7 @@ from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
 from dynrunner.controller.assignments.log import open_bucket
 from dynrunner.controller.coordination.leases import replica_incarnation, wrong_last_sequence
+from dynrunner.controller.infra.loops import Stopping
 
 __all__ = ["ADOPT_GRACE_S", "LedgerFactory", "Permit", "PermitLedger", "ledger_factory", "open_permits_bucket"]
 
@@ -140,7 +141,7 @@ class PermitLedger:
         self._awaited: dict[str, asyncio.Event] = {}
         """Assignments in their adoption grace: set once a permit of theirs shows."""
         self._mine: set[str] = set()
-        self._stopping = asyncio.Event()
+        self._stopping = Stopping()
         self._unclaimed: set[str] = set()
         """Reservations this process took and has not bound or cancelled yet: one of its own
         not in here was taken by a create whose answer was lost, and is collected."""
@@ -174,6 +175,11 @@ class PermitLedger:
     def stop(self) -> None:
         """End `run()` within a second, even if a cancellation is lost (see `Lease.run`)."""
         self._stopping.set()
+
+    @property
+    def stopping(self) -> Stopping:
+        """Set by `stop()` (`supervise` restarts nothing once it is)."""
+        return self._stopping
 
     async def _mirror(self) -> None:
         while not self._stopping.is_set():
@@ -211,7 +217,8 @@ class PermitLedger:
                     break
                 except Exception as err:
                     log.warning("pool %s: a permit could not be written yet: %s", self.pool, err or type(err).__name__)
-                    await asyncio.sleep(_RETRY_S)
+                    if await self._stopping.sleep(_RETRY_S):
+                        return
 
     async def _collector(self) -> None:
         """At once (a restarted replica frees what its previous process reserved), then every
@@ -222,8 +229,7 @@ class PermitLedger:
                 await self.collect()
             except Exception as err:
                 log.warning("pool %s: permit collection failed: %s", self.pool, err or type(err).__name__)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), self._collect_interval_s)
+            await self._stopping.sleep(self._collect_interval_s)
 
     async def flush(self, within_s: float = 5.0) -> None:
         """Wait (a bounded time) until the queued writes are made: a graceful stop leaves no
@@ -294,9 +300,11 @@ class PermitLedger:
 
     def adopt(self, assignment_id: str, still: Callable[[], bool] = lambda: True) -> None:
         """A delivered assignment: it gets an extra permit unless one shows within the grace
-        (or it is over by then: `still()` false). A permit that showed counts even when it is
-        gone again by the end of the grace: a short job's claimer bound it, and the replica
-        that reaped the job released it."""
+        (or by then it is over, or bound here with its write still queued: `still()` false). A
+        permit that showed counts even when it is gone again by the end of the grace: a short
+        job's claimer bound it, and the replica that reaped the job released it. A claimer of
+        another replica may bind late (a publish retried, a busy writer): its regular permit
+        then shows after the extra one, which the collection removes."""
         if self.of(assignment_id) or assignment_id in self._awaited:
             return
         shown = self._awaited[assignment_id] = asyncio.Event()

@@ -1,8 +1,12 @@
-"""Backoff with jitter, poll pacing and supervision for the controller's long-running loops.
+"""Backoff with jitter, poll pacing, stop flags and supervision for the controller's loops.
 
 Every background task of the controller runs under `supervise`: an unexpected error is
 logged and counted, and the loop restarts after a backoff; a `Fatal` error stops the whole
 controller (the TaskGroup cancels its siblings), because retrying cannot fix it.
+
+Every loop also stops on a flag (`Stopping`), not only on cancel: on Python 3.11
+`asyncio.wait_for`, which nats-py's requests use, can swallow a cancellation that arrives
+with the answer, and a loop that relied on the cancel would go on with that answer.
 """
 
 from __future__ import annotations
@@ -20,6 +24,18 @@ log = logging.getLogger(__name__)
 
 class Fatal(Exception):
     """An error no retry can fix (e.g. a Gitea too old for ephemeral runners)."""
+
+
+class Stopping(asyncio.Event):
+    """A loop's stop flag: checked at every turn of the loop, and waited on wherever the loop
+    would sleep or wait for something other than an answer. A cancellation swallowed by a
+    request in flight then costs the rest of that request, never the stop."""
+
+    async def sleep(self, seconds: float) -> bool:
+        """Wait `seconds`, or until the flag is set; True when it is set."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.wait(), seconds)
+        return self.is_set()
 
 
 @dataclass

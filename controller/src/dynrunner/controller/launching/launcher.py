@@ -37,7 +37,7 @@ from dynrunner.controller.assignments.launched import LaunchRecord
 from dynrunner.controller.backends.base import Backend
 from dynrunner.controller.coordination.capacity import Capacity
 from dynrunner.controller.infra.logs import log_context
-from dynrunner.controller.infra.loops import Backoff
+from dynrunner.controller.infra.loops import Backoff, Stopping
 from dynrunner.controller.infra.metrics import Metrics
 from dynrunner.controller.infra.sealing import ForgedAssignment, Sealer, SealingError
 from dynrunner.controller.launching.starts import Starts, end_cancelled
@@ -74,7 +74,9 @@ class Delivery(Protocol):
 
 
 class DeliverySource(Protocol):
-    def deliveries(self, pool: str, batch: int | Callable[[], int] = 1) -> AsyncIterator[Delivery]: ...
+    def deliveries(
+        self, pool: str, batch: int | Callable[[], int] = 1, stopping: Stopping | None = None
+    ) -> AsyncIterator[Delivery]: ...
 
 
 def nak_delay(num_delivered: int) -> float:
@@ -116,6 +118,7 @@ class Launcher:
         self._claimed_lines = claimed_lines
         self._on_released = on_released
         self._launches: set[asyncio.Task[None]] = set()
+        self._stopping = Stopping()
         self.launching: set[str] = set()
         """Assignment ids being launched right now."""
         self.starts = Starts(
@@ -134,9 +137,20 @@ class Launcher:
         """Assignment ids being launched or whose start is followed (the reaper leaves them alone)."""
         return self.launching | self.starts.ids()
 
+    def stop(self) -> None:
+        """Pull no more: `run()` returns once the pull in flight answered or expired (cancel it
+        too, to end an idle pull at once)."""
+        self._stopping.set()
+        self.starts.stop()
+
+    @property
+    def stopping(self) -> Stopping:
+        """Set by `stop()` (`supervise` restarts nothing once it is)."""
+        return self._stopping
+
     async def run(self) -> None:
-        """Pull and launch until cancelled; launches in hand are finished first (`drain`).
-        A pull takes as many assignments as there are free launch slots."""
+        """Pull and launch until `stop()` or cancelled; launches in hand are finished first
+        (`drain`). A pull takes as many assignments as there are free launch slots."""
         slots = asyncio.Semaphore(self._concurrency)
         free = [self._concurrency]
 
@@ -144,15 +158,17 @@ class Launcher:
             free[0] += 1
             slots.release()
 
-        deliveries = self._source.deliveries(self.pool, batch=lambda: free[0] + 1)
+        deliveries = self._source.deliveries(self.pool, batch=lambda: free[0] + 1, stopping=self._stopping)
         try:
-            while True:
+            while not self._stopping.is_set():
                 await slots.acquire()
                 free[0] -= 1
                 try:
                     delivery = await anext(deliveries)
-                except BaseException:
+                except BaseException as err:
                     release(None)
+                    if isinstance(err, StopAsyncIteration):
+                        return
                     raise
                 name = f"launch-{delivery.assignment.assignment_id}"
                 launch = asyncio.create_task(self._launch(delivery), name=name)
@@ -277,7 +293,10 @@ class Launcher:
                     )
         except TaskEnded as ended:
             await heartbeat.stop()
-            await self._ended_before_start(delivery, assignment, client, ended)
+            if existing is None and await self._reaped_already(assignment.assignment_id):
+                await self._over_already(delivery, assignment.assignment_id)
+            else:
+                await self._ended_before_start(delivery, assignment, client, ended)
         except asyncio.CancelledError:
             heartbeat.cancel()
             raise
@@ -332,6 +351,24 @@ class Launcher:
         await self._done(delivery, assignment.assignment_id)
         await delivery.term()
         self._capacity.release(assignment.assignment_id)
+
+    async def _reaped_already(self, assignment_id: str) -> bool:
+        """Its finalize record was consumed: its environment was reaped after the job ended
+        (or its start was ended after a cancel), so this delivery came after all of it."""
+        try:
+            return await self._records.consumed(assignment_id)
+        except Exception as err:
+            self._metrics.errors.labels(pool=self.pool, kind="nats").inc()
+            log.warning("whether %s was reaped cannot be told: %s", assignment_id, _describe(err))
+            return False
+
+    async def _over_already(self, delivery: Delivery, assignment_id: str) -> None:
+        """A delivery after the job was run and reaped (its launcher died before the ack): its
+        result was counted when it was reaped; nothing is run, reported or counted again."""
+        log.info("delivered again after its job ended and its environment was reaped; not run again")
+        await self._done(delivery, assignment_id)
+        await self._acknowledge(delivery)
+        self._capacity.release(assignment_id)
 
     async def _ended_before_start(
         self, delivery: Delivery, assignment: Assignment, client: GiteaClient, ended: TaskEnded

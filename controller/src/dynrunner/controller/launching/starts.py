@@ -30,6 +30,7 @@ from dynrunner.controller.assignments.finalize_records import FinalizeRecord, Fi
 from dynrunner.controller.backends.base import Backend, Environment, StartEvent, StartStage
 from dynrunner.controller.coordination.capacity import Capacity
 from dynrunner.controller.infra.logs import log_context
+from dynrunner.controller.infra.loops import Stopping
 from dynrunner.controller.infra.metrics import Metrics
 from dynrunner.controller.reporting.finalize import finalize_task
 from dynrunner.controller.reporting.stagelog import (
@@ -89,7 +90,7 @@ class Starts:
         self._retry_after: dict[str, float] = {}
         """Assignment id → when a follower that failed may be started again (kept only until
         then: an environment reaped meanwhile is never handed over again)."""
-        self._closed = False
+        self._stopping = Stopping()
         self.exclusive: Callable[[str], AbstractAsyncContextManager[bool]] | None = None
         """An exclusive lease among the controller replicas (`leases.exclusive`): one
         follower per start in the whole cluster, not only in this process."""
@@ -119,7 +120,7 @@ class Starts:
         log holds at most that line."""
         aid = env.assignment_id
         loop = asyncio.get_running_loop()
-        if self._closed or aid in self._followers or loop.time() < self._retry_after.get(aid, 0.0):
+        if self._stopping.is_set() or aid in self._followers or loop.time() < self._retry_after.get(aid, 0.0):
             if heartbeat is not None:
                 heartbeat.cancel()
             return False
@@ -133,10 +134,15 @@ class Starts:
         self._followers.pop(assignment_id, None)
         self._on_end(assignment_id)
 
+    def stop(self) -> None:
+        """Follow nothing more; each follower lets go at its next wait."""
+        self._stopping.set()
+
     async def aclose(self) -> None:
         """Stop following (a shutdown): environments go on starting, and the next controller
-        follows them again."""
-        self._closed = True
+        follows them again. A follower whose cancellation a request lost lets go at its next
+        wait for the start (`stop()`)."""
+        self.stop()
         followers = list(self._followers.values())
         for task in followers:
             task.cancel()
@@ -196,7 +202,7 @@ class Starts:
         lines = _Lines(self._claimed_lines, env.assignment_id, client, env.task_id, fresh)
         events = self._backend.follow_start(env)
         try:
-            async for event in _until_ended(events, heartbeat):
+            async for event in _until_ended(events, heartbeat, self._stopping):
                 if event.stage is StartStage.PROGRESS:
                     await lines.write(event.line, STAGE_RETRY)
                 elif event.stage is StartStage.STARTING:
@@ -214,7 +220,8 @@ class Starts:
                     log.warning("%s will not start (%s): %s", env.name, reason, event.diagnosis)
                 if event.stage.final:
                     return
-            log.warning("the start of %s ended without a final event", env.name)
+            if not self._stopping.is_set():
+                log.warning("the start of %s ended without a final event", env.name)
         except TaskEnded as ended:
             await _aclose(events)
             await _stop(heartbeat, check=False)
@@ -269,27 +276,35 @@ class _Lines:
             await self._claimed.write(self._assignment_id)
 
 
-async def _until_ended(events: AsyncIterator[StartEvent], heartbeat: Heartbeat | None) -> AsyncIterator[StartEvent]:
+async def _until_ended(
+    events: AsyncIterator[StartEvent], heartbeat: Heartbeat | None, stopping: Stopping
+) -> AsyncIterator[StartEvent]:
     """`events`, until the heartbeat learns that the task ended: then TaskEnded, even while an
-    event is awaited (a pull of minutes is not waited out for a cancelled run)."""
-    while True:
-        nxt: asyncio.Future[StartEvent] = asyncio.ensure_future(anext(events))
-        try:
-            beating = heartbeat.task if heartbeat is not None else None
-            if beating is not None:
-                either: list[asyncio.Future[Any]] = [nxt, beating]
-                await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
-            if heartbeat is not None and heartbeat.ended is not None and not nxt.done():
-                raise heartbeat.ended
-            event = await nxt
-        except StopAsyncIteration:
-            return
-        finally:
-            if not nxt.done():
-                nxt.cancel()
-                with contextlib.suppress(BaseException):
-                    await nxt
-        yield event
+    event is awaited (a pull of minutes is not waited out for a cancelled run); or until
+    `stopping` is set: then nothing more."""
+    stopped = asyncio.ensure_future(stopping.wait())
+    try:
+        while not stopping.is_set():
+            nxt: asyncio.Future[StartEvent] = asyncio.ensure_future(anext(events))
+            try:
+                beating = heartbeat.task if heartbeat is not None else None
+                waits: list[asyncio.Future[Any]] = [nxt, stopped] if beating is None else [nxt, stopped, beating]
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                if heartbeat is not None and heartbeat.ended is not None and not nxt.done():
+                    raise heartbeat.ended
+                if not nxt.done():
+                    return  # stopping
+                event = nxt.result()
+            except StopAsyncIteration:
+                return
+            finally:
+                if not nxt.done():
+                    nxt.cancel()
+                    with contextlib.suppress(BaseException):
+                        await nxt
+            yield event
+    finally:
+        stopped.cancel()
 
 
 async def _stop(heartbeat: Heartbeat | None, *, check: bool = True) -> None:

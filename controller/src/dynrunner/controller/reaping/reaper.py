@@ -46,6 +46,7 @@ from dynrunner.controller.assignments.finalize_records import FinalizeRecord, Fi
 from dynrunner.controller.backends.base import Backend, Diagnosis, Environment, FailureReason, Observation, Phase
 from dynrunner.controller.coordination.capacity import Capacity
 from dynrunner.controller.infra.logs import log_context
+from dynrunner.controller.infra.loops import Stopping
 from dynrunner.controller.infra.metrics import Metrics
 from dynrunner.controller.infra.sealing import SealingError
 from dynrunner.controller.reporting.finalize import FinalizeOutcome, final_steps, finalize_failed
@@ -146,11 +147,13 @@ class Reaper:
         self._gitea_down = False
         """Set when a finalize outlasted the client's retries in this round: the other failed
         environments wait for the next round instead of each spending the retry budget."""
-        self._stopping = asyncio.Event()
+        self._stopping = Stopping()
         self.sweeps = 0
         """Full sweeps so far (for tests and the benchmark)."""
 
     def stop(self) -> None:
+        """End `run()` once the round in hand is over (never by cancelling: a reap half done
+        is looked at again, but costs a round)."""
         self._stopping.set()
 
     def wake(self, pool: str, assignment_id: str | None = None) -> None:
@@ -168,6 +171,8 @@ class Reaper:
             self._woken.clear()
             self._gitea_down = False
             for pool in self._pools:
+                if self._stopping.is_set():
+                    break
                 try:
                     await self._round(pool, loop.time())
                 except Exception as err:
@@ -276,21 +281,28 @@ class Reaper:
     async def _reap(
         self, pool: PoolWatch, assignment_id: str, env: Environment | None, observation: Observation
     ) -> bool:
-        """`_reap_alone` under the replicas' lease on reaping this assignment: while another
+        """`_reap_once` under the replicas' lease on reaping this assignment: while another
         replica reaps it, this one leaves it (False: looked at again in the next round)."""
         if pool.exclusive is None:
-            return await self._reap_alone(pool, assignment_id, env, observation)
+            return await self._reap_once(pool, assignment_id, env, observation)
         async with pool.exclusive(f"reaping.{assignment_id}") as held:
             if not held:
                 return False
-            if pool.records is not None and await self._consumed(pool, assignment_id):
-                # Reaped by another replica (it deletes the environment before it consumes the
-                # record): only this replica's own accounts are left to settle.
-                pool.capacity.release(assignment_id)
-                self._reaped.setdefault(pool.name, set()).add(assignment_id)
-                log.info("environment of %s was reaped by another replica", assignment_id)
-                return True
-            return await self._reap_alone(pool, assignment_id, env, observation)
+            return await self._reap_once(pool, assignment_id, env, observation)
+
+    async def _reap_once(
+        self, pool: PoolWatch, assignment_id: str, env: Environment | None, observation: Observation
+    ) -> bool:
+        """`_reap_alone`, unless the finalize record was consumed: then the task was settled
+        already — by another replica's reaper, or by this replica's launcher or start follower
+        (a run cancelled before its executor started, counted there) — and each deletes the
+        environment before it consumes the record: only this replica's accounts are left."""
+        if pool.records is not None and await self._consumed(pool, assignment_id):
+            pool.capacity.release(assignment_id)
+            self._reaped.setdefault(pool.name, set()).add(assignment_id)
+            log.info("environment of %s is gone and its task was settled already", assignment_id)
+            return True
+        return await self._reap_alone(pool, assignment_id, env, observation)
 
     async def _reap_alone(
         self, pool: PoolWatch, assignment_id: str, env: Environment | None, observation: Observation

@@ -20,11 +20,11 @@ steps look running again.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from dynrunner.controller.infra.loops import Stopping
 from dynrunner.controller.reporting.finalize import rows
 from dynrunner.proto.gitea import GiteaClient, GiteaError, LogRow, Result, TaskState, Unauthenticated
 from dynrunner.proto.gitea.client import RetryPolicy
@@ -111,7 +111,7 @@ class Heartbeat:
         self._task_id = task_id
         self._interval_s = interval_s
         self._task: asyncio.Task[None] | None = None
-        self._stopping = asyncio.Event()
+        self._stopping = Stopping()
         self.ended: TaskEnded | None = None
 
     async def beat(self) -> None:
@@ -124,11 +124,7 @@ class Heartbeat:
             raise TaskEnded(self._task_id, state.result)
 
     async def run(self) -> None:
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), self._interval_s)
-            if self._stopping.is_set():
-                return
+        while not await self._stopping.sleep(self._interval_s):
             try:
                 await self.beat()
             except TaskEnded as ended:
@@ -146,7 +142,9 @@ class Heartbeat:
         return self._task
 
     def cancel(self) -> None:
-        """Stop at once (the launch itself was cancelled)."""
+        """Stop at once (the launch itself was cancelled); a beat whose cancellation was lost
+        is the last."""
+        self._stopping.set()
         if self._task is not None:
             self._task.cancel()
             self._task = None
