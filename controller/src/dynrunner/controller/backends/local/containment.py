@@ -93,6 +93,20 @@ class Cage:
         """The file the wrapper writes its pid to before anything else, or "" for none."""
         return f"{self.cgroup}/cgroup.procs" if self.cgroup else ""
 
+    def make(self) -> None:
+        """Make the cgroup (and the pool's, above it). Only once the job's directory is in
+        place: orphan collection, of any replica or process sharing the root, keeps the
+        cgroups whose directory exists and takes every other for a leftover (`leftovers`)."""
+        if not self.cgroup:
+            return
+        for attempt in range(3):
+            try:
+                os.makedirs(self.cgroup, exist_ok=True)
+                return
+            except FileNotFoundError:  # the pool's cgroup was just removed with the last job's
+                if attempt == 2:
+                    raise
+
     def members(self) -> set[int] | None:
         """The processes in the job's cgroup and any cgroup the job made below it; None
         without a cgroup (or when it is gone: after a reboot, say)."""
@@ -188,18 +202,10 @@ class Containment:
     """Why each better mechanism was not chosen, for the log and `check`."""
 
     def cage(self, assignment_id: str) -> Cage:
-        """Make the place for a new job (its cgroup)."""
+        """The place for a new job (its cgroup's path, made by `Cage.make` as the job starts)."""
         if self.parent is None:
             return Cage(self.kind)
-        path = self.parent / assignment_id
-        for attempt in range(3):
-            try:
-                path.mkdir(parents=True, exist_ok=True)
-                break
-            except FileNotFoundError:  # the parent was just removed with the last job's cgroup
-                if attempt == 2:
-                    raise
-        return Cage(self.kind, str(path))
+        return Cage(self.kind, str(self.parent / assignment_id))
 
     def command_prefix(self, job_dir: Path) -> list[str]:
         """What the executor's command runs inside (the PID namespace and its first process)."""
@@ -220,7 +226,10 @@ class Containment:
         ]
 
     def leftovers(self, keep: Callable[[str], bool]) -> list[str]:
-        """Kill and remove the cgroups of jobs whose environment is gone (`keep(name)` false)."""
+        """Kill and remove the cgroups of jobs whose environment is gone (`keep(name)` false).
+        Safe against launches in progress in any process without a lock or an age: a job's
+        cgroup is made only while its directory exists (`Cage.make`), so one seen without
+        its directory was made for an environment that was removed since."""
         if self.parent is None:
             return []
         removed = []
