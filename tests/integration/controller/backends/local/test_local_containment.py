@@ -9,6 +9,7 @@ import os
 import random
 import shutil
 import signal
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from dynrunner.controller.backends.base import Phase
+from dynrunner.controller.backends.local import containment
 from dynrunner.controller.backends.local.backend import LocalBackend
 from dynrunner.controller.backends.local.containment import PREFERENCE, Cage, Containment, Kind, choose
 from dynrunner.controller.backends.local.isolation import resolve_user, sandbox
@@ -143,6 +145,42 @@ async def test_another_replicas_orphan_collection_leaves_a_launch_in_progress_al
     assert f"/{env.assignment_id}\n" in cgroups, cgroups
     await b.delete(env)
     assert cage.parent is not None and not cage.parent.exists(), "the job's cgroup was left behind"
+
+
+@pytest.mark.parametrize("kind", ["cgroup-v2", "cgroup-v1"])
+def test_orphan_collection_leaves_another_processs_probe_alone(
+    tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A controller starting (or `check`) probes the pool's cgroup with a process moved into a
+    cgroup of its own there, while a replica serving the pool collects orphans: the probe's
+    cgroup is no job's leftover, and the probe finds the containment available."""
+    serving = backend(tmp_path, script(tmp_path, "exit 0\n"), containment=held(kind, tmp_path))
+    collected: list[str] = []
+    real = containment.probe
+
+    def collected_meanwhile(argv: list[str]) -> str:
+        collected.extend(asyncio.run(serving.collect_orphans([])))
+        return real(argv)
+
+    monkeypatch.setattr(containment, "probe", collected_meanwhile)
+    assert choose(kind, tmp_path / "root", "local").kind is Kind(kind)
+    assert collected == []
+    assert serving.containment.parent is not None and not serving.containment.parent.exists()
+
+
+@pytest.mark.parametrize("kind", ["cgroup-v2", "cgroup-v1"])
+async def test_the_cgroup_of_a_probe_killed_long_ago_is_collected(tmp_path: Path, kind: str) -> None:
+    """A controller killed during its probe leaves the probe's cgroup; a minute later it is a
+    leftover, and the pool's cgroup goes with it."""
+    b = backend(tmp_path, script(tmp_path, "exit 0\n"), containment=held(kind, tmp_path))
+    assert b.containment.parent is not None
+    left = b.containment.parent / f"{containment.PROBE}4194304"
+    left.mkdir(parents=True)
+    assert await b.collect_orphans([]) == [], "a probe in progress was collected"
+    long_ago = time.time() - containment.PROBE_AGE_S - 1
+    os.utime(left, (long_ago, long_ago))
+    assert await b.collect_orphans([]) == [f"{left} (the cgroup of an interrupted probe)"]
+    assert not b.containment.parent.exists()
 
 
 LEAVE_THE_CGROUP = r"""

@@ -39,6 +39,12 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_S = 10.0
+PROBE = ".probe-"
+"""The cgroup a probe moves a process into: `.probe-<pid>`, a name no job has (a job's
+cgroup is named by its assignment id, which never starts with a dot)."""
+PROBE_AGE_S = 60.0
+"""A probe is over within `PROBE_TIMEOUT_S`; a probe cgroup older than this was left by a
+process killed during its probe."""
 FREEZE_WAIT_S = 2.0
 
 # The first process of a job's PID namespace: it runs the executor (so that it is not PID 1,
@@ -229,17 +235,28 @@ class Containment:
         """Kill and remove the cgroups of jobs whose environment is gone (`keep(name)` false).
         Safe against launches in progress in any process without a lock or an age: a job's
         cgroup is made only while its directory exists (`Cage.make`), so one seen without
-        its directory was made for an environment that was removed since."""
+        its directory was made for an environment that was removed since. A probe's cgroup
+        (another process starting, or `check`) is left alone until it is `PROBE_AGE_S` old."""
         if self.parent is None:
             return []
         removed = []
         with contextlib.suppress(FileNotFoundError):
             for entry in os.scandir(self.parent):
-                if entry.is_dir() and not keep(entry.name):
-                    cage = Cage(self.kind, entry.path)
-                    cage.kill()
-                    cage.release()
-                    removed.append(f"{entry.path} (the cgroup of a job that is gone)")
+                if not entry.is_dir():
+                    continue
+                if entry.name.startswith(PROBE):  # another process's probe, unless long over
+                    with contextlib.suppress(FileNotFoundError):
+                        if time.time() - entry.stat().st_mtime < PROBE_AGE_S:
+                            continue
+                    why = "the cgroup of an interrupted probe"
+                elif keep(entry.name):
+                    continue
+                else:
+                    why = "the cgroup of a job that is gone"
+                cage = Cage(self.kind, entry.path)
+                cage.kill()
+                cage.release()
+                removed.append(f"{entry.path} ({why})")
         return removed
 
     def describe(self) -> str:
@@ -336,7 +353,7 @@ def _own_cgroup(kind: Kind) -> tuple[str, str]:
 def _probe_cgroup(parent: Path) -> None:
     """Create the parent, and check that a process can move itself into a cgroup below it
     (what the wrapper does) and be killed there."""
-    probe_dir = parent / f"probe-{os.getpid()}"
+    probe_dir = parent / f"{PROBE}{os.getpid()}"
     try:
         probe_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
