@@ -4,17 +4,22 @@ with it. Each escape technique against each containment this machine offers."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import shutil
 import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from dynrunner.controller.backends.base import Phase
+from dynrunner.controller.backends.local import containment
 from dynrunner.controller.backends.local.backend import LocalBackend
-from dynrunner.controller.backends.local.containment import PREFERENCE, Kind, choose
+from dynrunner.controller.backends.local.containment import PREFERENCE, Cage, Containment, Kind, choose
 from dynrunner.controller.backends.local.isolation import resolve_user, sandbox
 from dynrunner.controller.backends.local.layout import Layout
 from tests.fixtures.harness import wait_for
@@ -93,6 +98,89 @@ async def test_a_job_cgroup_without_its_environment_is_collected(tmp_path: Path)
     assert any("the cgroup of a job that is gone" in line for line in removed), removed
     await wait_for(lambda: not sleepers(n), within=5, what="the orphaned cgroup's process stopped")
     await b.aclose()
+
+
+@dataclass(frozen=True)
+class Interleaved(Containment):
+    """A containment whose launches pause while another replica (a backend of its own on the
+    same root, on a loop and thread of its own, as another process) collects orphans: when
+    `create` takes the job's cage, before the directory is renamed into place, and when the
+    start builds the wrapper's command, right before the spawn."""
+
+    other: LocalBackend | None = None
+    collected: list[str] = field(default_factory=list)
+
+    def cage(self, assignment_id: str) -> Cage:
+        found = super().cage(assignment_id)
+        self._meanwhile()
+        return found
+
+    def command_prefix(self, job_dir: Path) -> list[str]:
+        self._meanwhile()
+        return super().command_prefix(job_dir)
+
+    def _meanwhile(self) -> None:
+        assert self.other is not None
+        with ThreadPoolExecutor(1) as thread:
+            self.collected.extend(thread.submit(asyncio.run, self.other.collect_orphans([])).result())
+
+
+@pytest.mark.parametrize("kind", ["cgroup-v2", "cgroup-v1"])
+async def test_another_replicas_orphan_collection_leaves_a_launch_in_progress_alone(tmp_path: Path, kind: str) -> None:
+    """Replicas share the pool's root and its cgroups; one collects orphans while another is
+    half-way through a launch (it knows nothing of that launch): the job still starts in its
+    own cgroup, and nothing of it is collected."""
+    command = script(tmp_path, 'cat /proc/self/cgroup > "$HOME/cgroups"\n')
+    cage = held(kind, tmp_path)
+    other = backend(tmp_path, command, containment=cage)
+    interleaved = Interleaved(cage.kind, cage.parent, cage.unshare, cage.passed_over, other=other)
+    b = backend(tmp_path, command, containment=interleaved)
+    env = await launch(b, assignment())
+    layout = Layout(b.root / env.assignment_id)
+    await wait_for(layout.exit_file.exists, what="the job ended")
+    observed = await b.observe(env)
+    assert observed.phase is Phase.SUCCEEDED, observed.diagnosis
+    assert interleaved.collected == []
+    cgroups = (layout.home / "cgroups").read_text()
+    assert f"/{env.assignment_id}\n" in cgroups, cgroups
+    await b.delete(env)
+    assert cage.parent is not None and not cage.parent.exists(), "the job's cgroup was left behind"
+
+
+@pytest.mark.parametrize("kind", ["cgroup-v2", "cgroup-v1"])
+def test_orphan_collection_leaves_another_processs_probe_alone(
+    tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A controller starting (or `check`) probes the pool's cgroup with a process moved into a
+    cgroup of its own there, while a replica serving the pool collects orphans: the probe's
+    cgroup is no job's leftover, and the probe finds the containment available."""
+    serving = backend(tmp_path, script(tmp_path, "exit 0\n"), containment=held(kind, tmp_path))
+    collected: list[str] = []
+    real = containment.probe
+
+    def collected_meanwhile(argv: list[str]) -> str:
+        collected.extend(asyncio.run(serving.collect_orphans([])))
+        return real(argv)
+
+    monkeypatch.setattr(containment, "probe", collected_meanwhile)
+    assert choose(kind, tmp_path / "root", "local").kind is Kind(kind)
+    assert collected == []
+    assert serving.containment.parent is not None and not serving.containment.parent.exists()
+
+
+@pytest.mark.parametrize("kind", ["cgroup-v2", "cgroup-v1"])
+async def test_the_cgroup_of_a_probe_killed_long_ago_is_collected(tmp_path: Path, kind: str) -> None:
+    """A controller killed during its probe leaves the probe's cgroup; a minute later it is a
+    leftover, and the pool's cgroup goes with it."""
+    b = backend(tmp_path, script(tmp_path, "exit 0\n"), containment=held(kind, tmp_path))
+    assert b.containment.parent is not None
+    left = b.containment.parent / f"{containment.PROBE}4194304"
+    left.mkdir(parents=True)
+    assert await b.collect_orphans([]) == [], "a probe in progress was collected"
+    long_ago = time.time() - containment.PROBE_AGE_S - 1
+    os.utime(left, (long_ago, long_ago))
+    assert await b.collect_orphans([]) == [f"{left} (the cgroup of an interrupted probe)"]
+    assert not b.containment.parent.exists()
 
 
 LEAVE_THE_CGROUP = r"""

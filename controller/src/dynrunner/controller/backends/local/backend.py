@@ -303,9 +303,14 @@ class LocalBackend:
     def _spawn(self, layout: Layout, assignment_id: str) -> None:
         """Start the wrapper in a session of its own (posix_spawn: no Popen object to outlive
         a shutdown that leaves jobs running; exited children are reaped in `_reap`). It
-        enters the job's cgroup before anything else; the executor runs inside whatever
-        the containment puts around it (a PID namespace)."""
+        enters the job's cgroup, made here (not by `create`: see `Cage.make`), before
+        anything else; the executor runs inside whatever the containment puts around it (a
+        PID namespace)."""
         cage = _cage(layout)
+        try:
+            cage.make()
+        except OSError as err:
+            raise BackendError(f"could not make the job's cgroup: {err}") from err
         argv = ["/bin/sh", "-c", WRAPPER, "dynrunner-local", str(layout.dir), cage.join_file]
         if self.sandbox is not None:
             argv += self.sandbox.command_prefix(layout.dir)  # its own PID namespace among them

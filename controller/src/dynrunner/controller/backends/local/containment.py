@@ -39,6 +39,12 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_S = 10.0
+PROBE = ".probe-"
+"""The cgroup a probe moves a process into: `.probe-<pid>`, a name no job has (a job's
+cgroup is named by its assignment id, which never starts with a dot)."""
+PROBE_AGE_S = 60.0
+"""A probe is over within `PROBE_TIMEOUT_S`; a probe cgroup older than this was left by a
+process killed during its probe."""
 FREEZE_WAIT_S = 2.0
 
 # The first process of a job's PID namespace: it runs the executor (so that it is not PID 1,
@@ -92,6 +98,20 @@ class Cage:
     def join_file(self) -> str:
         """The file the wrapper writes its pid to before anything else, or "" for none."""
         return f"{self.cgroup}/cgroup.procs" if self.cgroup else ""
+
+    def make(self) -> None:
+        """Make the cgroup (and the pool's, above it). Only once the job's directory is in
+        place: orphan collection, of any replica or process sharing the root, keeps the
+        cgroups whose directory exists and takes every other for a leftover (`leftovers`)."""
+        if not self.cgroup:
+            return
+        for attempt in range(3):
+            try:
+                os.makedirs(self.cgroup, exist_ok=True)
+                return
+            except FileNotFoundError:  # the pool's cgroup was just removed with the last job's
+                if attempt == 2:
+                    raise
 
     def members(self) -> set[int] | None:
         """The processes in the job's cgroup and any cgroup the job made below it; None
@@ -188,18 +208,10 @@ class Containment:
     """Why each better mechanism was not chosen, for the log and `check`."""
 
     def cage(self, assignment_id: str) -> Cage:
-        """Make the place for a new job (its cgroup)."""
+        """The place for a new job (its cgroup's path, made by `Cage.make` as the job starts)."""
         if self.parent is None:
             return Cage(self.kind)
-        path = self.parent / assignment_id
-        for attempt in range(3):
-            try:
-                path.mkdir(parents=True, exist_ok=True)
-                break
-            except FileNotFoundError:  # the parent was just removed with the last job's cgroup
-                if attempt == 2:
-                    raise
-        return Cage(self.kind, str(path))
+        return Cage(self.kind, str(self.parent / assignment_id))
 
     def command_prefix(self, job_dir: Path) -> list[str]:
         """What the executor's command runs inside (the PID namespace and its first process)."""
@@ -220,17 +232,31 @@ class Containment:
         ]
 
     def leftovers(self, keep: Callable[[str], bool]) -> list[str]:
-        """Kill and remove the cgroups of jobs whose environment is gone (`keep(name)` false)."""
+        """Kill and remove the cgroups of jobs whose environment is gone (`keep(name)` false).
+        Safe against launches in progress in any process without a lock or an age: a job's
+        cgroup is made only while its directory exists (`Cage.make`), so one seen without
+        its directory was made for an environment that was removed since. A probe's cgroup
+        (another process starting, or `check`) is left alone until it is `PROBE_AGE_S` old."""
         if self.parent is None:
             return []
         removed = []
         with contextlib.suppress(FileNotFoundError):
             for entry in os.scandir(self.parent):
-                if entry.is_dir() and not keep(entry.name):
-                    cage = Cage(self.kind, entry.path)
-                    cage.kill()
-                    cage.release()
-                    removed.append(f"{entry.path} (the cgroup of a job that is gone)")
+                if not entry.is_dir():
+                    continue
+                if entry.name.startswith(PROBE):  # another process's probe, unless long over
+                    with contextlib.suppress(FileNotFoundError):
+                        if time.time() - entry.stat().st_mtime < PROBE_AGE_S:
+                            continue
+                    why = "the cgroup of an interrupted probe"
+                elif keep(entry.name):
+                    continue
+                else:
+                    why = "the cgroup of a job that is gone"
+                cage = Cage(self.kind, entry.path)
+                cage.kill()
+                cage.release()
+                removed.append(f"{entry.path} ({why})")
         return removed
 
     def describe(self) -> str:
@@ -327,7 +353,7 @@ def _own_cgroup(kind: Kind) -> tuple[str, str]:
 def _probe_cgroup(parent: Path) -> None:
     """Create the parent, and check that a process can move itself into a cgroup below it
     (what the wrapper does) and be killed there."""
-    probe_dir = parent / f"probe-{os.getpid()}"
+    probe_dir = parent / f"{PROBE}{os.getpid()}"
     try:
         probe_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
