@@ -7,9 +7,10 @@ sent, see there) → on no task, back off (short first, doubling with jitter up 
 `fetchIntervalMaxSeconds`; the loops of a pool take turns, see `PollPacer`; longer after a
 slow answer, see `slow_answer_delay`; failing calls back off up to 5 s) and poll again with
 the same permit → on a task, log its id, reset the version (another job may be waiting
-without a version bump), build the Assignment, seal and publish it at once (its first stage
-line waits for the launcher in `ClaimedLines`), then retire the spent registration from the
-store; meanwhile the loop registers its next runner.
+without a version bump), build the Assignment, seal and publish it at once, then retire the
+spent registration from the store; meanwhile the loop registers its next runner. The claim's
+stage line travels with the assignment: the launcher that takes it, in whichever replica,
+writes it first (`ClaimLine`); the claimer writes it only for a claim it could not publish.
 
 A claimed task is never dropped: a task that cannot be run (bad job key) or whose
 assignment JetStream would not take is finalized failed, with the reason in its log.
@@ -39,7 +40,7 @@ from dynrunner.controller.infra.loops import Backoff, Fatal, PollPacer
 from dynrunner.controller.infra.metrics import Metrics
 from dynrunner.controller.infra.sealing import Sealer
 from dynrunner.controller.reporting.finalize import final_steps, finalize_failed
-from dynrunner.controller.reporting.stagelog import ClaimedLines, StageLog, claimed_line
+from dynrunner.controller.reporting.stagelog import StageLog, claimed_line
 from dynrunner.proto.assignment import SealedAssignment
 from dynrunner.proto.gitea import (
     ErrorPage,
@@ -110,11 +111,8 @@ class Claimer:
         sealer: Sealer,
         metrics: Metrics,
         pacer: PollPacer | None = None,
-        claimed_lines: ClaimedLines | None = None,
     ) -> None:
-        """`pacer` is shared by the claim loops of one pool (their idle polls take turns);
-        `claimed_lines` (shared with the pool's launcher) lets the launcher write the claim's
-        stage line together with its own; without it the line is written at once."""
+        """`pacer` is shared by the claim loops of one pool (their idle polls take turns)."""
         self.settings = settings
         self.pool = settings.pool
         self._registrations = registrations
@@ -122,7 +120,6 @@ class Claimer:
         self._publisher = publisher
         self._sealer = sealer
         self._metrics = metrics
-        self._claimed_lines = claimed_lines
         self._pacer = pacer or pool_pacer(settings)
         longest = max(ERROR_BACKOFF_MAX_S, settings.fetch_interval_max_s)
         self._error_backoff = Backoff(settings.fetch_interval_s, longest)
@@ -296,8 +293,7 @@ class Claimer:
     async def _handle_claim(self, task: Task, reg: ArmedRegistration, reservation: Reservation) -> None:
         """Build, seal and publish at once: until JetStream acknowledges the assignment, a
         controller killed loses the claim (docs/operations.md, "Known windows"), so nothing
-        else is awaited before. The claim's stage line is handed to the launcher, and the
-        spent runner leaves the registration store, after."""
+        else is awaited before. The spent runner leaves the registration store after."""
         assignment_id = str(uuid.uuid4())
         claimed_at = datetime.now(UTC)
         with log_context(assignment_id=assignment_id, task_id=task.id, pool=self.pool):
@@ -316,23 +312,16 @@ class Claimer:
                     await self._fail(client, task, reason, "invalid-task")
                     reservation.cancel()
                     return
-                if self._claimed_lines is not None:
-                    self._claimed_lines.defer(assignment_id, client, task.id, line)  # no I/O
                 try:
                     await self._publisher.publish(self._sealer.seal_assignment(assignment))
                 except Exception as err:  # PublishError, or a sealing failure: either way, not queued
                     self._metrics.errors.labels(pool=self.pool, kind="publish").inc()
                     reason = f"the controller could not queue the job for launch: {err}"
-                    if self._claimed_lines is not None:
-                        await self._claimed_lines.write(assignment_id)
-                    else:
-                        await StageLog(client, task.id, next_index=0).write(line)
+                    await StageLog(client, task.id, next_index=0).write(line)  # nobody else writes its log
                     await self._fail(client, task, reason, "publish")
                     reservation.cancel()
                     return
-                reservation.bind(assignment_id)
-                if self._claimed_lines is None:
-                    await StageLog(client, task.id, next_index=0).write(line)
+                reservation.bind(assignment_id)  # the launcher writes its claim line: not one write after this
             except BaseException:
                 if not reservation.done:
                     reservation.cancel()
