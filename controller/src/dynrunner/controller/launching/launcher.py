@@ -350,7 +350,10 @@ class Launcher:
     ) -> None:
         """The run was cancelled (or Gitea gave up on the task) before the executor started."""
         log.info("%s; not starting it", ended)
-        await _claim_first(assignment, client, claim)
+        if ended.result is not None:  # else the runner is gone: nothing can be written
+            await _claim_first(assignment, client, claim)
+        elif claim is not None:
+            await claim.aclose()
         await end_cancelled(client, assignment.task.id, ended)
         self._metrics.results.labels(pool=self.pool, result="cancelled").inc()
         await self._remove(assignment.assignment_id)

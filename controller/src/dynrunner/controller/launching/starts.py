@@ -228,7 +228,8 @@ class Starts:
 
     async def _ended(self, env: Environment, client: GiteaClient, lines: _Lines, ended: TaskEnded) -> None:
         log.info("%s; not starting it", ended)
-        await lines.claim_first()
+        if ended.result is not None:  # else the runner is gone: nothing can be written
+            await lines.claim_first()
         await end_cancelled(client, env.task_id, ended)
         self._metrics.results.labels(pool=self.pool, result="cancelled").inc()
         try:
