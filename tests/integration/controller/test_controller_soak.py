@@ -33,8 +33,6 @@ PER_JOB = (
     "reaper.awaiting_redelivery",
     "reaper.dirty",
     "reaper.reaped",
-    "claimed_lines.pending",
-    "claimed_lines.writes",
     "capacity.in_use",
     "capacity.waiters",
     "claimers.claims",

@@ -29,7 +29,9 @@ def _assignment() -> A.Assignment:
         backend="local",
         claimed_at=CLAIMED,
         task=task,
-        runner=A.ClaimingRunner(id=3, uuid="uuid-3", token="runner-token-3", name="dynrunner-pod-1"),
+        runner=A.ClaimingRunner(
+            id=3, uuid="uuid-3", token="runner-token-3", name="dynrunner-pod-1", labels=("self-hosted", "pod")
+        ),
         gitea_url="http://gitea.example:3000",
         job_key="build",
         spiffe_id="spiffe://example.org/ci/owner/repo/build",

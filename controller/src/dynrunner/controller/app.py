@@ -39,7 +39,6 @@ from dynrunner.controller.infra.nats_auth import client_options
 from dynrunner.controller.infra.sealing import Sealer
 from dynrunner.controller.launching.launcher import Launcher
 from dynrunner.controller.reaping.reaper import PoolWatch, Reaper
-from dynrunner.controller.reporting.stagelog import ClaimedLines
 from dynrunner.controller.startup import StartupError, claim_settings, open_backend, open_sealer
 from dynrunner.proto.gitea import GiteaClient, GiteaError
 from dynrunner.proto.gitea.client import NO_RETRY
@@ -89,7 +88,6 @@ class Controller:
         self._log: AssignmentLog | None = None
         self._reaper: Reaper | None = None
         self._embedded: EmbeddedNats | None = None
-        self._claimed_lines = ClaimedLines()
         self._token = RegistrationToken.from_config(cfg.gitea)
         self._cache_grants: CacheGrants | None = None
         self._cache_revoker: CacheRevoker | None = None
@@ -276,7 +274,6 @@ class Controller:
                 sealer=sealer,
                 metrics=self.metrics,
                 pacer=pacer,
-                claimed_lines=self._claimed_lines,
             )
             for _ in range(loops)
         ]
@@ -290,7 +287,6 @@ class Controller:
             gitea=gitea,
             capacity=capacity,
             metrics=self.metrics,
-            claimed_lines=self._claimed_lines,
             on_released=lambda assignment_id: self._wake(name, assignment_id),
         )
         return Pool(pool_cfg, backend, capacity, claimers, launcher)
@@ -365,7 +361,6 @@ class Controller:
             for task in launching:
                 task.cancel()  # an idle pull ends at once; one that swallows this ends on the flag
             await asyncio.gather(*launching, return_exceptions=True)
-            await self._claimed_lines.flush()  # claims published but not launched: their first line
             reaper.stop()
             await reaping
             await asyncio.gather(*(p.capacity.ledger.flush() for p in self.pools.values() if p.capacity.ledger))

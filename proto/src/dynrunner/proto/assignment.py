@@ -41,6 +41,7 @@ class ClaimingRunner:
     uuid: str
     token: str
     name: str = ""
+    labels: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +124,9 @@ def encode(a: Assignment) -> bytes:
         backend=a.backend,
         claimed_at=ts_to_proto(a.claimed_at),
         task=a.task.to_proto(),
-        runner=apb.ClaimingRunner(id=a.runner.id, uuid=a.runner.uuid, token=a.runner.token, name=a.runner.name),
+        runner=apb.ClaimingRunner(
+            id=a.runner.id, uuid=a.runner.uuid, token=a.runner.token, name=a.runner.name, labels=a.runner.labels
+        ),
         gitea_url=a.gitea_url,
         job_key=a.job_key,
         spiffe_id=a.spiffe_id,
@@ -178,7 +181,7 @@ def decode_envelope(data: bytes) -> ReportingEnvelope:
     return ReportingEnvelope(
         assignment_id=msg.assignment_id,
         task_id=msg.task.id,
-        runner=ClaimingRunner(id=msg.runner.id, uuid=msg.runner.uuid, token=msg.runner.token, name=msg.runner.name),
+        runner=_runner(msg.runner),
         gitea_url=msg.gitea_url,
         version=msg.version,
     )
@@ -211,7 +214,7 @@ def decode(data: bytes) -> Assignment:
         backend=msg.backend,
         claimed_at=claimed_at,
         task=Task.from_proto(msg.task),
-        runner=ClaimingRunner(id=msg.runner.id, uuid=msg.runner.uuid, token=msg.runner.token, name=msg.runner.name),
+        runner=_runner(msg.runner),
         gitea_url=msg.gitea_url,
         job_key=msg.job_key,
         spiffe_id=msg.spiffe_id,
@@ -375,3 +378,7 @@ def context_struct(context: dict[str, object]) -> struct_pb2.Struct:
     msg = struct_pb2.Struct()
     msg.update(context)
     return msg
+
+
+def _runner(msg: apb.ClaimingRunner) -> ClaimingRunner:
+    return ClaimingRunner(id=msg.id, uuid=msg.uuid, token=msg.token, name=msg.name, labels=tuple(msg.labels))

@@ -25,7 +25,6 @@ from dynrunner.controller.claiming.registrations_store import RegistrationStore
 from dynrunner.controller.coordination.capacity import Capacity
 from dynrunner.controller.infra.metrics import Metrics
 from dynrunner.controller.infra.sealing import Sealer
-from dynrunner.controller.reporting.stagelog import ClaimedLines
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.proto.assignment import SealedAssignment
 from tests.fixtures.gitea_inprocess import InProcessGitea
@@ -115,7 +114,6 @@ async def test_a_claim_is_published_before_the_store_answers(tmp_path: Path, cap
         publisher=publisher,
         sealer=sealer,
         metrics=Metrics(),
-        claimed_lines=ClaimedLines(),
     )
     running = asyncio.create_task(claimer.run())
     try:

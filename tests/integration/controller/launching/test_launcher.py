@@ -475,20 +475,22 @@ async def test_a_slow_start_is_followed_with_stage_lines_and_heartbeats_but_hold
     assert delivery.calls == ["ack"]
     assert launch.launching == set() and launch.busy() == {sealed.assignment_id}
     assert capacity.holds(sealed.assignment_id)
-    await wait_for(lambda: len(gitea.task(sealed.task_id).log_rows) == 2, what="the progress lines")
+    await wait_for(lambda: len(gitea.task(sealed.task_id).log_rows) == 3, what="the progress lines")
     await asyncio.sleep(0.5)
     assert beats.get(sealed.task_id, 0) >= 5, beats  # every 0.05 s while it waits
     assert gitea.task(sealed.task_id).status == "running"
     backend.pulled.set()
     await wait_for(lambda: gitea.task(sealed.task_id).status == "success", what="the job ran")
     rows = gitea.task(sealed.task_id).log_rows
-    assert rows[:3] == [
+    assert rows[:4] == [
+        rows[0],
         "[dynrunner] pod scheduled on node n1",
         "[dynrunner] pulling image registry.example/executor:1",
-        rows[2],
+        rows[3],
     ]
-    assert rows[2].startswith("[dynrunner] image pulled in ") and len(rows) > 3
-    assert not any(row.startswith("[dynrunner]") for row in rows[3:]), rows  # the executor's own from here
+    assert rows[0].startswith("[dynrunner] claimed by pool local as runner ")  # the assignment's, first
+    assert rows[3].startswith("[dynrunner] image pulled in ") and len(rows) > 4
+    assert not any(row.startswith("[dynrunner]") for row in rows[4:]), rows  # the executor's own from here
     assert launch.busy() == set()
     stopped = beats[sealed.task_id]
     await asyncio.sleep(0.2)
@@ -524,22 +526,25 @@ async def test_a_start_followed_again_after_a_restart_continues_the_log_where_gi
     records = MemoryFinalizeRecords()
     first = launcher(gitea, backend, Capacity("local", 2), Metrics(), records=records)
     await first._launch(FakeDelivery(sealed))  # type: ignore[arg-type]
-    await wait_for(lambda: len(gitea.task(sealed.task_id).log_rows) == 2, what="the progress lines")
+    await wait_for(lambda: len(gitea.task(sealed.task_id).log_rows) == 3, what="the progress lines")
     await first.starts.aclose()  # a shutdown: the start goes on unfollowed
 
     restarted = launcher(gitea, backend, Capacity("local", 2), Metrics(), records=records)
     env = await backend.find(sealed.assignment_id)
     assert env is not None
     assert restarted.starts.follow(env)
-    await wait_for(lambda: len(gitea.task(sealed.task_id).log_rows) == 4, what="the lines again")
+    await wait_for(lambda: len(gitea.task(sealed.task_id).log_rows) == 5, what="the lines again")
     backend.pulled.set()
     await wait_for(lambda: gitea.task(sealed.task_id).status == "success", what="the job ran")
     rows = gitea.task(sealed.task_id).log_rows
-    assert rows[:4] == [
+    assert rows[1:5] == [
         "[dynrunner] pod scheduled on node n1",
         "[dynrunner] pulling image registry.example/executor:1",
         "[dynrunner] pod scheduled on node n1",
         "[dynrunner] pulling image registry.example/executor:1",
     ]
-    assert rows[4].startswith("[dynrunner] image pulled in ")
+    assert rows[0].startswith(
+        "[dynrunner] claimed by pool local as runner "
+    )  # once: a follower after a restart has none
+    assert rows[5].startswith("[dynrunner] image pulled in ")
     assert len((tmp_path / "starts.log").read_text().splitlines()) == 1

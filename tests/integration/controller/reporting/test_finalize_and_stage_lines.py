@@ -5,16 +5,16 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from dynrunner.controller.reporting.finalize import FinalizeOutcome, final_steps, finalize_failed
 from dynrunner.controller.reporting.stagelog import (
     CLAIMED_LINE_DELAY_S,
-    CLAIMED_LINE_KEEP_S,
     CLAIMED_LINE_RETRY_S,
     LAST_STAGE_RETRY,
-    ClaimedLines,
+    ClaimLine,
     Heartbeat,
     StageLog,
     TaskEnded,
@@ -157,35 +157,33 @@ async def counting_claim(gitea: GiteaDouble) -> tuple[GiteaClient, Task]:
 
 async def test_the_launchers_first_line_takes_the_claim_line_along(gitea: GiteaDouble) -> None:
     client, task = await counting_claim(gitea)
-    lines = ClaimedLines(delay_s=30)
-    lines.defer("a1", client, task.id, "claimed")
-    claimed_at = gitea.task(task.id).updated
-    taken = await lines.take("a1")
-    assert len(taken) == 1 and len(lines) == 0
+    claimed_at = datetime.now(UTC)
+    line = ClaimLine(client, task.id, "claimed", claimed_at, delay_s=30)
+    taken = await line.take()
+    assert len(taken) == 1 and not line.held
     assert await StageLog(client, task.id, next_index=0).write("environment created", before=taken)
     assert CountingClient.calls == 1  # one UpdateLog for both lines
     view = gitea.task(task.id)
     assert view.log_rows == ["[dynrunner] claimed", "[dynrunner] environment created"]
-    assert int(taken[0].time.timestamp()) >= claimed_at - 1  # the claim's own time
-    assert await lines.take("a1") == []
+    assert taken[0].time == claimed_at  # the claim's own time
+    assert await line.take() == []
 
 
 async def test_a_claim_line_nobody_takes_is_written_alone(gitea: GiteaDouble) -> None:
     client, task = await counting_claim(gitea)
-    lines = ClaimedLines(delay_s=0.01)
-    lines.defer("a1", client, task.id, "claimed")
+    line = ClaimLine(client, task.id, "claimed", datetime.now(UTC), delay_s=0.01)
     for _ in range(200):
         if gitea.task(task.id).log_rows:
             break
         await asyncio.sleep(0.01)
-    assert await lines.take("a1") == []  # written (or being written: take waits for it)
+    assert await line.take() == []  # written (or being written: take waits for it)
     assert await StageLog(client, task.id, next_index=1).write("environment created")
     assert gitea.task(task.id).log_rows == ["[dynrunner] claimed", "[dynrunner] environment created"]
     assert CountingClient.calls == 2
 
 
 async def test_take_waits_for_a_claim_line_being_written(gitea: GiteaDouble) -> None:
-    """The two writers never race for index 0: a take during the timer's write waits for it."""
+    """The two writers of one launch never race for index 0: a take during the timer's write waits for it."""
     client, task = await claim(gitea)
     assert client.credentials is not None
 
@@ -194,25 +192,28 @@ async def test_take_waits_for_a_claim_line_being_written(gitea: GiteaDouble) -> 
             await asyncio.sleep(0.2)
             return await super().update_log(*args, **kwargs)  # type: ignore[arg-type]
 
-    lines = ClaimedLines(delay_s=0)
-    lines.defer("a1", SlowClient(gitea.url, client.credentials), task.id, "claimed")
+    line = ClaimLine(SlowClient(gitea.url, client.credentials), task.id, "claimed", datetime.now(UTC), delay_s=0)
     await asyncio.sleep(0.05)  # the timer fired; its write is in flight
     assert gitea.task(task.id).log_rows == []
-    assert await lines.take("a1") == []
+    assert await line.take() == []
     assert gitea.task(task.id).log_rows == ["[dynrunner] claimed"]
 
 
-async def test_flush_and_write_send_what_is_still_held(gitea: GiteaDouble) -> None:
-    client, task = await counting_claim(gitea)
-    other_client, other = await claim(gitea)
-    lines = ClaimedLines(delay_s=30)
-    lines.defer("a1", client, task.id, "claimed one")
-    lines.defer("a2", other_client, other.id, "claimed two")
-    await lines.write("a1")  # e.g. before the launcher finalizes a1's task
-    assert gitea.task(task.id).log_rows == ["[dynrunner] claimed one"]
-    await lines.flush()  # shutdown
-    assert gitea.task(other.id).log_rows == ["[dynrunner] claimed two"]
-    assert len(lines) == 0
+async def test_a_claim_line_goes_to_the_start_of_the_log_or_nowhere(gitea: GiteaDouble) -> None:
+    """Written alone (its launch finalizes the task, or no line came in time), the claim line
+    goes to index 0 only: a log that holds rows already holds it (an earlier attempt of the
+    launch wrote it), and it is never appended after them, among another writer's rows."""
+    client, task = await claim(gitea)
+    claimed_at = datetime.now(UTC)
+    first = ClaimLine(client, task.id, "claimed", claimed_at, delay_s=30)
+    await first.write()  # e.g. before the launcher finalizes the task
+    assert gitea.task(task.id).log_rows == ["[dynrunner] claimed"]
+    assert await StageLog(client, task.id, next_index=1).write("environment created")
+    again = ClaimLine(client, task.id, "claimed", claimed_at, delay_s=0)  # a later attempt's, written alone
+    await asyncio.sleep(0.05)
+    await again.write()
+    await again.aclose()
+    assert gitea.task(task.id).log_rows == ["[dynrunner] claimed", "[dynrunner] environment created"]
 
 
 async def test_a_claim_line_gitea_did_not_take_is_taken_along_by_the_launcher(gitea: GiteaDouble) -> None:
@@ -223,10 +224,9 @@ async def test_a_claim_line_gitea_did_not_take_is_taken_along_by_the_launcher(gi
     async with fault_proxy(gitea.url) as proxy:
         via_proxy = GiteaClient(proxy.url, client.credentials)
         await proxy.down()
-        lines = ClaimedLines(delay_s=0)
-        lines.defer("a1", via_proxy, task.id, "claimed")
+        line = ClaimLine(via_proxy, task.id, "claimed", datetime.now(UTC), delay_s=0)
         await asyncio.sleep(0)  # the timer fires; its write fails after STAGE_RETRY
-        taken = await lines.take("a1")
+        taken = await line.take()
         assert [r.content for r in taken] == ["[dynrunner] claimed"]
         assert gitea.task(task.id).log_rows == []
         stage = StageLog(via_proxy, task.id, next_index=0)
@@ -237,37 +237,41 @@ async def test_a_claim_line_gitea_did_not_take_is_taken_along_by_the_launcher(gi
     assert gitea.task(task.id).log_rows == ["[dynrunner] claimed", "[dynrunner] environment created"]
 
 
-def test_a_claim_line_nobody_takes_is_retried_and_given_up_after_a_while(tmp_path: Path) -> None:
-    """An assignment never launched here (refused, or its start failed before any line) while
-    Gitea was down when its line was due: the line is written once Gitea is back, and one Gitea
-    never takes is given up. Before, such a line stayed held for the life of the controller
-    (one per claim, found by reading what the controller soak measures). Virtual time."""
+def test_a_claim_line_gitea_did_not_take_is_retried_until_its_launch_lets_go(tmp_path: Path) -> None:
+    """Gitea down when a slow launch's claim line was due: it is tried again every
+    `CLAIMED_LINE_RETRY_S` and written once Gitea is back; a launch that let go of its line
+    meanwhile (its executor may start, or another replica resumes the launch) writes
+    nothing more. Virtual time."""
 
-    async def scenario() -> tuple[list[str], int, int]:
+    async def scenario() -> tuple[list[str], list[str], bool]:
         gitea = InProcessGitea(double, asyncio.get_running_loop())
         base = gitea.client()
-        info = await base.register(
-            name="t", registration_token=double.registration_token, labels=["self-hosted"], ephemeral=True
-        )
-        client = base.with_credentials(RunnerCredentials(info.uuid, info.token))
-        double.submit("owner/repo", WORKFLOW)
-        task = (await client.fetch_task(0)).task
-        assert task is not None
-        lines = ClaimedLines()
+        tasks: list[tuple[Any, int]] = []
+        for name in ("slow", "let-go"):
+            info = await base.register(
+                name=name, registration_token=double.registration_token, labels=["self-hosted"], ephemeral=True
+            )
+            client = base.with_credentials(RunnerCredentials(info.uuid, info.token))
+            double.submit("owner/repo", WORKFLOW)
+            task = (await client.fetch_task(0)).task
+            assert task is not None
+            tasks.append((client, task.id))
         gitea.outage(120.0)
-        lines.defer("back-soon", client, task.id, "claimed")  # type: ignore[arg-type]
-        lines.defer("never", gitea.client(RunnerCredentials(info.uuid, "not-its-token")), task.id, "claimed")  # type: ignore[arg-type]
+        (slow_client, slow), (let_go_client, let_go) = tasks
+        slow_line = ClaimLine(slow_client, slow, "claimed", datetime.now(UTC))
+        let_go_line = ClaimLine(let_go_client, let_go, "claimed", datetime.now(UTC))
         await asyncio.sleep(CLAIMED_LINE_DELAY_S + 0.1)
-        held_during_outage = len(lines)
-        await asyncio.sleep(CLAIMED_LINE_KEEP_S + CLAIMED_LINE_RETRY_S)
-        return double.task(task.id).log_rows, held_during_outage, len(lines)
+        held_during_outage = slow_line.held and let_go_line.held
+        await let_go_line.aclose()
+        await asyncio.sleep(120.0 + CLAIMED_LINE_RETRY_S)
+        return double.task(slow).log_rows, double.task(let_go).log_rows, held_during_outage
 
     double = GiteaDouble(tmp_path / "gitea", pbkdf2_iterations=1)
     try:
         with virtual_time() as runner:
-            rows, held_during_outage, held_after = runner.run(scenario())
+            slow_rows, let_go_rows, held_during_outage = runner.run(scenario())
     finally:
         double.close()
-    assert held_during_outage == 2
-    assert rows == ["[dynrunner] claimed"]
-    assert held_after == 0
+    assert held_during_outage
+    assert slow_rows == ["[dynrunner] claimed"]
+    assert let_go_rows == []

@@ -98,7 +98,9 @@ def build_assignment(
         backend=settings.backend,
         claimed_at=claimed_at,
         task=task,
-        runner=ClaimingRunner(id=runner.id, uuid=runner.uuid, token=runner.token, name=runner.name),
+        runner=ClaimingRunner(
+            id=runner.id, uuid=runner.uuid, token=runner.token, name=runner.name, labels=runner.labels
+        ),
         gitea_url=settings.gitea_url,
         job_key=job_key,
         spiffe_id=contract.spiffe_id(settings.trust_domain, owner, repository, job_key),

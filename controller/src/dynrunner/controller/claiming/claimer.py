@@ -7,9 +7,10 @@ sent, see there) → on no task, back off (short first, doubling with jitter up 
 `fetchIntervalMaxSeconds`; the loops of a pool take turns, see `PollPacer`; longer after a
 slow answer, see `slow_answer_delay`; failing calls back off up to 5 s) and poll again with
 the same permit → on a task, log its id, reset the version (another job may be waiting
-without a version bump), build the Assignment, seal and publish it at once (its first stage
-line waits for the launcher in `ClaimedLines`), then retire the spent registration from the
-store; meanwhile the loop registers its next runner.
+without a version bump), build the Assignment, seal and publish it at once, then retire the
+spent registration from the store; meanwhile the loop registers its next runner. The claim's
+stage line travels with the assignment: the launcher that takes it, in whichever replica,
+writes it first (`ClaimLine`); the claimer writes it only for a claim it could not publish.
 
 A claimed task is never dropped: a task that cannot be run (bad job key) or whose
 assignment JetStream would not take is finalized failed, with the reason in its log.
@@ -39,7 +40,7 @@ from dynrunner.controller.infra.loops import Backoff, Fatal, PollPacer, Stopping
 from dynrunner.controller.infra.metrics import Metrics
 from dynrunner.controller.infra.sealing import Sealer
 from dynrunner.controller.reporting.finalize import final_steps, finalize_failed
-from dynrunner.controller.reporting.stagelog import ClaimedLines, StageLog, claimed_line
+from dynrunner.controller.reporting.stagelog import StageLog, claimed_line
 from dynrunner.proto.assignment import SealedAssignment
 from dynrunner.proto.gitea import (
     ErrorPage,
@@ -73,8 +74,10 @@ Gitea skips the job scan while the version sent is the latest, and up to 1.26 th
 hide waiting jobs: a claim that loses the race for its job to another runner is answered "no
 task" with the latest version, and finishing jobs bump nothing (go-gitea/gitea#33492, fixed
 by PR #38200 after 1.26). A loop that kept that version would not scan again before some
-unrelated bump while jobs wait. After this long it sends 0: one scan per loop every 10 s at
-most, costing Gitea one job query more than the version read every poll costs anyway."""
+unrelated bump while jobs wait. So a scan's version is kept only once confirmed (`_empty`:
+a lost race is scanned again at the next poll), voided by any claim of the pool seen, and
+after this long the loop sends 0: one scan per loop every 10 s at most while idle, costing
+Gitea one job query more than the version read every poll costs anyway."""
 
 
 class Publisher(Protocol):
@@ -110,11 +113,8 @@ class Claimer:
         sealer: Sealer,
         metrics: Metrics,
         pacer: PollPacer | None = None,
-        claimed_lines: ClaimedLines | None = None,
     ) -> None:
-        """`pacer` is shared by the claim loops of one pool (their idle polls take turns);
-        `claimed_lines` (shared with the pool's launcher) lets the launcher write the claim's
-        stage line together with its own; without it the line is written at once."""
+        """`pacer` is shared by the claim loops of one pool (their idle polls take turns)."""
         self.settings = settings
         self.pool = settings.pool
         self._registrations = registrations
@@ -122,7 +122,6 @@ class Claimer:
         self._publisher = publisher
         self._sealer = sealer
         self._metrics = metrics
-        self._claimed_lines = claimed_lines
         self._pacer = pacer or pool_pacer(settings)
         longest = max(ERROR_BACKOFF_MAX_S, settings.fetch_interval_max_s)
         self._error_backoff = Backoff(settings.fetch_interval_s, longest)
@@ -130,7 +129,9 @@ class Claimer:
         self._tasks_version_at = -math.inf
         """Loop time of the poll that brought `_tasks_version` from a scan."""
         self._tasks_version_claims = 0
-        """The pool's claim count (`PollPacer.claims`) when that poll was sent."""
+        """The pool's claim count (`_claims_seen`) when that poll was sent."""
+        self._last_empty: tuple[int, int] | None = None
+        """The version and claim count of the last empty answer since a claim (see `_empty`)."""
         self._stopping = Stopping()
         self._claims: set[asyncio.Task[None]] = set()
         self._error_pages = 0
@@ -207,7 +208,7 @@ class Claimer:
             client = self._registrations.client(reg)
             started = loop.time()
             sent = self._version_to_send(started)
-            claims = self._pacer.claims
+            claims = self._claims_seen()
             try:
                 result = await client.fetch_task(sent, timeout_s=self.settings.request_timeout_s)
             except (RunnerRemoved, Unauthenticated) as err:
@@ -236,25 +237,49 @@ class Claimer:
                 self._metrics.fetch_calls.labels(pool=self.pool, outcome="task").inc()
                 self._metrics.claim_latency.labels(pool=self.pool).observe(elapsed)
                 self._tasks_version = 0
+                self._last_empty = None
                 self._pacer.claimed()
                 return result.task, reg
             self._metrics.fetch_calls.labels(pool=self.pool, outcome="empty").inc()
-            if sent and result.tasks_version == sent:
-                self._metrics.tasks_version_fast_path.labels(pool=self.pool).inc()
-            else:
-                self._tasks_version_at = started  # Gitea scanned (or, throttled, asks for another poll)
-                self._tasks_version_claims = claims
-            self._tasks_version = result.tasks_version
+            self._empty(sent, result.tasks_version, started, claims)
             await self._sleep(max(self._pacer.delay(loop.time()), slow_answer_delay(elapsed)))
         return None
 
+    def _empty(self, sent: int, version: int, started: float, claims: int) -> None:
+        """Keep the version of an empty answer, trusted from `started` if it can be.
+
+        On Gitea ≤ 1.26 a scan answered "no task" proves nothing while jobs wait: a claim that
+        lost the race for its job — to a loop of this pool, of another replica, to another
+        controller — gets that answer, with the latest version, and the next job stays
+        waiting behind it. So a scan's version is trusted only once a second answer confirmed
+        it: the same version, with no claim of the pool seen between the two polls. A loop that
+        lost a race scans again at its next poll; an idle loop is confirmed by the scan that
+        renews its trust (the last answer said the same), at no cost. An answer with the
+        version sent is Gitea's fast path and changes nothing."""
+        if sent and version == sent:
+            self._metrics.tasks_version_fast_path.labels(pool=self.pool).inc()
+        elif self._last_empty == (version, claims):
+            self._tasks_version_at = started
+            self._tasks_version_claims = claims
+        else:
+            self._tasks_version_at = -math.inf  # the next poll scans again
+        self._tasks_version = version
+        self._last_empty = (version, claims)
+
+    def _claims_seen(self) -> int:
+        """Claims of the pool seen so far: by its loops here, and by every replica's, as the
+        pool's shared permits show them bound."""
+        ledger = self._capacity.ledger
+        return self._pacer.claims + (ledger.bound_seen if ledger is not None else 0)
+
     def _version_to_send(self, now: float) -> int:
         """The stored tasks_version; 0 (scan) once it is `TASKS_VERSION_TRUST_S` old, or once a
-        loop of the pool claimed since the poll that brought it: the two may have raced for one
-        job, and Gitea ≤ 1.26 answered the loser "no task" with the latest version — while the
-        next job waits (another pool or controller is what the time bound is for)."""
+        claim of the pool (any replica's) was seen since the poll that brought it: the two may
+        have raced for one job, and Gitea ≤ 1.26 answered the loser "no task" with the latest
+        version — while the next job waits (another pool or controller is what the time bound
+        is for)."""
         stale = now - self._tasks_version_at >= TASKS_VERSION_TRUST_S
-        if stale or self._pacer.claims != self._tasks_version_claims:
+        if stale or self._claims_seen() != self._tasks_version_claims:
             self._tasks_version = 0
         return self._tasks_version
 
@@ -296,8 +321,7 @@ class Claimer:
     async def _handle_claim(self, task: Task, reg: ArmedRegistration, reservation: Reservation) -> None:
         """Build, seal and publish at once: until JetStream acknowledges the assignment, a
         controller killed loses the claim (docs/operations.md, "Known windows"), so nothing
-        else is awaited before. The claim's stage line is handed to the launcher, and the
-        spent runner leaves the registration store, after."""
+        else is awaited before. The spent runner leaves the registration store after."""
         assignment_id = str(uuid.uuid4())
         claimed_at = datetime.now(UTC)
         with log_context(assignment_id=assignment_id, task_id=task.id, pool=self.pool):
@@ -316,23 +340,16 @@ class Claimer:
                     await self._fail(client, task, reason, "invalid-task")
                     reservation.cancel()
                     return
-                if self._claimed_lines is not None:
-                    self._claimed_lines.defer(assignment_id, client, task.id, line)  # no I/O
                 try:
                     await self._publisher.publish(self._sealer.seal_assignment(assignment))
                 except Exception as err:  # PublishError, or a sealing failure: either way, not queued
                     self._metrics.errors.labels(pool=self.pool, kind="publish").inc()
                     reason = f"the controller could not queue the job for launch: {err}"
-                    if self._claimed_lines is not None:
-                        await self._claimed_lines.write(assignment_id)
-                    else:
-                        await StageLog(client, task.id, next_index=0).write(line)
+                    await StageLog(client, task.id, next_index=0).write(line)  # nobody else writes its log
                     await self._fail(client, task, reason, "publish")
                     reservation.cancel()
                     return
-                reservation.bind(assignment_id)
-                if self._claimed_lines is None:
-                    await StageLog(client, task.id, next_index=0).write(line)
+                reservation.bind(assignment_id)  # the launcher writes its claim line: not one write after this
             except BaseException:
                 if not reservation.done:
                     reservation.cancel()

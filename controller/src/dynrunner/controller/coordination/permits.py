@@ -146,6 +146,9 @@ class PermitLedger:
         """Reservations this process took and has not bound or cancelled yet: one of its own
         not in here was taken by a create whose answer was lost, and is collected."""
         self._entries: dict[str, Permit] = {}
+        self.bound_seen = 0
+        """Permits the mirror saw bound to an assignment so far: the pool's claims, every
+        replica's (a claim loop tells from it that it may have lost a race to another replica)."""
         self._synced = asyncio.Event()
         self._changed = asyncio.Event()
         self._writes: asyncio.Queue[Callable[[], Awaitable[None]]] = asyncio.Queue()
@@ -196,6 +199,11 @@ class PermitLedger:
                         self._entries.pop(entry.key, None)
                     else:
                         permit = Permit.parse(entry.key, entry.value, int(entry.revision or 0))
+                        previous = self._entries.get(entry.key)
+                        if permit.assignment is not None and (
+                            previous is None or previous.assignment != permit.assignment
+                        ):
+                            self.bound_seen += 1
                         self._entries[entry.key] = permit
                         if permit.assignment is not None and permit.assignment in self._awaited:
                             self._awaited[permit.assignment].set()

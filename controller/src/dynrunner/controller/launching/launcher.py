@@ -42,7 +42,7 @@ from dynrunner.controller.infra.metrics import Metrics
 from dynrunner.controller.infra.sealing import ForgedAssignment, Sealer, SealingError
 from dynrunner.controller.launching.starts import Starts, end_cancelled
 from dynrunner.controller.reporting.finalize import final_steps, finalize_failed
-from dynrunner.controller.reporting.stagelog import HEARTBEAT_INTERVAL_S, ClaimedLines, Heartbeat, TaskEnded
+from dynrunner.controller.reporting.stagelog import HEARTBEAT_INTERVAL_S, ClaimLine, Heartbeat, TaskEnded
 from dynrunner.proto.assignment import Assignment, SealedAssignment
 from dynrunner.proto.gitea import GiteaClient, RunnerCredentials
 
@@ -99,7 +99,6 @@ class Launcher:
         metrics: Metrics,
         concurrency: int = LAUNCH_CONCURRENCY,
         heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S,
-        claimed_lines: ClaimedLines | None = None,
         on_released: Callable[[str], None] = lambda _: None,
     ) -> None:
         """`on_released(assignment_id)`: a launch or a start follower let go of an environment
@@ -115,7 +114,6 @@ class Launcher:
         self._metrics = metrics
         self._concurrency = concurrency
         self._heartbeat_interval_s = heartbeat_interval_s
-        self._claimed_lines = claimed_lines
         self._on_released = on_released
         self._launches: set[asyncio.Task[None]] = set()
         self._stopping = Stopping()
@@ -128,7 +126,6 @@ class Launcher:
             records=records,
             capacity=capacity,
             metrics=metrics,
-            claimed_lines=claimed_lines,
             heartbeat_interval_s=heartbeat_interval_s,
             on_end=on_released,
         )
@@ -269,6 +266,9 @@ class Launcher:
             return
         heartbeat = Heartbeat(client, task_id, interval_s=self._heartbeat_interval_s)
         record = FinalizeRecord.of(assignment)
+        claim: ClaimLine | None = None
+        """The claim's line, for a launch that creates the environment: written first, by this
+        launch (an earlier attempt, here or in another replica, wrote at most this line)."""
         try:
             async with delivery.keep_alive():
                 existing = await self._backend.find(assignment.assignment_id)
@@ -280,6 +280,7 @@ class Launcher:
                         # An earlier attempt may have run the job already and its environment
                         # been reaped since: only a task still running in Gitea is launched.
                         await heartbeat.beat()
+                    claim = ClaimLine.of(assignment, client)
                 # Otherwise the claim just refreshed the task in Gitea: the first beat is due
                 # after one interval (a launch that fast costs Gitea nothing extra).
                 heartbeat.start()
@@ -294,11 +295,15 @@ class Launcher:
         except TaskEnded as ended:
             await heartbeat.stop()
             if existing is None and await self._reaped_already(assignment.assignment_id):
+                if claim is not None:
+                    claim.discard()
                 await self._over_already(delivery, assignment.assignment_id)
             else:
-                await self._ended_before_start(delivery, assignment, client, ended)
+                await self._ended_before_start(delivery, assignment, client, ended, claim)
         except asyncio.CancelledError:
             heartbeat.cancel()
+            if claim is not None:
+                claim.discard()
             raise
         except Exception as err:
             await heartbeat.stop()
@@ -308,8 +313,10 @@ class Launcher:
                     f"the {self._backend.name} environment could not be created "
                     f"(attempt {delivery.num_delivered} of {delivery.max_deliver}): {_describe(err)}"
                 )
-                await self._give_up(delivery, assignment, client, reason)
+                await self._give_up(delivery, assignment, client, reason, claim)
             else:
+                if claim is not None:
+                    await claim.aclose()  # the next attempt writes it, maybe in another replica
                 delay = nak_delay(delivery.num_delivered)
                 log.warning(
                     "launch attempt %d/%d failed, retrying in %.0fs: %s",
@@ -321,7 +328,7 @@ class Launcher:
                 await delivery.nak(delay)
         else:
             # Followed from here on, with the same heartbeat (no gap, no extra beat).
-            self.starts.follow(env, record=record, heartbeat=heartbeat, fresh=existing is None)
+            self.starts.follow(env, record=record, heartbeat=heartbeat, claim=claim)
             await self._done(delivery, assignment.assignment_id)
             await self._acknowledge(delivery)
 
@@ -341,10 +348,17 @@ class Launcher:
                 _describe(err),
             )
 
-    async def _give_up(self, delivery: Delivery, assignment: Assignment, client: GiteaClient, reason: str) -> None:
+    async def _give_up(
+        self,
+        delivery: Delivery,
+        assignment: Assignment,
+        client: GiteaClient,
+        reason: str,
+        claim: ClaimLine | None = None,
+    ) -> None:
         """Last attempt failed: tell the user why, remove what was made, never deliver again."""
         self._metrics.finalized_failed.labels(pool=self.pool, reason="launch").inc()
-        await self._write_claimed_line(assignment.assignment_id)
+        await _claim_first(assignment, client, claim)
         steps = final_steps(len(step_names(assignment.task.workflow_payload)), (), datetime.now(UTC))
         await finalize_failed(client, assignment.task.id, reason, steps)  # no step ran
         await self._remove(assignment.assignment_id)
@@ -371,11 +385,14 @@ class Launcher:
         self._capacity.release(assignment_id)
 
     async def _ended_before_start(
-        self, delivery: Delivery, assignment: Assignment, client: GiteaClient, ended: TaskEnded
+        self, delivery: Delivery, assignment: Assignment, client: GiteaClient, ended: TaskEnded, claim: ClaimLine | None
     ) -> None:
         """The run was cancelled (or Gitea gave up on the task) before the executor started."""
         log.info("%s; not starting it", ended)
-        await self._write_claimed_line(assignment.assignment_id)
+        if ended.result is not None:  # else the runner is gone: nothing can be written
+            await _claim_first(assignment, client, claim)
+        elif claim is not None:
+            await claim.aclose()
         await end_cancelled(client, assignment.task.id, ended)
         self._metrics.results.labels(pool=self.pool, result="cancelled").inc()
         await self._remove(assignment.assignment_id)
@@ -410,11 +427,6 @@ class Launcher:
             log.error("assignment cannot be unsealed (attempt %d): %s", delivery.num_delivered, err)
             await delivery.nak(nak_delay(delivery.num_delivered))
 
-    async def _write_claimed_line(self, assignment_id: str) -> None:
-        """Before a task is finalized here: its claim line first, if still held back."""
-        if self._claimed_lines is not None:
-            await self._claimed_lines.write(assignment_id)
-
     async def _remove(self, assignment_id: str) -> None:
         """Delete what was made for the assignment (its task is finalized)."""
         try:
@@ -428,6 +440,14 @@ class Launcher:
             await self._records.delete(assignment_id)
         except Exception as err:
             log.warning("the finalize record of %s stays until it expires: %s", assignment_id, err)
+
+
+async def _claim_first(assignment: Assignment, client: GiteaClient, claim: ClaimLine | None) -> None:
+    """Before a task is finalized here: the claim's line first, unless written already (it
+    goes to index 0 only, so a line an earlier attempt wrote is not written twice)."""
+    line = claim or ClaimLine.of(assignment, client)
+    await line.write()
+    await line.aclose()
 
 
 def _describe(err: BaseException) -> str:

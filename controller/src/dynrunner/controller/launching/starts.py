@@ -37,7 +37,7 @@ from dynrunner.controller.reporting.stagelog import (
     HEARTBEAT_INTERVAL_S,
     LAST_STAGE_RETRY,
     STAGE_RETRY,
-    ClaimedLines,
+    ClaimLine,
     Heartbeat,
     StageLog,
     TaskEnded,
@@ -72,7 +72,6 @@ class Starts:
         records: FinalizeRecords,
         capacity: Capacity,
         metrics: Metrics,
-        claimed_lines: ClaimedLines | None = None,
         heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S,
         on_end: Callable[[str], None] = lambda _: None,
     ) -> None:
@@ -83,7 +82,6 @@ class Starts:
         self._records = records
         self._capacity = capacity
         self._metrics = metrics
-        self._claimed_lines = claimed_lines
         self._heartbeat_interval_s = heartbeat_interval_s
         self._on_end = on_end
         self._followers: dict[str, asyncio.Task[None]] = {}
@@ -110,22 +108,24 @@ class Starts:
         *,
         record: FinalizeRecord | None = None,
         heartbeat: Heartbeat | None = None,
-        fresh: bool = False,
+        claim: ClaimLine | None = None,
     ) -> bool:
         """Follow `env`'s start unless it is followed already; False if it was not taken.
 
         `record`: the credentials (else read from the finalize records); `heartbeat`: one
-        already beating for the task (the launcher's, handed over without a gap); `fresh`:
-        the launcher just created it, so the claimer's line may still be held back and the
-        log holds at most that line."""
+        already beating for the task (the launcher's, handed over without a gap); `claim`:
+        the launcher just created it, and this is the claim's line, so the log holds at most
+        that line. Whatever is not taken is let go of here."""
         aid = env.assignment_id
         loop = asyncio.get_running_loop()
         if self._stopping.is_set() or aid in self._followers or loop.time() < self._retry_after.get(aid, 0.0):
             if heartbeat is not None:
                 heartbeat.cancel()
+            if claim is not None:
+                claim.discard()
             return False
         self._retry_after = {key: at for key, at in self._retry_after.items() if at > loop.time()}
-        task = asyncio.create_task(self._run(env, record, heartbeat, fresh), name=f"start-{aid}")
+        task = asyncio.create_task(self._run(env, record, heartbeat, claim), name=f"start-{aid}")
         self._followers[aid] = task
         task.add_done_callback(lambda _: self._done(aid))
         return True
@@ -151,16 +151,16 @@ class Starts:
     # -- one follower ---------------------------------------------------------------------
 
     async def _run(
-        self, env: Environment, record: FinalizeRecord | None, heartbeat: Heartbeat | None, fresh: bool
+        self, env: Environment, record: FinalizeRecord | None, heartbeat: Heartbeat | None, claim: ClaimLine | None
     ) -> None:
         with log_context(assignment_id=env.assignment_id, task_id=env.task_id, pool=self.pool):
             try:
                 if self.exclusive is None:
-                    await self._follow_with(env, record, heartbeat, fresh)
+                    await self._follow_with(env, record, heartbeat, claim)
                     return
                 async with self.exclusive(f"following.{env.assignment_id}") as held:
                     if held:
-                        await self._follow_with(env, record, heartbeat, fresh)
+                        await self._follow_with(env, record, heartbeat, claim)
                     else:  # another replica follows it; the reaper hands it over if that one stops
                         self._retry_after[env.assignment_id] = asyncio.get_running_loop().time() + RETRY_FOLLOW_S
             except asyncio.CancelledError:
@@ -172,13 +172,15 @@ class Starts:
             finally:
                 if heartbeat is not None:
                     heartbeat.cancel()
+                if claim is not None:
+                    claim.discard()  # let go of by then (`_follow`), unless the follower never ran
 
     async def _follow_with(
-        self, env: Environment, record: FinalizeRecord | None, heartbeat: Heartbeat | None, fresh: bool
+        self, env: Environment, record: FinalizeRecord | None, heartbeat: Heartbeat | None, claim: ClaimLine | None
     ) -> None:
         if record is None:
             record = await self._record(env)
-        await self._follow(env, record, heartbeat, fresh)
+        await self._follow(env, record, heartbeat, claim)
 
     async def _record(self, env: Environment) -> FinalizeRecord | None:
         try:
@@ -191,7 +193,7 @@ class Starts:
         return record
 
     async def _follow(
-        self, env: Environment, record: FinalizeRecord | None, heartbeat: Heartbeat | None, fresh: bool
+        self, env: Environment, record: FinalizeRecord | None, heartbeat: Heartbeat | None, claim: ClaimLine | None
     ) -> None:
         client = None
         if record is not None:
@@ -199,7 +201,7 @@ class Starts:
             if heartbeat is None:
                 heartbeat = Heartbeat(client, record.task_id, interval_s=self._heartbeat_interval_s)
                 heartbeat.start()
-        lines = _Lines(self._claimed_lines, env.assignment_id, client, env.task_id, fresh)
+        lines = _Lines(claim, client, env.task_id)
         events = self._backend.follow_start(env)
         try:
             async for event in _until_ended(events, heartbeat, self._stopping):
@@ -209,10 +211,10 @@ class Starts:
                     # The backend starts the executor when asked for the next event: nothing of
                     # ours may reach Gitea after that.
                     await _stop(heartbeat)
-                    await lines.write(event.line, LAST_STAGE_RETRY)
+                    await lines.write(event.line, LAST_STAGE_RETRY, last=True)
                 elif event.stage is StartStage.STARTED:
                     await _stop(heartbeat, check=False)
-                    await lines.flush_claimed()
+                    await lines.aclose()  # the executor owns the log
                     log.info("executor of %s started%s", env.name, f": {event.line}" if event.line else "")
                 else:
                     await _stop(heartbeat, check=False)
@@ -229,10 +231,12 @@ class Starts:
             await self._ended(env, client, lines, ended)
         finally:
             await _aclose(events)
+            await lines.aclose()
 
     async def _ended(self, env: Environment, client: GiteaClient, lines: _Lines, ended: TaskEnded) -> None:
         log.info("%s; not starting it", ended)
-        await lines.flush_claimed()
+        if ended.result is not None:  # else the runner is gone: nothing can be written
+            await lines.claim_first()
         await end_cancelled(client, env.task_id, ended)
         self._metrics.results.labels(pool=self.pool, result="cancelled").inc()
         try:
@@ -246,34 +250,38 @@ class Starts:
 
 
 class _Lines:
-    """The stage lines of one follower: the claimer's held-back line goes with the first."""
+    """The stage lines of one follower: the claim's line (a fresh launch) goes with the first."""
 
-    def __init__(
-        self, claimed: ClaimedLines | None, assignment_id: str, client: GiteaClient | None, task_id: int, fresh: bool
-    ) -> None:
-        self._claimed = claimed
-        self._assignment_id = assignment_id
+    def __init__(self, claim: ClaimLine | None, client: GiteaClient | None, task_id: int) -> None:
+        self._claim = claim
         self._client = client
         self._task_id = task_id
-        self._fresh = fresh
         self._log: StageLog | None = None
 
-    async def write(self, line: str, retry: RetryPolicy) -> None:
-        if self._client is None or not line:
+    async def write(self, line: str, retry: RetryPolicy, *, last: bool = False) -> None:
+        """Append `line`; `last`: the executor may start after it, so a claim line still held
+        is written now (alone, if `line` is empty)."""
+        if self._client is None or not (line or last):
             return
         if self._log is None:
-            rows = await self._claimed.take(self._assignment_id) if self._claimed is not None else []
-            # Fresh: the log holds at most the claimer's line; else ask Gitea where it ends.
-            start = 0 if rows else (1 if self._fresh else None)
+            rows = await self._claim.take() if self._claim is not None else []
+            if not (line or rows):
+                return
+            # Fresh: the log holds at most the claim's line; else ask Gitea where it ends.
+            start = 0 if rows else (1 if self._claim is not None else None)
             self._log = StageLog(self._client, self._task_id, next_index=start)
-            await self._log.write(line, before=rows, retry=retry)
-        else:
+            await self._log.write(*[line] if line else [], before=rows, retry=retry)
+        elif line:
             await self._log.write(line, retry=retry)
 
-    async def flush_claimed(self) -> None:
-        """The claimer's line, if it is still held back (nothing else was written)."""
-        if self._claimed is not None and self._log is None:
-            await self._claimed.write(self._assignment_id)
+    async def claim_first(self) -> None:
+        """Before the task is finalized here: the claim's line, if it is still held."""
+        if self._claim is not None:
+            await self._claim.write()
+
+    async def aclose(self) -> None:
+        if self._claim is not None:
+            await self._claim.aclose()
 
 
 async def _until_ended(

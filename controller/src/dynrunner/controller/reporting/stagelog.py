@@ -3,11 +3,10 @@
 * `StageLog` appends short lines to the job log ("claimed by pool … as runner …"), so a user
   sees why a job is waiting. Best effort: a line that cannot be written (retried within a
   `RetryPolicy`) is logged here and dropped; it never fails a launch.
-* `ClaimedLines` holds the claimer's line of each claim for a moment, so the launcher's first
-  line takes it along: a fast launch costs Gitea one UpdateLog, not two. A line nobody took
-  within `CLAIMED_LINE_DELAY_S` is written on its own (a slow launch still shows the claim);
-  if Gitea does not take it then, it is kept for the launcher's line and tried again now and
-  then, for at most `CLAIMED_LINE_KEEP_S`.
+* `ClaimLine` is the claim's line ("claimed by pool … as runner …"), made from the assignment
+  by the launcher that launches it, whichever replica claimed: its first line takes it along
+  (a fast launch costs Gitea one UpdateLog, not two), and one not taken within
+  `CLAIMED_LINE_DELAY_S` of the claim is written on its own (a slow launch still shows it).
 * `Heartbeat` sends a non-final UpdateTask every few seconds, so Gitea's zombie reaper never
   fails a slow start, and notices when the task ended meanwhile (a user cancelled the run).
 
@@ -22,10 +21,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from dynrunner.controller.infra.loops import Stopping
 from dynrunner.controller.reporting.finalize import rows
+from dynrunner.proto.assignment import Assignment
 from dynrunner.proto.gitea import GiteaClient, GiteaError, LogRow, Result, TaskState, Unauthenticated
 from dynrunner.proto.gitea.client import RetryPolicy
 
@@ -38,11 +38,7 @@ Gitea answers either, so waiting out a short Gitea outage here costs nothing and
 HEARTBEAT_INTERVAL_S = 5.0
 CLAIMED_LINE_DELAY_S = 1.0
 CLAIMED_LINE_RETRY_S = 30.0
-CLAIMED_LINE_KEEP_S = 15 * 60.0
-"""A held-back line Gitea did not take is tried again every `CLAIMED_LINE_RETRY_S` and given up
-(logged) this long after its claim. A launcher takes it within seconds, so one still held then
-belongs to an assignment never launched here (refused, or its start failed before any line):
-kept, it would stay for the life of the controller."""
+"""A claim line Gitea did not take alone is tried again this often, while its launch holds it."""
 
 
 class StageLog:
@@ -165,94 +161,109 @@ def claimed_line(pool: str, runner_name: str, runner_id: int, labels: Sequence[s
     return f"claimed by pool {pool} as runner {runner_name} (id {runner_id}, labels {', '.join(labels)})"
 
 
-@dataclass(eq=False)
-class _Pending:
-    client: GiteaClient
-    task_id: int
-    rows: list[LogRow]
-    claimed_at: float = 0.0
-    """The loop's time of the claim."""
-    timer: asyncio.TimerHandle | None = None
-    writing: asyncio.Task[None] | None = field(default=None, repr=False)
+class ClaimLine:
+    """The claim's stage line of one fresh launch, written by the replica that launches it.
 
+    The line is made from the assignment (its pool, runner and claim time), so it travels with
+    the assignment: whichever replica's launcher takes the job writes it, and the claimer,
+    once it published, writes nothing (two replicas writing one log raced for its index 0,
+    and the claimer's line landed inside the executor's log). The launch's first line takes
+    it along (`take`: one UpdateLog for both). If no line comes within `delay_s` of the claim
+    (a slow create, a Pod not scheduled yet) it is written alone, and again every
+    `CLAIMED_LINE_RETRY_S` while Gitea does not take it, until the launch takes it or lets
+    go (`aclose`): never after the executor may have started.
 
-class ClaimedLines:
-    """The first stage line of each claim not launched yet, by assignment id.
-
-    The claimer `defer`s its line (stamped with the claim time); the launcher `take`s it and
-    writes it together with its own first line at index 0. A line still here `delay_s` after
-    the claim is written alone, and `take` then waits for that write, so the two writers never
-    race for one index; a line that write could not get into Gitea (down) stays here for the
-    launcher to take along. `flush` writes whatever is left (at shutdown).
+    Written alone, it goes to index 0 only, never to Gitea's ack: a log that holds rows
+    already holds this very line (an earlier attempt of the launch wrote it), and appending
+    it at the end would put it among other rows.
     """
 
-    def __init__(self, delay_s: float = CLAIMED_LINE_DELAY_S) -> None:
-        self._delay_s = delay_s
-        self._pending: dict[str, _Pending] = {}
-        self._writes: set[asyncio.Task[None]] = set()
+    def __init__(
+        self,
+        client: GiteaClient,
+        task_id: int,
+        line: str,
+        claimed_at: datetime,
+        *,
+        delay_s: float = CLAIMED_LINE_DELAY_S,
+    ) -> None:
+        self._client = client
+        self._task_id = task_id
+        self._rows = rows([line], claimed_at)
+        self._held = True
+        self._closed = False
+        self._writing: asyncio.Task[bool] | None = None
+        age = (datetime.now(UTC) - claimed_at).total_seconds()
+        self._timer: asyncio.TimerHandle | None = asyncio.get_running_loop().call_later(
+            max(0.0, delay_s - age), self._write_now
+        )
 
-    def __len__(self) -> int:
-        return len(self._pending)
+    @classmethod
+    def of(cls, assignment: Assignment, client: GiteaClient, *, delay_s: float = CLAIMED_LINE_DELAY_S) -> ClaimLine:
+        runner = assignment.runner
+        line = claimed_line(assignment.pool, runner.name, runner.id, runner.labels)
+        return cls(client, assignment.task.id, line, assignment.claimed_at, delay_s=delay_s)
 
-    def defer(self, key: str, client: GiteaClient, task_id: int, line: str) -> None:
-        loop = asyncio.get_running_loop()
-        pending = _Pending(client, task_id, rows([line]), claimed_at=loop.time())
-        pending.timer = loop.call_later(self._delay_s, self._write_now, key)
-        self._pending[key] = pending
+    @property
+    def held(self) -> bool:
+        """Not written (nor taken) yet."""
+        return self._held
 
-    async def take(self, key: str) -> list[LogRow]:
-        """The rows to write first, at index 0; [] when they are written already (or none is known)."""
-        pending = await self._take(key)
-        return pending.rows if pending is not None else []
+    async def take(self) -> list[LogRow]:
+        """The rows to write first, at index 0, with the caller's own; [] once written (a
+        write under way is waited for, so the two never race for one index)."""
+        await self._settled()
+        self._cancel_timer()
+        if not self._held:
+            return []
+        self._held = False
+        return self._rows
 
-    async def write(self, key: str) -> None:
-        """Write the line of `key` now if it is still pending (before its task is finalized)."""
-        pending = await self._take(key)
-        if pending is not None:
-            await StageLog(pending.client, pending.task_id, next_index=0).write(before=pending.rows)
+    async def write(self) -> None:
+        """Write it now if it is still held (before the launch finalizes the task)."""
+        if await self.take():
+            await self._write_at_start()
 
-    async def _take(self, key: str) -> _Pending | None:
-        pending = self._pending.get(key)
-        if pending is None:
-            return None
-        if pending.writing is not None:
-            await asyncio.wait([pending.writing])  # shielded from our caller's cancellation, never raises
-            if self._pending.get(key) is not pending:
-                return None  # written
-        del self._pending[key]
-        if pending.timer is not None:
-            pending.timer.cancel()
-        return pending
+    async def aclose(self) -> None:
+        """The launch lets go of the log (the executor may start, or another replica resumes):
+        nothing more is written, and a write under way has ended on return."""
+        self._closed = True
+        self._cancel_timer()
+        await self._settled()
 
-    async def flush(self) -> None:
-        for key in list(self._pending):
-            self._write_now(key)
-        while self._writes:
-            await asyncio.gather(*list(self._writes), return_exceptions=True)
+    def discard(self) -> None:
+        """Write nothing more (the launch was cancelled); a write under way still ends."""
+        self._closed = True
+        self._cancel_timer()
 
-    def _write_now(self, key: str) -> None:
-        pending = self._pending.get(key)
-        if pending is None or pending.writing is not None:
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    async def _settled(self) -> None:
+        if self._writing is not None:
+            await asyncio.wait([self._writing])  # shielded from our caller's cancellation, never raises
+
+    def _write_now(self) -> None:
+        self._timer = None
+        if self._closed or not self._held or self._writing is not None:
             return
-        if pending.timer is not None:
-            pending.timer.cancel()
-        writing = asyncio.create_task(self._write(key, pending), name=f"stage-line-{pending.task_id}")
-        pending.writing = writing
-        self._writes.add(writing)
-        writing.add_done_callback(self._writes.discard)
+        self._writing = asyncio.create_task(self._write_alone(), name=f"stage-line-{self._task_id}")
 
-    async def _write(self, key: str, pending: _Pending) -> None:
-        written = False
+    async def _write_alone(self) -> bool:
+        written = await self._write_at_start()
+        self._writing = None
+        if written:
+            self._held = False
+        elif not self._closed:
+            self._timer = asyncio.get_running_loop().call_later(CLAIMED_LINE_RETRY_S, self._write_now)
+        return written
+
+    async def _write_at_start(self) -> bool:
         try:
-            written = await StageLog(pending.client, pending.task_id, next_index=0).write(before=pending.rows)
-        finally:
-            if written:
-                self._pending.pop(key, None)
-            elif self._pending.get(key) is pending:
-                pending.writing = None  # kept: the launcher's write takes it along, or a retry
-                loop = asyncio.get_running_loop()
-                if loop.time() - pending.claimed_at < CLAIMED_LINE_KEEP_S:
-                    pending.timer = loop.call_later(CLAIMED_LINE_RETRY_S, self._write_now, key)
-                else:
-                    del self._pending[key]
-                    log.warning("task %s: the claim's stage line was given up (Gitea did not take it)", pending.task_id)
+            ack = await self._client.update_log(self._task_id, 0, self._rows, retry=STAGE_RETRY)
+        except GiteaError as err:
+            log.warning("task %s: the claim's stage line not written yet: %s", self._task_id, err)
+            return False
+        return ack >= len(self._rows)

@@ -26,7 +26,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from dynrunner.proto._gen.runner.v1 import messages_pb2 as runner_dot_v1_dot_messages__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n(dynrunner/assignment/v1/assignment.proto\x12\x17\x64ynrunner.assignment.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18runner/v1/messages.proto\"\xad\x03\n\nAssignment\x12\x0f\n\x07version\x18\x01 \x01(\r\x12\x15\n\rassignment_id\x18\x02 \x01(\t\x12\x0c\n\x04pool\x18\x03 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x04 \x01(\t\x12.\n\nclaimed_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1d\n\x04task\x18\x06 \x01(\x0b\x32\x0f.runner.v1.Task\x12\x37\n\x06runner\x18\x07 \x01(\x0b\x32\'.dynrunner.assignment.v1.ClaimingRunner\x12\x11\n\tgitea_url\x18\x08 \x01(\t\x12\x0f\n\x07job_key\x18\t \x01(\t\x12\x11\n\tspiffe_id\x18\n \x01(\t\x12,\n\x08\x64\x65\x61\x64line\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12:\n\x08\x65xecutor\x18\x0c \x01(\x0b\x32(.dynrunner.assignment.v1.ExecutorOptions\x12/\n\x06sealed\x18\r \x01(\x0b\x32\x1f.dynrunner.assignment.v1.Sealed\"G\n\x0e\x43laimingRunner\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x0c\n\x04uuid\x18\x02 \x01(\t\x12\r\n\x05token\x18\x03 \x01(\t\x12\x0c\n\x04name\x18\x04 \x01(\t\"\x84\x02\n\x0f\x45xecutorOptions\x12\x11\n\tworkspace\x18\x01 \x01(\t\x12\x39\n\tartifacts\x18\x02 \x01(\x0b\x32&.dynrunner.assignment.v1.ArtifactStore\x12\x37\n\x08identity\x18\x03 \x01(\x0b\x32%.dynrunner.assignment.v1.IdentityWait\x12!\n\x19outputs_total_limit_bytes\x18\x04 \x01(\x03\x12\x11\n\tlog_level\x18\x05 \x01(\t\x12\x34\n\x05\x63\x61\x63he\x18\x06 \x01(\x0b\x32%.dynrunner.assignment.v1.CacheService\"6\n\x0c\x43\x61\x63heService\x12\x0b\n\x03url\x18\x01 \x01(\t\x12\n\n\x02v2\x18\x02 \x01(\x08\x12\r\n\x05grant\x18\x03 \x01(\t\"\x87\x01\n\rArtifactStore\x12\x0e\n\x06\x64river\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x0e\n\x06\x62ucket\x18\x03 \x01(\t\x12\x0e\n\x06prefix\x18\x04 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x05 \x01(\t\x12\x0e\n\x06region\x18\x06 \x01(\t\x12\x16\n\x0emax_size_bytes\x18\x07 \x01(\x03\"U\n\x0cIdentityWait\x12\x0f\n\x07\x65nabled\x18\x01 \x01(\x08\x12\x1b\n\x13workload_api_socket\x18\x02 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x03 \x01(\r\";\n\x06Sealed\x12\x0e\n\x06key_id\x18\x01 \x01(\t\x12\r\n\x05nonce\x18\x02 \x01(\x0c\x12\x12\n\nciphertext\x18\x03 \x01(\x0c\"\xcf\x01\n\x0bSecretParts\x12K\n\x0ctask_secrets\x18\x01 \x03(\x0b\x32\x35.dynrunner.assignment.v1.SecretParts.TaskSecretsEntry\x12\x14\n\x0crunner_token\x18\x02 \x01(\t\x12\x12\n\ntask_token\x18\x03 \x01(\t\x12\x15\n\rruntime_token\x18\x04 \x01(\t\x1a\x32\n\x10TaskSecretsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n(dynrunner/assignment/v1/assignment.proto\x12\x17\x64ynrunner.assignment.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18runner/v1/messages.proto\"\xad\x03\n\nAssignment\x12\x0f\n\x07version\x18\x01 \x01(\r\x12\x15\n\rassignment_id\x18\x02 \x01(\t\x12\x0c\n\x04pool\x18\x03 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x04 \x01(\t\x12.\n\nclaimed_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1d\n\x04task\x18\x06 \x01(\x0b\x32\x0f.runner.v1.Task\x12\x37\n\x06runner\x18\x07 \x01(\x0b\x32\'.dynrunner.assignment.v1.ClaimingRunner\x12\x11\n\tgitea_url\x18\x08 \x01(\t\x12\x0f\n\x07job_key\x18\t \x01(\t\x12\x11\n\tspiffe_id\x18\n \x01(\t\x12,\n\x08\x64\x65\x61\x64line\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12:\n\x08\x65xecutor\x18\x0c \x01(\x0b\x32(.dynrunner.assignment.v1.ExecutorOptions\x12/\n\x06sealed\x18\r \x01(\x0b\x32\x1f.dynrunner.assignment.v1.Sealed\"W\n\x0e\x43laimingRunner\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x0c\n\x04uuid\x18\x02 \x01(\t\x12\r\n\x05token\x18\x03 \x01(\t\x12\x0c\n\x04name\x18\x04 \x01(\t\x12\x0e\n\x06labels\x18\x05 \x03(\t\"\x84\x02\n\x0f\x45xecutorOptions\x12\x11\n\tworkspace\x18\x01 \x01(\t\x12\x39\n\tartifacts\x18\x02 \x01(\x0b\x32&.dynrunner.assignment.v1.ArtifactStore\x12\x37\n\x08identity\x18\x03 \x01(\x0b\x32%.dynrunner.assignment.v1.IdentityWait\x12!\n\x19outputs_total_limit_bytes\x18\x04 \x01(\x03\x12\x11\n\tlog_level\x18\x05 \x01(\t\x12\x34\n\x05\x63\x61\x63he\x18\x06 \x01(\x0b\x32%.dynrunner.assignment.v1.CacheService\"6\n\x0c\x43\x61\x63heService\x12\x0b\n\x03url\x18\x01 \x01(\t\x12\n\n\x02v2\x18\x02 \x01(\x08\x12\r\n\x05grant\x18\x03 \x01(\t\"\x87\x01\n\rArtifactStore\x12\x0e\n\x06\x64river\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x0e\n\x06\x62ucket\x18\x03 \x01(\t\x12\x0e\n\x06prefix\x18\x04 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x05 \x01(\t\x12\x0e\n\x06region\x18\x06 \x01(\t\x12\x16\n\x0emax_size_bytes\x18\x07 \x01(\x03\"U\n\x0cIdentityWait\x12\x0f\n\x07\x65nabled\x18\x01 \x01(\x08\x12\x1b\n\x13workload_api_socket\x18\x02 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x03 \x01(\r\";\n\x06Sealed\x12\x0e\n\x06key_id\x18\x01 \x01(\t\x12\r\n\x05nonce\x18\x02 \x01(\x0c\x12\x12\n\nciphertext\x18\x03 \x01(\x0c\"\xcf\x01\n\x0bSecretParts\x12K\n\x0ctask_secrets\x18\x01 \x03(\x0b\x32\x35.dynrunner.assignment.v1.SecretParts.TaskSecretsEntry\x12\x14\n\x0crunner_token\x18\x02 \x01(\t\x12\x12\n\ntask_token\x18\x03 \x01(\t\x12\x15\n\rruntime_token\x18\x04 \x01(\t\x1a\x32\n\x10TaskSecretsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,19 +38,19 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ASSIGNMENT']._serialized_start=129
   _globals['_ASSIGNMENT']._serialized_end=558
   _globals['_CLAIMINGRUNNER']._serialized_start=560
-  _globals['_CLAIMINGRUNNER']._serialized_end=631
-  _globals['_EXECUTOROPTIONS']._serialized_start=634
-  _globals['_EXECUTOROPTIONS']._serialized_end=894
-  _globals['_CACHESERVICE']._serialized_start=896
-  _globals['_CACHESERVICE']._serialized_end=950
-  _globals['_ARTIFACTSTORE']._serialized_start=953
-  _globals['_ARTIFACTSTORE']._serialized_end=1088
-  _globals['_IDENTITYWAIT']._serialized_start=1090
-  _globals['_IDENTITYWAIT']._serialized_end=1175
-  _globals['_SEALED']._serialized_start=1177
-  _globals['_SEALED']._serialized_end=1236
-  _globals['_SECRETPARTS']._serialized_start=1239
-  _globals['_SECRETPARTS']._serialized_end=1446
-  _globals['_SECRETPARTS_TASKSECRETSENTRY']._serialized_start=1396
-  _globals['_SECRETPARTS_TASKSECRETSENTRY']._serialized_end=1446
+  _globals['_CLAIMINGRUNNER']._serialized_end=647
+  _globals['_EXECUTOROPTIONS']._serialized_start=650
+  _globals['_EXECUTOROPTIONS']._serialized_end=910
+  _globals['_CACHESERVICE']._serialized_start=912
+  _globals['_CACHESERVICE']._serialized_end=966
+  _globals['_ARTIFACTSTORE']._serialized_start=969
+  _globals['_ARTIFACTSTORE']._serialized_end=1104
+  _globals['_IDENTITYWAIT']._serialized_start=1106
+  _globals['_IDENTITYWAIT']._serialized_end=1191
+  _globals['_SEALED']._serialized_start=1193
+  _globals['_SEALED']._serialized_end=1252
+  _globals['_SECRETPARTS']._serialized_start=1255
+  _globals['_SECRETPARTS']._serialized_end=1462
+  _globals['_SECRETPARTS_TASKSECRETSENTRY']._serialized_start=1412
+  _globals['_SECRETPARTS_TASKSECRETSENTRY']._serialized_end=1462
 # @@protoc_insertion_point(module_scope)

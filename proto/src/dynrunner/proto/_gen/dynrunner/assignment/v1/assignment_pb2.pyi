@@ -5,7 +5,7 @@ from dynrunner.proto._gen.runner.v1 import messages_pb2 as _messages_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Mapping as _Mapping
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
@@ -41,16 +41,18 @@ class Assignment(_message.Message):
     def __init__(self, version: _Optional[int] = ..., assignment_id: _Optional[str] = ..., pool: _Optional[str] = ..., backend: _Optional[str] = ..., claimed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., task: _Optional[_Union[_messages_pb2.Task, _Mapping]] = ..., runner: _Optional[_Union[ClaimingRunner, _Mapping]] = ..., gitea_url: _Optional[str] = ..., job_key: _Optional[str] = ..., spiffe_id: _Optional[str] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., executor: _Optional[_Union[ExecutorOptions, _Mapping]] = ..., sealed: _Optional[_Union[Sealed, _Mapping]] = ...) -> None: ...
 
 class ClaimingRunner(_message.Message):
-    __slots__ = ("id", "uuid", "token", "name")
+    __slots__ = ("id", "uuid", "token", "name", "labels")
     ID_FIELD_NUMBER: _ClassVar[int]
     UUID_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
     id: int
     uuid: str
     token: str
     name: str
-    def __init__(self, id: _Optional[int] = ..., uuid: _Optional[str] = ..., token: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+    labels: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, id: _Optional[int] = ..., uuid: _Optional[str] = ..., token: _Optional[str] = ..., name: _Optional[str] = ..., labels: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ExecutorOptions(_message.Message):
     __slots__ = ("workspace", "artifacts", "identity", "outputs_total_limit_bytes", "log_level", "cache")
