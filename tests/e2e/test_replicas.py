@@ -11,8 +11,12 @@ started again a second later.
 Asserted: every job ends once with its own result (success, or failed with the diagnosis
 written once), every task was started by exactly one executor, the pool never had more
 tasks running than its `maxConcurrency`, no environment, permit or unused registration is
-left behind, and no queued job waited for a free slot 30 s or longer. The figures are
-printed (see the note of the change that added this test).
+left behind. The figures are printed, the longest wait with a free slot among them: on a
+loaded 2-core machine it ranged from 8 s to 116 s with the same code, so it is no assertion
+here; what keeps slots busy is proven on virtual time, where load cannot move it
+(tests/unit/controller/claiming/test_registrations.py: two loops never take one stored runner;
+tests/integration/controller/claiming/test_claim_race.py: a loop that lost a race to another replica scans again
+at its next poll).
 """
 
 from __future__ import annotations
@@ -202,8 +206,6 @@ async def _three_replicas(gitea: GiteaDouble, nats_url: str, tmp_path: Path) -> 
                 assert sum("crashing on purpose" in row for row in rows) == 1, rows
     # The pool's limit held across the replicas.
     assert slots.max_running <= LIMIT, slots.max_running
-    # No queued job waited 30 s or longer while the pool had a free slot.
-    assert slots.longest_wait_with_free_slot < 30, slots.longest_wait_with_free_slot
     # No registration left behind: every runner Gitea lists is stored, owned by a replica, idle.
     stored = await _stored_owners(nats_url, tmp_path / "sealing.key")
     runners = live_runners(gitea)
