@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -56,4 +57,12 @@ def test_the_shared_informer_follows_and_relists_after_410(kube_api, kube_client
         wait_for(lambda: [p.metadata.name for p in informer.cache.list()] == ["b"])
         assert any(getattr(e, "status", None) == 410 for e in errors)
     finally:
-        informer.stop()
+        # Without a resync period its watch has no timeout, and `stop()` joins a thread blocked
+        # reading it: an event lets the thread see the stop (it hung 2 runs in 5 without one).
+        stopper = threading.Thread(target=informer.stop)
+        stopper.start()
+        wakes = 0
+        while stopper.is_alive():
+            v1.create_namespaced_pod("default", pod(f"wake-{wakes}"))
+            wakes += 1
+            stopper.join(0.5)
