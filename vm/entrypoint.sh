@@ -40,6 +40,7 @@ executor=${DYNRUNNER_EXECUTOR_COMMAND:-dynrunner-executor}
 executor_user=${DYNRUNNER_EXECUTOR_USER-runner}
 state_file=${DYNRUNNER_STATE_FILE:-/run/dynrunner/reported/accepted-state.pb}
 state_max=${DYNRUNNER_STATE_CONSOLE_MAX_BYTES:-12000} # base64 within one 16 KiB log line
+case $state_max in '' | *[!0-9]*) state_max=12000 ;; esac # arithmetic on it must not fail
 
 say() { printf 'dynrunner-vm-entrypoint: %s\n' "$*" >&2; }
 

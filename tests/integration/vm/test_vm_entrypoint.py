@@ -111,6 +111,7 @@ KEPT = TaskState(7, steps=[StepState(0, Result.SUCCESS, log_index=0, log_length=
         ("exit 3", "12000", True),  # failed without finalizing
         ("exit 0", "12000", False),  # finalized: Gitea has it all
         ("kill -9 $$", "8", False),  # too long for one console line: said instead
+        ("kill -9 $$", "8x", True),  # not a number: the default
     ],
 )
 async def test_an_executor_that_did_not_finalize_leaves_its_accepted_state_on_the_console(

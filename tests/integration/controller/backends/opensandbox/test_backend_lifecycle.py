@@ -109,7 +109,7 @@ async def test_how_the_executor_ended_is_the_observation(
         assert (obs.diagnosis.reason if obs.diagnosis else None) is reason  # type: ignore[attr-defined]
         assert obs.exit_code == code  # type: ignore[attr-defined]
         # The console is read for a failed job only (its accepted state): none here kept one.
-        assert backend.api.requests.get("console", 0) == (phase is Phase.FAILED)
+        assert backend.api.requests.get("console", 0) == (1 if phase is Phase.FAILED else 0)
         assert obs.reported is None  # type: ignore[attr-defined]
 
 
