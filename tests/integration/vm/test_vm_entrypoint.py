@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import os
 from datetime import timedelta
 from pathlib import Path
 
@@ -136,3 +137,32 @@ async def test_an_executor_that_did_not_finalize_leaves_its_accepted_state_on_th
     else:
         assert STATE_MARKER not in console, console
     assert ("is over 8 bytes: not printed" in console) is (limit == "8"), console
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the entrypoint switches to the executor's user only as root")
+@pytest.mark.parametrize(
+    ("state", "printed"), [("cp /run/kept.pb", True), ("ln -s /run/dynrunner/delivery/secret", False)]
+)
+async def test_the_entrypoint_reads_the_state_file_as_the_executors_user(
+    opensandbox_factory: OpenSandboxFactory, tmp_path: Path, state: str, printed: bool
+) -> None:
+    """The file is the job's (its directory is the executor user's): a job that links it to a
+    file only root may read (here a delivered one, mode 600) gets nothing of it printed."""
+    kept, stand_in = tmp_path / "kept.pb", tmp_path / "stand-in"
+    kept.write_bytes(KEPT.encode())
+    stand_in.write_text(f'#!/bin/sh\n{state} "$DYNRUNNER_STATE_FILE"\nkill -9 $$\n')
+    stand_in.chmod(0o755)
+    base = vm_image(DYNRUNNER_EXECUTOR_USER="nobody", DYNRUNNER_EXECUTOR_COMMAND="/run/stand-in")
+    # Under /run, which the sandbox mounts from its rootfs: the test's directory is root's alone.
+    image = dataclasses.replace(base, files={**base.files, "/run/stand-in": stand_in, "/run/kept.pb": kept})
+    secret = b"only root reads this"
+    async with opensandbox_factory(images={VM_IMAGE: image}) as osb:
+        sandbox = await Sandbox.create(VM_IMAGE, entrypoint=[ENTRYPOINT], connection_config=sdk_config(osb))
+        await deliver(sandbox, {"assignment.pb": b"an assignment", "secret": secret})
+        box = await osb.wait_for_state(sandbox.id, "Terminated", "Failed", timeout_s=60)
+        console, message = box.console.read_text(), box.status.message
+        await sandbox.kill()
+        await sandbox.close()
+    assert message == "Sandbox container exited with code 137.", console
+    assert (accepted_state(console) == KEPT) is printed, console
+    assert base64.b64encode(secret).decode()[:12] not in console and (STATE_MARKER in console) is printed, console
