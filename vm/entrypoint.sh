@@ -14,7 +14,9 @@
 #    store), delete it, and run the executor on the assignment, as $DYNRUNNER_EXECUTOR_USER
 #    when running as root, keeping the task state Gitea last accepted in $DYNRUNNER_STATE_FILE
 #    (the controller reads it through execd when it ends a job whose VM still runs); exit with
-#    its status (the sandbox then ends Terminated or Failed).
+#    its status (the sandbox then ends Terminated or Failed). When that status is not 0 (the
+#    executor did not finalize), first print that file on the console as one line,
+#    `dynrunner-accepted-state: <base64>`, for the controller to read after the VM ended.
 #
 # Its own failures have exit statuses the executor never uses (0, 1, 3, 128+N), so the
 # controller's diagnosis tells them apart: 66 nothing (or no assignment) was delivered, 69 the
@@ -37,6 +39,8 @@ agent_timeout=${DYNRUNNER_SPIRE_AGENT_TIMEOUT_SECONDS:-120}
 executor=${DYNRUNNER_EXECUTOR_COMMAND:-dynrunner-executor}
 executor_user=${DYNRUNNER_EXECUTOR_USER-runner}
 state_file=${DYNRUNNER_STATE_FILE:-/run/dynrunner/reported/accepted-state.pb}
+state_max=${DYNRUNNER_STATE_CONSOLE_MAX_BYTES:-12000} # base64 within one 16 KiB log line
+case $state_max in '' | *[!0-9]*) state_max=12000 ;; esac # arithmetic on it must not fail
 
 say() { printf 'dynrunner-vm-entrypoint: %s\n' "$*" >&2; }
 
@@ -127,4 +131,18 @@ if kill -0 "$executor_pid" 2>/dev/null; then
     wait "$executor_pid" || status=$?
 fi
 stop_agent
+# The executor ended without finalizing its task (killed, out of memory, failed): the VM ends
+# now and execd with it, so the task state Gitea last accepted goes on the console, which the
+# controller reads once the VM has ended. Read as the executor's user (the job's own file: it
+# may point it at a file only root could read), at most $state_max bytes.
+if [ "$status" -ne 0 ] && [ -f "$state_file" ]; then
+    # shellcheck disable=SC2086
+    size=$($run_as head -c "$((state_max + 1))" "$state_file" | wc -c) || size=0
+    if [ "$size" -gt "$state_max" ]; then
+        say "the accepted task state is over ${state_max} bytes: not printed (every step is cancelled)"
+    elif [ "$size" -gt 0 ]; then
+        # shellcheck disable=SC2086
+        printf 'dynrunner-accepted-state: %s\n' "$($run_as head -c "$state_max" "$state_file" | base64 | tr -d '\n')"
+    fi
+fi
 exit "$status"

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -252,3 +254,66 @@ def second_step_kept(rootfs: Path) -> bool:
     except (OSError, ValueError):
         return False
     return len(state.steps) > 1 and state.steps[1].started_at is not None and state.steps[0].result is Result.SUCCESS
+
+
+async def test_a_vm_whose_executor_was_killed_after_its_first_step_shows_that_step_succeeded(
+    gitea: GiteaDouble, nats_url: str, world: VmWorld, tmp_path: Path
+) -> None:
+    """Issue 18 item 7: the executor in a VM is killed (SIGKILL, as the OOM killer does) after
+    Gitea accepted step 1's success and step 2's start. The entrypoint exits, the VM ends and
+    execd with it; the state it printed on the console gives the reaper the steps: step 1
+    succeeded, step 2 cancelled, step 3 skipped (every step was cancelled)."""
+    ran = tmp_path / "ran.log"
+    cfg = ControllerConfig.model_validate(
+        {
+            **config_data(
+                gitea_url=gitea.url,
+                registration_token=gitea.registration_token,
+                state_dir=tmp_path / "state",
+                nats_url=nats_url,
+                pools=[world.pool()],
+            ),
+            "identity": world.identity(),
+        }
+    )
+    backend = OpenSandboxBackend.from_config(cfg.pools[0], cfg, clock=world.osb.clock.now)
+    async with in_process(cfg, backends={"vm": backend}):
+        run = gitea.submit("owner/repo", THREE_STEPS.format(ran=ran))
+        await wait_for(lambda: recorded(ran), within=60, what="the job's second step running")
+        [box] = world.osb.listed()
+        await wait_for(lambda: second_step_kept(box.rootfs), within=30, what="the second step's start accepted")
+        assert box.process is not None
+        [executor] = executors_under(box.process.pid)
+        os.kill(executor, signal.SIGKILL)
+        done = await wait_run_done(gitea, run.id, within=60)
+        await wait_for(lambda: nothing_left(world), within=30, what="the VM removed")
+    assert done.status == "failure"
+    task = gitea.task(done.jobs[0].task_id)
+    assert any("killed by SIGKILL" in row for row in task.log_rows), task.log_rows[-5:]
+    assert not any("dynrunner-accepted-state" in row for row in task.log_rows)
+    assert [step.status for step in task.steps] == ["success", "cancelled", "skipped"], task.steps
+    first = task.steps[0]
+    assert "built" in task.log_rows[first.log_index : first.log_index + first.log_length]
+    assert_only_armed_runners(gitea)
+
+
+def executors_under(root: int) -> list[int]:
+    """The executor processes (`… run --assignment …`) among the descendants of `root`."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+        except (OSError, ValueError):
+            continue
+        if entry.name.isdigit():
+            parent = int(stat.rpartition(")")[2].split()[1])
+            children.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        todo += children.get(pid, [])
+        with contextlib.suppress(OSError):
+            argv = (Path("/proc") / str(pid) / "cmdline").read_bytes().split(b"\0")
+            if b"--assignment" in argv and b"run" in argv:
+                found.append(pid)
+    return found

@@ -3,17 +3,22 @@ then the real executor running the job against the Gitea double."""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import os
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from opensandbox import Sandbox
 
+from dynrunner.controller.backends.opensandbox.builders import STATE_MARKER
+from dynrunner.controller.backends.opensandbox.diagnosis import accepted_state
 from dynrunner.proto.assignment import encode
-from dynrunner.proto.gitea import Result
+from dynrunner.proto.gitea import Result, StepState, TaskState
 from tests.fixtures.executor import ExecutorHarness
 from tests.fixtures.opensandbox import ENTRYPOINT, VM_IMAGE, OpenSandboxFactory, deliver, sdk_config, vm_image
+from tests.fixtures.opensandbox_backend import stand_in_image
 
 WORKFLOW = """
 on: push
@@ -95,3 +100,69 @@ async def test_the_sandbox_ends_with_the_executors_status_not_the_agents(
         await sandbox.kill()
         await sandbox.close()
     assert executor_harness.gitea.task(claimed.task_id).result == Result.SUCCESS
+
+
+KEPT = TaskState(7, steps=[StepState(0, Result.SUCCESS, log_index=0, log_length=2), StepState(1, Result.UNSPECIFIED)])
+
+
+@pytest.mark.parametrize(
+    ("ending", "limit", "printed"),
+    [
+        ("kill -9 $$", "12000", True),  # killed: the state is printed
+        ("exit 3", "12000", True),  # failed without finalizing
+        ("exit 0", "12000", False),  # finalized: Gitea has it all
+        ("kill -9 $$", "8", False),  # too long for one console line: said instead
+        ("kill -9 $$", "8x", True),  # not a number: the default
+    ],
+)
+async def test_an_executor_that_did_not_finalize_leaves_its_accepted_state_on_the_console(
+    opensandbox_factory: OpenSandboxFactory, tmp_path: Path, ending: str, limit: str, printed: bool
+) -> None:
+    """Issue 18 item 7: execd ends with the VM, so the entrypoint prints the state file on the
+    console (base64, one line, the last), where the controller reads it after the VM ended."""
+    source = tmp_path / "kept.pb"
+    source.write_bytes(KEPT.encode())
+    body = f'cp {source} "$DYNRUNNER_STATE_FILE"\n{ending}\n'
+    image = stand_in_image(tmp_path, body, DYNRUNNER_STATE_CONSOLE_MAX_BYTES=limit)
+    async with opensandbox_factory(images={VM_IMAGE: image}) as osb:
+        sandbox = await Sandbox.create(VM_IMAGE, entrypoint=[ENTRYPOINT], connection_config=sdk_config(osb))
+        await deliver(sandbox, {"assignment.pb": b"an assignment"})
+        box = await osb.wait_for_state(sandbox.id, "Terminated", "Failed", timeout_s=60)
+        console = box.console.read_text()
+        await sandbox.kill()
+        await sandbox.close()
+    if printed:
+        assert console.splitlines()[-1] == STATE_MARKER + base64.b64encode(KEPT.encode()).decode(), console
+        assert accepted_state(console) == KEPT
+    else:
+        assert STATE_MARKER not in console, console
+    assert ("is over 8 bytes: not printed" in console) is (limit == "8"), console
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the entrypoint switches to the executor's user only as root")
+@pytest.mark.parametrize(
+    ("state", "printed"), [("cp /run/kept.pb", True), ("ln -s /run/dynrunner/delivery/secret", False)]
+)
+async def test_the_entrypoint_reads_the_state_file_as_the_executors_user(
+    opensandbox_factory: OpenSandboxFactory, tmp_path: Path, state: str, printed: bool
+) -> None:
+    """The file is the job's (its directory is the executor user's): a job that links it to a
+    file only root may read (here a delivered one, mode 600) gets nothing of it printed."""
+    kept, stand_in = tmp_path / "kept.pb", tmp_path / "stand-in"
+    kept.write_bytes(KEPT.encode())
+    stand_in.write_text(f'#!/bin/sh\n{state} "$DYNRUNNER_STATE_FILE"\nkill -9 $$\n')
+    stand_in.chmod(0o755)
+    base = vm_image(DYNRUNNER_EXECUTOR_USER="nobody", DYNRUNNER_EXECUTOR_COMMAND="/run/stand-in")
+    # Under /run, which the sandbox mounts from its rootfs: the test's directory is root's alone.
+    image = dataclasses.replace(base, files={**base.files, "/run/stand-in": stand_in, "/run/kept.pb": kept})
+    secret = b"only root reads this"
+    async with opensandbox_factory(images={VM_IMAGE: image}) as osb:
+        sandbox = await Sandbox.create(VM_IMAGE, entrypoint=[ENTRYPOINT], connection_config=sdk_config(osb))
+        await deliver(sandbox, {"assignment.pb": b"an assignment", "secret": secret})
+        box = await osb.wait_for_state(sandbox.id, "Terminated", "Failed", timeout_s=60)
+        console, message = box.console.read_text(), box.status.message
+        await sandbox.kill()
+        await sandbox.close()
+    assert message == "Sandbox container exited with code 137.", console
+    assert (accepted_state(console) == KEPT) is printed, console
+    assert base64.b64encode(secret).decode()[:12] not in console and (STATE_MARKER in console) is printed, console

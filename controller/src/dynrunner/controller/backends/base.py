@@ -90,9 +90,10 @@ class Observation:
     reported: TaskState | None = None
     """What Gitea last accepted of the task's state from the executor (its result once it
     finalized, every step it reported), if the backend can tell: the executor keeps it in the
-    file `DYNRUNNER_STATE_FILE` names (local; a VM's, read through execd while it runs) and in
-    a Pod's termination message (`dynrunner.proto.accepted`). Read only for an environment that
-    ended; the reaper's final step states come from it (`reporting.finalize.final_steps`)."""
+    file `DYNRUNNER_STATE_FILE` names (local; a VM's, read through execd while it runs, or from
+    its console, where the entrypoint printed it after the executor died) and in a Pod's
+    termination message (`dynrunner.proto.accepted`). Read only for an environment that ended;
+    the reaper's final step states come from it (`reporting.finalize.final_steps`)."""
     identity_wait_s: float | None = None
     """How long the executor waited for its workload identity, if the backend can tell (for
     `dynrunner_identity_wait_seconds`)."""

@@ -9,8 +9,9 @@ reported, as a runner.v1 `TaskState` message. The file is replaced whole (a temp
 renamed over it), so a reader sees one accepted report or the one before.
 
 A backend that can read the file back names it in `DYNRUNNER_STATE_FILE` (the local backend
-does, and the VM's entrypoint, which the opensandbox backend reads through execd). A Pod's
-files go with it, so there the state is also written as the container's termination message
+does; so does the VM's entrypoint: the opensandbox backend reads the file through execd, or,
+once the executor died and the VM with it, from the console, where the entrypoint printed it).
+A Pod's files go with it, so there the state is also written as the container's termination message
 (`DYNRUNNER_TERMINATION_MESSAGE_PATH`), in the short form of `dynrunner.proto.accepted` that
 fits the kubelet's 4096 bytes; it is written in place (the file is a bind mount), so a kill in
 the middle of a write leaves a message that reads as no state. Without either nothing is

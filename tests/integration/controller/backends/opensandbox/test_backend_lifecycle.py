@@ -108,6 +108,9 @@ async def test_how_the_executor_ended_is_the_observation(
         assert obs.phase is phase  # type: ignore[attr-defined]
         assert (obs.diagnosis.reason if obs.diagnosis else None) is reason  # type: ignore[attr-defined]
         assert obs.exit_code == code  # type: ignore[attr-defined]
+        # The console is read for a failed job only (its accepted state): none here kept one.
+        assert backend.api.requests.get("console", 0) == (1 if phase is Phase.FAILED else 0)
+        assert obs.reported is None  # type: ignore[attr-defined]
 
 
 async def test_a_vm_ended_for_its_deadline_gives_the_steps_gitea_accepted_read_through_execd(
@@ -137,6 +140,35 @@ async def test_a_vm_ended_for_its_deadline_gives_the_steps_gitea_accepted_read_t
         obs = await _phase(backend, env, Phase.FAILED)
         assert obs.diagnosis.reason is FailureReason.DEADLINE_EXCEEDED  # type: ignore[attr-defined]
         assert obs.reported == kept  # type: ignore[attr-defined]
+        await backend.delete(env)
+
+
+async def test_a_vm_whose_executor_was_killed_gives_the_steps_gitea_accepted_from_its_console(
+    opensandbox_factory: OpenSandboxFactory, tmp_path: Path
+) -> None:
+    """Issue 18 item 7: an executor killed after Gitea accepted step 1 ends its VM, and execd
+    with it; the entrypoint printed the state file on the console, which the backend reads
+    (once) for the failed job, so the reaper finalizes with step 1 succeeded."""
+    kept = TaskState(7, steps=[StepState(0, Result.SUCCESS, log_index=0, log_length=2), StepState(1, started_at=T0)])
+    source = tmp_path / "kept.pb"
+    source.write_bytes(kept.encode())
+    body = f"""
+        cp {source} "$DYNRUNNER_STATE_FILE"
+        kill -9 $$
+    """
+    async with (
+        opensandbox_factory(images={VM_IMAGE: stand_in_image(tmp_path, body)}) as osb,
+        vm_backend(osb, tmp_path) as backend,
+    ):
+        env = await backend.create(vm_assignment())
+        await _start(backend, env)
+        obs = await _phase(backend, env, Phase.FAILED)
+        assert obs.diagnosis.reason is FailureReason.KILLED  # type: ignore[attr-defined]
+        assert obs.reported == kept  # type: ignore[attr-defined]
+        report = failure_report(obs, [])  # type: ignore[arg-type]
+        assert "dynrunner-accepted-state" not in report, report
+        assert (await backend.observe(env)).reported == kept
+        assert backend.api.requests["console"] == 1
         await backend.delete(env)
 
 

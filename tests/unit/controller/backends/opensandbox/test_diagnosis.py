@@ -3,12 +3,15 @@ entrypoint and executor, start timeouts, deadlines, expiry and deletion."""
 
 from __future__ import annotations
 
+import base64
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from dynrunner.controller.backends.base import FailureReason, Phase
-from dynrunner.controller.backends.opensandbox.diagnosis import SandboxView, classify
+from dynrunner.controller.backends.opensandbox.builders import STATE_MARKER
+from dynrunner.controller.backends.opensandbox.diagnosis import SandboxView, accepted_state, classify, without_state
+from dynrunner.proto.gitea import Result, StepState, TaskState
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 START = timedelta(seconds=600)
@@ -118,3 +121,52 @@ def test_a_vanished_sandbox_is_gone_and_an_expiry_is_told_from_a_deletion() -> N
     overran = _classify(None, now=1201, deadline=600, last_seen=seen)
     assert overran.diagnosis.reason is FailureReason.DEADLINE_EXCEEDED  # type: ignore[attr-defined]
     assert "past the job's deadline" in overran.diagnosis.message  # type: ignore[attr-defined]
+
+
+# -- the accepted state on the console (issue 18 item 7) ------------------------------------------
+
+KEPT = TaskState(
+    7,
+    steps=[
+        StepState(0, Result.SUCCESS, started_at=T0, stopped_at=T0, log_index=0, log_length=2),
+        StepState(1, started_at=T0 + timedelta(seconds=1)),
+    ],
+)
+
+
+def marker(state: TaskState | bytes) -> str:
+    data = state if isinstance(state, bytes) else state.encode()
+    return STATE_MARKER + base64.b64encode(data).decode()
+
+
+@pytest.mark.parametrize(
+    "console",
+    [
+        f"executor: step 1\n{marker(KEPT)}\n",
+        # Docker's logs carry a timestamp before each line; an agent may speak after it.
+        f"2026-01-01T00:00:00.000000001Z {marker(KEPT)}\r\n2026-01-01T00:00:01Z agent: stopped\n",
+        f"{marker(TaskState(7, steps=[StepState(0, started_at=T0)]))}\n{marker(KEPT)}",  # the last one
+    ],
+)
+def test_the_last_state_line_on_the_console_is_the_accepted_state(console: str) -> None:
+    assert accepted_state(console) == KEPT
+
+
+@pytest.mark.parametrize(
+    "console",
+    [
+        "",
+        "dynrunner-vm-entrypoint: the SPIRE agent did not open its socket\n",
+        STATE_MARKER + "\n",  # an empty file
+        marker(KEPT)[:-7] + "\n",  # cut short
+        STATE_MARKER + "not base64!\n",
+        marker(b"\xff\xff\xff\xff") + "\n",  # base64, but no TaskState
+        f"{marker(KEPT)}\n{STATE_MARKER}garbage\n",  # the last one is malformed: none of them
+    ],
+)
+def test_a_console_without_a_whole_state_line_gives_none(console: str) -> None:
+    assert accepted_state(console) is None
+
+
+def test_the_state_lines_are_kept_out_of_what_the_job_log_shows() -> None:
+    assert without_state(f"one\n{marker(KEPT)}\ntwo\n") == "one\ntwo"

@@ -14,9 +14,11 @@ vm/ — per job (docs/opensandbox.md).
 - `observe` classifies the sandbox (`diagnosis`); it and `find` answer from the watch's last
   list while the watch runs (the reaper looks when the watch woke it), else read or list. A
   job that failed while its VM still runs (past its deadline) is observed with the task state
-  Gitea last accepted from the executor, read through execd (`builders.STATE_FILE`) — once
-  the VM has ended, execd has gone with it; a VM that did not start, with its console's last
-  lines.
+  Gitea last accepted from the executor, read through execd (`builders.STATE_FILE`); one
+  whose VM ended (its executor killed, out of memory), with the same state as the entrypoint
+  printed it on the console (`diagnosis.accepted_state`: execd has gone with the VM); a VM
+  that did not start, with its console's last lines. The console is read once per sandbox,
+  and only for a failed job.
 - `watch` lists the pool's sandboxes, wakes the reaper and renews leases (`watch`).
 - `delete` removes the sandbox (and any duplicate), the VM's SPIRE agent and its alias entry,
   and the job's entry.
@@ -49,7 +51,13 @@ from dynrunner.controller.backends.opensandbox import builders, selection
 from dynrunner.controller.backends.opensandbox.agents import Agents, SpireServerError
 from dynrunner.controller.backends.opensandbox.api import NotFound, OpenSandboxApi, OpenSandboxError, SandboxFiles
 from dynrunner.controller.backends.opensandbox.builders import VmSettings
-from dynrunner.controller.backends.opensandbox.diagnosis import DEADLINE_SLACK, SandboxView, classify
+from dynrunner.controller.backends.opensandbox.diagnosis import (
+    DEADLINE_SLACK,
+    SandboxView,
+    accepted_state,
+    classify,
+    without_state,
+)
 from dynrunner.controller.backends.opensandbox.watch import Clock, PoolWatch, utcnow
 from dynrunner.controller.config.model import ControllerConfig, PoolConfig
 from dynrunner.proto.assignment import Assignment, encode
@@ -84,7 +92,7 @@ class OpenSandboxBackend:
         self._clock = clock
         self._locks: dict[str, asyncio.Lock] = {}
         self._consoles: dict[str, str] = {}
-        """Sandbox id → the last lines of the console of a VM that did not start."""
+        """Sandbox id → the console of a VM that failed (read once)."""
         self._staged_files: dict[str, SandboxFiles] = {}
         """Assignment id → the execd file API its staging reached, for its start to use."""
         self._started_in: dict[str, float] = {}
@@ -375,8 +383,11 @@ class OpenSandboxBackend:
             console = await self._console(view.id)
             if console:
                 observed = dataclasses.replace(observed, diagnosis=dataclasses.replace(diagnosis, detail=console))
-        if observed.phase is Phase.FAILED and view is not None and view.delivered and view.state == "Running":
-            observed = dataclasses.replace(observed, reported=await self._reported(view))
+        if observed.phase is Phase.FAILED and view is not None and view.delivered:
+            if view.state == "Running":
+                observed = dataclasses.replace(observed, reported=await self._reported(view))
+            elif view.ended:  # execd ended with the VM: the entrypoint put the state on the console
+                observed = dataclasses.replace(observed, reported=accepted_state(await self._console_text(view.id)))
         return observed
 
     async def _reported(self, view: SandboxView) -> TaskState | None:
@@ -392,15 +403,19 @@ class OpenSandboxBackend:
 
     async def _console(self, sandbox_id: str) -> str:
         """The last lines of a VM's console, which tell why it did not start (the entrypoint's
-        and the agent's words); read once per sandbox, "" when the server has none."""
+        and the agent's words), without the sandbox's id or the entrypoint's state line."""
+        text = without_state(await self._console_text(sandbox_id)).replace(sandbox_id, "<the VM>")
+        return "\n".join(text.splitlines()[-CONSOLE_LINES:])
+
+    async def _console_text(self, sandbox_id: str) -> str:
+        """A VM's console as the server keeps it: read once per sandbox (only for one that
+        failed), "" when the server has none or cannot say (tried again at the next look)."""
         if sandbox_id not in self._consoles:
             try:
-                text = await self.api.console(sandbox_id)
+                self._consoles[sandbox_id] = await self.api.console(sandbox_id)
             except OpenSandboxError as err:
                 log.info("the console of sandbox %s cannot be read: %s", sandbox_id, err)
                 return ""
-            lines = text.replace(sandbox_id, "<the VM>").splitlines()[-CONSOLE_LINES:]
-            self._consoles[sandbox_id] = "\n".join(lines)
         return self._consoles[sandbox_id]
 
     async def find(self, assignment_id: str) -> Environment | None:

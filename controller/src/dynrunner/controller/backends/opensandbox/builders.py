@@ -39,6 +39,9 @@ BUNDLE_FILE = "bundle.pem"
 STATE_FILE = "/run/dynrunner/reported/accepted-state.pb"
 """Where the executor keeps the task state Gitea last accepted (the entrypoint's
 `DYNRUNNER_STATE_FILE`), read through execd before a VM that still runs is deleted."""
+STATE_MARKER = "dynrunner-accepted-state: "
+"""What starts the console line on which the entrypoint prints that file (base64) when the
+executor ended without finalizing: read from the console once the VM has ended."""
 ENV_FILE = "env"
 S3_ENV = (
     "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION",

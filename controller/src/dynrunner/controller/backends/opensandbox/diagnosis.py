@@ -9,17 +9,29 @@ of its own when the job never reached the executor (vm/README.md): 66 nothing wa
 69 the SPIRE agent did not come up. Whether the executor was handed the job at all is the
 sandbox's `dynrunner-stage`. An expired sandbox is removed by the server (404): what the
 backend last saw of it (its expiry) tells an expiry from a deletion.
+
+When the executor ended without finalizing its task, the entrypoint prints the task state
+Gitea last accepted on the VM's console, which the server keeps after the VM ended (execd,
+which reads the state file, ends with it): `accepted_state` reads it back.
 """
 
 from __future__ import annotations
 
+import base64
 import re
 import signal
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from dynrunner.controller.backends.base import Diagnosis, FailureReason, Observation, Phase
-from dynrunner.controller.backends.opensandbox.builders import KEY_STAGE, STAGE_CREATED, STAGE_DELIVERED, stage_of
+from dynrunner.controller.backends.opensandbox.builders import (
+    KEY_STAGE,
+    STAGE_CREATED,
+    STAGE_DELIVERED,
+    STATE_MARKER,
+    stage_of,
+)
+from dynrunner.proto.gitea import TaskState
 
 EXIT_NOT_DELIVERED = 66
 EXIT_NO_AGENT = 69
@@ -196,3 +208,25 @@ def vanished(last_seen: SandboxView | None, *, deadline: datetime | None, now: d
         )
         return Diagnosis(FailureReason.VANISHED, message, detail)
     return Diagnosis(FailureReason.VANISHED, "The job's VM was deleted outside dynrunner.", detail)
+
+
+def accepted_state(console: str) -> TaskState | None:
+    """The task state the entrypoint printed on the VM's console (`STATE_MARKER` and the state
+    file's bytes in base64, vm/README.md): the last such line, wherever it starts (a server
+    may prefix each line with a timestamp). None when there is none, or when it does not
+    decode (cut short, or a job's forgery: it can misstate only its own task's steps)."""
+    for line in reversed(console.splitlines()):
+        _, marker, payload = line.partition(STATE_MARKER)
+        if not marker:
+            continue
+        try:
+            data = base64.b64decode(payload.strip(), validate=True)
+            return TaskState.decode(data) if data else None
+        except (ValueError, OverflowError):  # binascii.Error is a ValueError
+            return None
+    return None
+
+
+def without_state(console: str) -> str:
+    """`console` without the entrypoint's state lines: they are for the controller, not a job log."""
+    return "\n".join(line for line in console.splitlines() if STATE_MARKER not in line)
