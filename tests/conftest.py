@@ -18,4 +18,5 @@ pytest_plugins = [
     "tests.fixtures.images",
     "tests.fixtures.local_backend",
     "tests.fixtures.chart",
+    "tests.fixtures.real_gitea",
 ]
