@@ -20,13 +20,14 @@ $(STAMP): requirements-dev.txt proto/pyproject.toml executor/pyproject.toml cont
 	$(UV) pip install -q -p $(BIN)/python --no-deps $(PKGS)
 	@touch $(STAMP)
 
-test: PEERS_FLAGS = --allow-missing
+test: PEERS_FLAGS = --allow-missing --budget 2400
 test: lint clients chart-tools peers
 	$(BIN)/python -m pytest -q tests
 
 # Real Gitea releases and SPIRE built from their Go modules into a cache outside the repository
 # (docs/real-peers.md), for tests/peers. Under `make test` one that cannot be built says why in
-# one line and its tests skip; `make peers` alone fails then.
+# one line and its tests skip, and no build starts after 40 minutes (a cold CI); `make peers`
+# alone builds everything and fails when something is left unbuilt.
 peers: venv
 	$(BIN)/python -m tests.fixtures.peers $(PEERS_FLAGS)
 
