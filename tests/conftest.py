@@ -20,4 +20,5 @@ pytest_plugins = [
     "tests.fixtures.local_backend",
     "tests.fixtures.chart",
     "tests.fixtures.controller_nats",
+    "tests.fixtures.real_gitea",
 ]

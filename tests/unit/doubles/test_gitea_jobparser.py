@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from dynrunner.doubles.gitea.jobparser import WorkflowError, parse_workflow, runs_on_labels, step_display_name
+from dynrunner.doubles.gitea.jobparser import (
+    WorkflowError,
+    legacy_step_display_name,
+    parse_workflow,
+    runs_on_labels,
+    step_display_name,
+)
 from dynrunner.doubles.gitea.yamlio import load
 
 # modules/actions/jobparser/testdata/multiple_matrix.in.yaml
@@ -321,3 +327,11 @@ def test_raw_nodes_keep_their_scalar_style_and_go_strings_are_quoted() -> None:
     payload = payload_of(text)
     assert "A: yes\n" in payload and "B: 'no'\n" in payload and 'C: "on"\n' in payload
     assert 'd: "yes"\n' in payload
+
+
+def test_legacy_step_display_names() -> None:
+    """Gitea 1.24 and 1.25 show an unnamed step as its whole `run` script (real 1.25.5)."""
+    assert legacy_step_display_name({"name": "Build"}) == "Build"
+    assert legacy_step_display_name({"run": 'echo "a"\nexit 1\n'}) == 'echo "a"\nexit 1\n'
+    assert legacy_step_display_name({"uses": "actions/checkout@v4"}) == "actions/checkout@v4"
+    assert legacy_step_display_name({"id": "s1"}) == "s1"

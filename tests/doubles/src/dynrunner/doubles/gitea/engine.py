@@ -293,7 +293,7 @@ class Engine:
             run_id = runs.insert_run(conn, new, now)
             github = parse_context(conn, self.instance, run_id)
             parsed = parse_workflow(new.workflow, context={"github": github, "vars": new.vars})
-            runs.insert_jobs(conn, run_id, parsed, now)
+            runs.insert_jobs(conn, run_id, parsed, now, profile=self.profile)
             return run_id
 
     def cancel_run(self, run_id: int) -> None:

@@ -60,6 +60,8 @@ class ParsedJob:
     has_if: bool
     continue_on_error: bool
     matrix: Mapping[str, Any] = field(default_factory=dict)
+    legacy_step_names: tuple[str, ...] = ()
+    """The step names of Gitea 1.24 and 1.25 (`legacy_step_display_name`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,6 +338,7 @@ def _single(
         needs=needs,
         runs_on=runs_on,
         step_names=tuple(step_display_name(s) for s in steps),
+        legacy_step_names=tuple(legacy_step_display_name(s) for s in steps),
         has_if=if_node is not None and not isinstance(if_node, dict | list) and go_string(if_node) != "",
         continue_on_error=_job_continue_on_error(continue_on_error),
         matrix=matrix,
@@ -435,6 +438,14 @@ def _concurrency(value: Any, where: str) -> Any:
         return _string(value, where) or None
     out = {k: _string(value.get(k), f"{where}.{k}") for k in ("group", "cancel-in-progress")}
     return {k: v for k, v in out.items() if v}
+
+
+def legacy_step_display_name(step: Mapping[str, Any]) -> str:
+    """Gitea 1.24 and 1.25 (`CreateTaskForRunner`): `EllipsisDisplayString(step.String(), 255)`,
+    act's `Step.String()` = the name, else `uses`, else the whole `run` script, else the id.
+    Checked against real 1.25.5 (tests/peers): an unnamed `run` step shows its whole script."""
+    name = go_string(step.get("name")) or go_string(step.get("uses")) or go_string(step.get("run"))
+    return ellipsis_display(name or go_string(step.get("id")), _MAX_NAME)
 
 
 def step_display_name(step: Mapping[str, Any]) -> str:

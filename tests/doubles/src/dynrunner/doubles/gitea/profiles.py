@@ -58,6 +58,9 @@ class Profile:
     """FetchTask reloads the runner before picking ("get runner: ..." when it vanished)."""
     runner_disabling: bool
     """Runners can be disabled (`PATCH .../runners/{id}`, PR #36776): they get no task."""
+    run_prefixed_step_names: bool = True
+    """An unnamed step is shown as "Run " + the first line of its `run` (`makeTaskStepDisplayName`,
+    1.26); before, as its whole `run` script (or `uses`, or id: act's `Step.String()`)."""
 
 
 MAIN = Profile(
@@ -90,7 +93,14 @@ V1_26 = dataclasses.replace(
     debounced_heartbeats=False,
     pick_throttle=False,
 )
-V1_25 = dataclasses.replace(V1_26, name="1.25", tag="v1.25.5", reload_runner_before_pick=False, runner_disabling=False)
+V1_25 = dataclasses.replace(
+    V1_26,
+    name="1.25",
+    tag="v1.25.5",
+    reload_runner_before_pick=False,
+    runner_disabling=False,
+    run_prefixed_step_names=False,
+)
 V1_24 = dataclasses.replace(V1_25, name="1.24", tag="v1.24.0", runtime_token_ttl_s=24 * HOUR_S)
 PROFILES: dict[str, Profile] = {p.name: p for p in (V1_24, V1_25, V1_26, MAIN)}
 DEFAULT_PROFILE = "main"

@@ -75,13 +75,16 @@ def insert_run(conn: sqlite3.Connection, new: NewRun, now: int) -> int:
     return int(cur.lastrowid or 0)
 
 
-def insert_jobs(conn: sqlite3.Connection, run_id: int, workflow: ParsedWorkflow, now: int) -> None:
+def insert_jobs(
+    conn: sqlite3.Connection, run_id: int, workflow: ParsedWorkflow, now: int, *, profile: Profile | None = None
+) -> None:
     """`InsertRun`'s second half: the title from `run-name` (else the workflow's name), one
     job per parsed job (blocked when it has needs), the run's status, and a tasks_version
     bump when a job is waiting."""
     run = conn.execute("SELECT * FROM run WHERE id = ?", (run_id,)).fetchone()
     title = workflow.run_name or workflow.name or run["workflow_id"]
     states = []
+    legacy_names = profile is not None and not profile.run_prefixed_step_names
     for job in workflow.jobs:
         status = Status.BLOCKED if job.needs else Status.WAITING
         states.append(JobState(status, job.continue_on_error))
@@ -100,7 +103,7 @@ def insert_jobs(conn: sqlite3.Connection, run_id: int, workflow: ParsedWorkflow,
                 job.job_id,
                 dumps(list(job.needs)),
                 dumps(list(job.runs_on)),
-                dumps(list(job.step_names)),
+                dumps(list(job.legacy_step_names if legacy_names else job.step_names)),
                 int(job.has_if),
                 int(job.continue_on_error),
                 int(status),
