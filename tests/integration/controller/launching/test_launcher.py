@@ -5,11 +5,9 @@ cancelled before the executor started."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -29,44 +27,13 @@ from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.proto.assignment import Assignment, SealedAssignment
 from dynrunner.proto.gitea import GiteaClient, RunnerCredentials, TaskState
 from tests.fixtures.backends import DelegatingBackend
+from tests.fixtures.deliveries import FakeDelivery
 from tests.fixtures.faults import FaultProxy
 from tests.fixtures.harness import fake_executor_command, wait_for
 from tests.fixtures.nats import MemoryFinalizeRecords, MemoryLaunchRecord
 
 WORKFLOW = "on: push\njobs:\n  build:\n    runs-on: [self-hosted]\n    steps:\n      - run: echo\n"
 SEALER = Sealer(b"s" * 32)
-
-
-@dataclass
-class FakeDelivery:
-    """A delivery as the launcher sees it, recording what the launcher decided."""
-
-    assignment: SealedAssignment
-    num_delivered: int = 1
-    max_deliver: int = 3
-    stream_seq: int = 1
-    calls: list[str] = field(default_factory=list)
-
-    @property
-    def is_last_attempt(self) -> bool:
-        return self.num_delivered >= self.max_deliver
-
-    @property
-    def exhausted(self) -> bool:
-        return self.num_delivered > self.max_deliver
-
-    @contextlib.asynccontextmanager
-    async def keep_alive(self, interval_s: float | None = None) -> AsyncIterator[None]:
-        yield
-
-    async def ack(self) -> None:
-        self.calls.append("ack")
-
-    async def nak(self, delay_s: float | None = None) -> None:
-        self.calls.append(f"nak {delay_s:g}")
-
-    async def term(self) -> None:
-        self.calls.append("term")
 
 
 class Gate(DelegatingBackend):

@@ -4,10 +4,7 @@ cancelled job: its result was counted when it was reaped."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -23,45 +20,14 @@ from dynrunner.controller.infra.sealing import Sealer
 from dynrunner.controller.launching.launcher import Launcher
 from dynrunner.controller.reporting.finalize import finalize_task
 from dynrunner.doubles.gitea import GiteaDouble
-from dynrunner.proto.assignment import Assignment, SealedAssignment
+from dynrunner.proto.assignment import Assignment
 from dynrunner.proto.gitea import GiteaClient, Result, RunnerCredentials
+from tests.fixtures.deliveries import FakeDelivery
 from tests.fixtures.harness import fake_executor_command
 from tests.fixtures.nats import MemoryFinalizeRecords, MemoryLaunchRecord
 
 WORKFLOW = "on: push\njobs:\n  build:\n    runs-on: [self-hosted]\n    steps:\n      - run: echo\n"
 SEALER = Sealer(b"s" * 32)
-
-
-@dataclass
-class Redelivery:
-    """The assignment's message delivered a second time, recording the launcher's answer."""
-
-    assignment: SealedAssignment
-    num_delivered: int = 2
-    max_deliver: int = 5
-    stream_seq: int = 1
-    calls: list[str] = field(default_factory=list)
-
-    @property
-    def is_last_attempt(self) -> bool:
-        return False
-
-    @property
-    def exhausted(self) -> bool:
-        return False
-
-    @contextlib.asynccontextmanager
-    async def keep_alive(self, interval_s: float | None = None) -> AsyncIterator[None]:
-        yield
-
-    async def ack(self) -> None:
-        self.calls.append("ack")
-
-    async def nak(self, delay_s: float | None = None) -> None:
-        self.calls.append("nak")
-
-    async def term(self) -> None:
-        self.calls.append("term")
 
 
 async def claimed(gitea: GiteaDouble) -> Assignment:
@@ -104,7 +70,7 @@ async def test_a_redelivery_after_the_job_succeeded_and_was_reaped_is_not_run_no
         capacity=capacity,
         metrics=metrics,
     )
-    delivery = Redelivery(SEALER.seal_assignment(a))
+    delivery = FakeDelivery(SEALER.seal_assignment(a), num_delivered=2, max_deliver=5)  # delivered a second time
     await launcher._launch(delivery)  # type: ignore[arg-type]
 
     assert delivery.calls == ["ack"]
