@@ -27,7 +27,9 @@ async def test_a_start_is_told_as_scheduled_pulling_pulled_then_started(
         events = await follow(backend, env)
         lines = [e.line for e in events if e.stage is StartStage.PROGRESS]
         assert lines[:2] == ["pod scheduled on node node-a", f"pulling image {IMAGE}"], lines
-        assert lines[2].startswith(f"image {IMAGE} pulled in "), lines
+        # The kubelet writes the Pulled event and the running container separately: a start seen
+        # running before that event is listed tells no "pulled" line (once in a fresh-clone run).
+        assert all(line.startswith(f"image {IMAGE} pulled in ") for line in lines[2:]) and len(lines) <= 3, lines
         assert [e.stage for e in events][-1] is StartStage.STARTED
         assert events[-1].line.startswith("executor started on node node-a at ")
         again = await follow(backend, env)  # a running executor: STARTED at once, lines again
