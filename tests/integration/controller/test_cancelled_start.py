@@ -5,29 +5,17 @@ it counted the job vanished too)."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from dynrunner.controller.backends.base import Environment, StartEvent, StartStage
 from dynrunner.controller.backends.local.backend import LocalBackend
 from dynrunner.doubles.gitea import GiteaDouble
-from tests.fixtures.backends import DelegatingBackend
+from tests.fixtures.backends import PULLING, EndlessPull
 from tests.fixtures.harness import build_config, fake_executor_command, in_process, wait_for, wait_run_done
 
 WORKFLOW = "on: push\njobs:\n  build:\n    runs-on: [self-hosted, local]\n    steps:\n      - run: echo hi\n"
-PULLING = "pulling image registry.example/executor:1"
-
-
-class EndlessPull(DelegatingBackend):
-    """A start whose image pull never ends (its executor never starts)."""
-
-    async def follow_start(self, env: Environment) -> AsyncIterator[StartEvent]:
-        yield StartEvent(StartStage.PROGRESS, PULLING)
-        await asyncio.Event().wait()
 
 
 async def test_a_run_cancelled_during_its_start_is_counted_cancelled_not_vanished(

@@ -6,31 +6,21 @@ never ended, and the stop waited for it for good."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from dynrunner.controller.backends.base import Environment, StartEvent, StartStage
 from dynrunner.controller.backends.local.backend import LocalBackend
 from dynrunner.controller.infra.loops import Fatal
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.proto.gitea import FetchResult, GiteaClient, LogRow
-from tests.fixtures.backends import DelegatingBackend
+from tests.fixtures.backends import PULLING, DelegatingBackend, EndlessPull
 from tests.fixtures.harness import InProcess, build_config, fake_executor_command, wait_for
 from tests.fixtures.lost_cancel import LostCancel, ended
 
 WORKFLOW = "on: push\njobs:\n  build:\n    runs-on: [self-hosted, local]\n    steps:\n      - run: echo hi\n"
-PULLING = "pulling image registry.example/executor:1"
-
-
-class EndlessPull(DelegatingBackend):
-    """A start whose image pull never ends (its executor never starts)."""
-
-    async def follow_start(self, env: Environment) -> AsyncIterator[StartEvent]:
-        yield StartEvent(StartStage.PROGRESS, PULLING)
-        await asyncio.Event().wait()
 
 
 async def test_the_stop_completes_when_a_stage_line_swallows_the_cancellation(
