@@ -206,14 +206,10 @@ jobs:
 """
 
 
-async def test_a_vm_stopped_past_its_deadline_after_its_first_step_shows_that_step_succeeded(
+def vm_controller(
     gitea: GiteaDouble, nats_url: str, world: VmWorld, tmp_path: Path
-) -> None:
-    """Issue 18 item 7: a job the controller ends while its VM still runs (the executor ran
-    past the job's deadline: the double's clock jumps past it) is finalized with the steps
-    Gitea last accepted, read through execd before the VM is deleted: step 1 succeeded, step 2
-    cancelled, step 3 skipped (every step was cancelled)."""
-    ran = tmp_path / "ran.log"
+) -> tuple[ControllerConfig, OpenSandboxBackend]:
+    """A controller's configuration for the world's VM pool, and its backend on the double's clock."""
     cfg = ControllerConfig.model_validate(
         {
             **config_data(
@@ -226,7 +222,18 @@ async def test_a_vm_stopped_past_its_deadline_after_its_first_step_shows_that_st
             "identity": world.identity(),
         }
     )
-    backend = OpenSandboxBackend.from_config(cfg.pools[0], cfg, clock=world.osb.clock.now)
+    return cfg, OpenSandboxBackend.from_config(cfg.pools[0], cfg, clock=world.osb.clock.now)
+
+
+async def test_a_vm_stopped_past_its_deadline_after_its_first_step_shows_that_step_succeeded(
+    gitea: GiteaDouble, nats_url: str, world: VmWorld, tmp_path: Path
+) -> None:
+    """Issue 18 item 7: a job the controller ends while its VM still runs (the executor ran
+    past the job's deadline: the double's clock jumps past it) is finalized with the steps
+    Gitea last accepted, read through execd before the VM is deleted: step 1 succeeded, step 2
+    cancelled, step 3 skipped (every step was cancelled)."""
+    ran = tmp_path / "ran.log"
+    cfg, backend = vm_controller(gitea, nats_url, world, tmp_path)
     async with in_process(cfg, backends={"vm": backend}):
         run = gitea.submit("owner/repo", THREE_STEPS.format(ran=ran))
         await wait_for(lambda: recorded(ran), within=60, what="the job's second step running")
@@ -264,19 +271,7 @@ async def test_a_vm_whose_executor_was_killed_after_its_first_step_shows_that_st
     execd with it; the state it printed on the console gives the reaper the steps: step 1
     succeeded, step 2 cancelled, step 3 skipped (every step was cancelled)."""
     ran = tmp_path / "ran.log"
-    cfg = ControllerConfig.model_validate(
-        {
-            **config_data(
-                gitea_url=gitea.url,
-                registration_token=gitea.registration_token,
-                state_dir=tmp_path / "state",
-                nats_url=nats_url,
-                pools=[world.pool()],
-            ),
-            "identity": world.identity(),
-        }
-    )
-    backend = OpenSandboxBackend.from_config(cfg.pools[0], cfg, clock=world.osb.clock.now)
+    cfg, backend = vm_controller(gitea, nats_url, world, tmp_path)
     async with in_process(cfg, backends={"vm": backend}):
         run = gitea.submit("owner/repo", THREE_STEPS.format(ran=ran))
         await wait_for(lambda: recorded(ran), within=60, what="the job's second step running")
