@@ -194,7 +194,11 @@ class AgentService(agent_pb2_grpc.AgentServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "ttl is required, you must provide one")
         token = request.token or str(uuid.uuid4())
         if token in self.state.tokens:
-            await context.abort(grpc.StatusCode.ALREADY_EXISTS, "failed to create token: token already exists")
+            # As SPIRE 1.13.3 on its SQL datastore: the unique index refuses it (not ALREADY_EXISTS).
+            await context.abort(
+                grpc.StatusCode.INTERNAL,
+                "failed to create token: datastore-sql: UNIQUE constraint failed: join_tokens.token",
+            )
         if request.HasField("agent_id"):
             alias = spiffe_id(request.agent_id)
             if request.agent_id.trust_domain != self.state.trust_domain or not request.agent_id.path:
@@ -232,7 +236,7 @@ class AgentService(agent_pb2_grpc.AgentServicer):
             )
         assert expires_at is not None
         if expires_at < dt.datetime.now(dt.UTC):
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "failed to attest: join token expired")
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "join token expired")  # SPIRE: no prefix
         agent_id = self.state.join_token_agent_id(token)
         known = self.state.agents.get(agent_id)
         if known is not None and known.banned:
