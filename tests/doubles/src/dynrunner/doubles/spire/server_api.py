@@ -300,10 +300,11 @@ def _page(items: list[Any], size: int, token: str, name: str) -> dict[str, Any]:
     if size <= 0:
         return {name: [i.to_proto() if hasattr(i, "to_proto") else i for i in items[start:]]}
     chunk = items[start : start + size]
-    more = start + size < len(items)
+    # As SPIRE's SQL datastore: a page with anything in it carries a token (its last row), even
+    # the last one; only an empty page ends the listing (one request more than needed).
     return {
         name: [i.to_proto() if hasattr(i, "to_proto") else i for i in chunk],
-        "next_page_token": str(start + size) if more else "",
+        "next_page_token": str(start + len(chunk)) if chunk else "",
     }
 
 
@@ -341,6 +342,14 @@ class EntryService(entry_pb2_grpc.EntryServicer):
         self, request: entry_pb2.ListEntriesRequest, context: Context
     ) -> entry_pb2.ListEntriesResponse:
         await _require_admin(self.state, self.caller_of(context), context)
+        wanted = request.filter.by_spiffe_id
+        if request.HasField("filter") and request.filter.HasField("by_spiffe_id") and wanted.path.startswith("/spire/"):
+            # SPIRE: TrustDomainWorkloadIDFromProto; only a workload's ID can be filtered for.
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f'malformed SPIFFE ID filter: "{spiffe_id(wanted)}" is not a workload in trust domain '
+                f'"{self.state.trust_domain}"; path is in the reserved namespace',
+            )
         found = sorted((e for e in self.state.entries.entries() if _matches(e, request)), key=lambda e: e.id)
         protos = [entry_to_proto(e) for e in found]
         return entry_pb2.ListEntriesResponse(**_page(protos, request.page_size, request.page_token, "entries"))
