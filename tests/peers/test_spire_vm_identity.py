@@ -81,6 +81,8 @@ class Seen:
 
     entries: set[tuple[str, str]] = field(default_factory=set)
     agents: set[str] = field(default_factory=set)
+    rpcs: int = 0
+    """Server API calls the controller made (its periodic leftovers sweep included)."""
 
 
 async def server_state(spire: RealSpire) -> tuple[set[tuple[str, str]], set[str]]:
@@ -208,6 +210,8 @@ async def run_vm_job(
                 await asyncio.sleep(0.2)
     shutil.rmtree(shared, ignore_errors=True)
     rows = gitea.task(done.jobs[0].task_id).log_rows
+    assert backend.agents is not None
+    seen.rpcs = backend.agents.sent
     return done, rows, seen, took
 
 
@@ -226,7 +230,7 @@ async def test_a_vm_job_gets_exactly_its_svid_from_the_real_spire_and_leaves_not
     assert token_agent.startswith("spiffe://example.org/spire/agent/join_token/")
     assert (JOB_ID, alias) in seen.entries, seen.entries
     assert seen.agents == {token_agent}, "one agent, the VM's, attested with the token"
-    print(f"\nVM job with identity, submit to done: {took:.1f}s; {issued[0]}")
+    print(f"\nVM job with identity, submit to done: {took:.1f}s; {issued[0]}; {seen.rpcs} SPIRE Server RPCs")
 
 
 @pytest.mark.parametrize("spoil", ["wrong", "reused"])
