@@ -1,9 +1,10 @@
 """The job loop: one Gitea task's job, step by step, with GitHub's rules.
 
 Order of a job: refuse what this runner cannot run (a bad job key, `container:`,
-`services:`, a reusable-workflow call); evaluate the job's `if:` against `needs` (Gitea
-hands over a job whose needs failed when it has an `if:`); lay out the workspace; evaluate
-the workflow and job `env:`; run the steps (`engine.StepEngine`), then the post steps
+`services:`); lay out the workspace; evaluate the job's `if:` against `needs` (Gitea hands
+over a job whose needs failed when it has an `if:`); a job that calls a reusable workflow
+then runs the called jobs here, each a `JobRunner` with a `CallFrame` (`reusable`), and is
+done; any other job evaluates the workflow and job `env:`, run the steps (`engine.StepEngine`), then the post steps
 their actions left; evaluate the job's `outputs:` and queue them with the artifact refs;
 return the result for the reporter.
 
