@@ -263,7 +263,7 @@ class JobRunner:
             contexts=contexts.values(),
             chain=self.frame.chain if self.frame else (),
             root=runtime.workspace.runtime_dir,
-            store=self._actions(runtime).store,
+            store=self.frame.store if self.frame and self.frame.store else self._actions(runtime).store,
             gitea_url=self.assignment.gitea_url,
             log=self.log,
             mask=self.masker.add,

@@ -70,6 +70,8 @@ class CallFrame:
     root: Path
     workflow: str
     """The called workflow as written in `uses:` (for the log)."""
+    store: ActionStore | None = None
+    """Where the calling job fetched workflows: a nested call reuses what it holds."""
     outputs: dict[str, str] = field(default_factory=dict)
 
 
@@ -224,6 +226,7 @@ class _Called:
                     secrets=secrets,
                     root=c.root / "calls" / f"{len(self.chain)}-{counter}-{job.key}",
                     workflow=str(self.ref),
+                    store=c.store,
                 )
                 c.log(f"##[group]Job {job.key} of {self.ref}")
                 result = await c.run_job(workflow, frame)
