@@ -280,3 +280,31 @@ async def test_nested_calls_fetch_each_repository_once(self_hosted_actions: Exec
     task = await self_hosted_actions.run_job(TOP.split("  after:", maxsplit=1)[0], secrets={"MY_TOKEN": "x"})
     assert task.result == Result.SUCCESS, "\n".join(task.log_rows)
     assert sum(row.startswith("Download action repository 'owner/repo@") for row in task.log_rows) == 1
+
+
+TOLERANT = """
+on: workflow_call
+jobs:
+  flaky:
+    runs-on: self-hosted
+    continue-on-error: ${{ matrix.soft }}
+    strategy:
+      matrix:
+        soft: [true]
+    steps:
+      - run: exit 1
+  next:
+    needs: flaky
+    runs-on: self-hosted
+    steps:
+      - run: echo "ran after flaky, which was ${{ needs.flaky.result }}"
+"""
+
+
+async def test_a_called_job_under_continue_on_error_lets_the_others_run(self_hosted_actions: ExecutorHarness) -> None:
+    gitea = self_hosted_actions.gitea
+    gitea.create_repository("owner/repo", private=True)
+    gitea.commit("owner/repo", {".gitea/workflows/tolerant.yml": TOLERANT})
+    task = await self_hosted_actions.run_job("on: push\njobs:\n  call:\n    uses: ./.gitea/workflows/tolerant.yml\n")
+    assert task.result == Result.SUCCESS, "\n".join(task.log_rows)
+    assert "ran after flaky, which was failure" in task.log_rows

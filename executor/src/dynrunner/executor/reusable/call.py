@@ -16,6 +16,9 @@ runner fetches the called workflow and runs all of its jobs inside that task. He
    A called job may itself call a workflow (recursion, one level deeper);
 5. evaluate `on.workflow_call.outputs` with the `jobs` context: the caller's outputs.
 
+A called job that failed under a job-level `continue-on-error` lets the jobs that need it run
+and the call succeed, as Gitea treats a run's jobs.
+
 Every called job's rows go to the task's log (as act_runner's do: Gitea has no step rows for a
 calling job), framed by a line naming the job. The caller's result: failure when a called job
 failed (without `continue-on-error`), cancelled when one was cancelled, else success.
@@ -30,12 +33,14 @@ from typing import Any
 
 from dynrunner.executor.actions.reference import RemoteAction
 from dynrunner.executor.actions.store import ActionStore, FetchError
+from dynrunner.executor.contexts import strategy_context
 from dynrunner.executor.expressions import (
     ALLOWED_CONTEXTS,
     EvalEnv,
     ExpressionError,
     interpolate,
     interpolate_tree,
+    is_truthy,
 )
 from dynrunner.executor.reusable.calls import (
     MAX_LEVELS,
@@ -54,6 +59,7 @@ from dynrunner.proto.gitea import Need, Result
 INPUT_DEFAULT = "on.workflow_call.inputs.<inputs_id>.default"
 OUTPUT_VALUE = "on.workflow_call.outputs.<output_id>.value"
 JOB_STRATEGY = "jobs.<job_id>.strategy"
+JOB_CONTINUE = "jobs.<job_id>.continue-on-error"
 CALL_WITH = "jobs.<job_id>.with.<with_id>"
 CALL_SECRET = "jobs.<job_id>.secrets.<secrets_id>"
 
@@ -194,6 +200,7 @@ class _Called:
             _error(c.log, str(err))
             return CallResult(Result.FAILURE)
         results: dict[str, Need] = {}
+        tolerated: set[str] = set()  # failed, but under `continue-on-error`: counts as success
         counter = 0
         stopped = False
         for job in jobs:
@@ -202,7 +209,9 @@ class _Called:
                 stopped = True
                 results[job.key] = Need(outputs={}, result=Result.CANCELLED)
                 continue
-            if not job.has_if and any(n.result is not Result.SUCCESS for n in needs.values()):
+            if not job.has_if and any(
+                n.result is not Result.SUCCESS and key not in tolerated for key, n in needs.items()
+            ):
                 c.log(f"Skipping job '{job.key}' of {self.ref}: a job it needs did not succeed")
                 results[job.key] = Need(outputs={}, result=Result.SKIPPED)
                 continue
@@ -214,6 +223,7 @@ class _Called:
                 continue
             outcome: list[Result] = []
             outputs: dict[str, str] = {}
+            forgiven = True
             for workflow in workflows:
                 if c.stopped():
                     outcome.append(Result.CANCELLED)
@@ -234,8 +244,12 @@ class _Called:
                 c.log(f"Job {job.key} of {self.ref}: {result.word}")
                 outcome.append(result)
                 outputs.update(frame.outputs)
+                if result is Result.FAILURE:
+                    forgiven = forgiven and self._continues(workflow, inputs, needs)
             results[job.key] = Need(outputs=outputs, result=_aggregate(outcome))
-        overall = _aggregate([n.result for n in results.values()])
+            if results[job.key].result is Result.FAILURE and forgiven:
+                tolerated.add(job.key)
+        overall = _aggregate([Result.SUCCESS if k in tolerated else n.result for k, n in results.items()])
         if overall is Result.SKIPPED:
             overall = Result.SUCCESS
         if overall is not Result.SUCCESS:
@@ -245,6 +259,27 @@ class _Called:
         except ExpressionError as err:
             _error(c.log, f"{self.name}: an output could not be evaluated: {err}")
             return CallResult(Result.FAILURE)
+
+    def _continues(self, workflow: Workflow, inputs: Mapping[str, Any], needs: Mapping[str, Need]) -> bool:
+        """A failed called job's `continue-on-error`: true lets the jobs that need it run and
+        the call succeed (Gitea's rule for a run's jobs); `needs.<id>.result` stays failure."""
+        job = workflow.job
+        if job.continue_on_error in (None, False, ""):
+            return False
+        contexts = {
+            **self._contexts(inputs),
+            "needs": {k: {"outputs": dict(n.outputs), "result": n.result.word} for k, n in needs.items()},
+            "matrix": dict(job.strategy.matrix) if job.strategy else {},
+            "strategy": strategy_context(job.strategy),
+        }
+        try:
+            value = _typed(job.continue_on_error, contexts, JOB_CONTINUE)
+        except ExpressionError as err:
+            _error(self.caller.log, f"jobs.{job.key}.continue-on-error could not be evaluated: {err}")
+            return False
+        if isinstance(value, str):
+            return value.strip().lower() == "true"
+        return is_truthy(value)
 
     def _contexts(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         c = self.caller.contexts
