@@ -84,7 +84,10 @@ def test_the_controller_runs_two_replicas_on_different_nodes_and_survives_a_drai
     deployment = one(objects, "Deployment", "-controller")
     labels = pod_labels(objects, "-controller")
     assert deployment["spec"]["replicas"] == 2
-    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxUnavailable": 0, "maxSurge": 1}
+    assert deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 1},
+    }
     pdb = one(objects, "PodDisruptionBudget", "-controller")
     assert pdb["spec"]["maxUnavailable"] == 1 and matches(pdb["spec"]["selector"], labels)
     assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
@@ -96,6 +99,58 @@ def test_the_controller_runs_two_replicas_on_different_nodes_and_survives_a_drai
     hard = pod_spec(rendered(chart, "ci/production-values.yaml"), "-controller")["affinity"]["podAntiAffinity"]
     assert list(hard) == ["requiredDuringSchedulingIgnoredDuringExecution"]
     assert one(rendered(chart, "ci/production-values.yaml"), "Deployment", "-controller")["spec"]["replicas"] == 3
+
+
+def rollout(replicas: int, nodes: int, strategy: dict[str, Any]) -> bool:
+    """Whether the Deployment controller's rolling update (maxSurge rounded up, maxUnavailable
+    down, both 0 → 1 unavailable) completes when at most one replica fits on a node (hard
+    anti-affinity) and `nodes` nodes are eligible: a Pod without a free node stays Pending."""
+
+    def resolve(value: int | str, round_up: bool) -> int:
+        if isinstance(value, int):
+            return value
+        share = replicas * int(value.rstrip("%"))
+        return -(-share // 100) if round_up else share // 100
+
+    if strategy["type"] == "Recreate":
+        return replicas <= nodes
+    rolling = strategy.get("rollingUpdate", {})
+    surge = resolve(rolling.get("maxSurge", "25%"), round_up=True)
+    unavailable = resolve(rolling.get("maxUnavailable", "25%"), round_up=False) or (0 if surge else 1)
+    old, new_ready, new_pending = min(replicas, nodes), 0, 0
+    for _ in range(10 * replicas + 10):
+        if new_ready == replicas and old == 0:
+            return True
+        before = (old, new_ready, new_pending)
+        new_pending += max(
+            0, min(replicas + surge - (old + new_ready + new_pending), replicas - new_ready - new_pending)
+        )
+        old -= max(0, min(old, old + new_ready - (replicas - unavailable)))
+        placed = min(new_pending, nodes - old - new_ready)
+        new_pending, new_ready = new_pending - placed, new_ready + placed
+        if (old, new_ready, new_pending) == before:
+            return False
+    return False
+
+
+def test_an_upgrade_completes_with_hard_anti_affinity_and_no_spare_node(chart: Chart) -> None:
+    """With `antiAffinity: hard` and as many replicas as eligible nodes, a surge Pod finds no
+    node: the default strategy lets one old replica go first, so the upgrade completes (with
+    maxUnavailable 0 it would wait forever)."""
+    for replicas in (1, 2, 3, 5):
+        objects = chart.render(["ci/production-values.yaml"], set={"controller.replicas": str(replicas)})
+        spec = one(objects, "Deployment", "-controller")["spec"]
+        assert (
+            "requiredDuringSchedulingIgnoredDuringExecution" in spec["template"]["spec"]["affinity"]["podAntiAffinity"]
+        )
+        assert rollout(replicas, nodes=replicas, strategy=spec["strategy"]), spec["strategy"]
+        assert rollout(replicas, nodes=replicas + 1, strategy=spec["strategy"])
+    stuck = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    assert not rollout(3, nodes=3, strategy=stuck) and rollout(3, nodes=4, strategy=stuck)
+    recreate = chart.render(
+        ["ci/minimal-values.yaml"], overlay={"controller": {"updateStrategy": {"type": "Recreate"}}}
+    )
+    assert one(recreate, "Deployment", "-controller")["spec"]["strategy"] == {"type": "Recreate"}
 
 
 def test_each_replica_knows_its_pod_name(chart: Chart) -> None:
