@@ -290,6 +290,23 @@ def test_a_jobs_pod_gets_the_workload_api_from_the_spiffe_csi_driver(chart: Char
     assert "SPIFFE_ENDPOINT_SOCKET" not in {e["name"] for e in without["spec"]["containers"][0].get("env", [])}
 
 
+def test_a_jobs_pod_is_not_best_effort_unless_the_admin_says_so(chart: Chart, tmp_path: Path) -> None:
+    """Without resources a job's Pod is BestEffort: the first evicted under memory pressure, and
+    scheduled as if it needed nothing. The chart's defaults request CPU and memory and limit
+    memory; a pool's own keys win key by key, and `resources: null` leaves it to a LimitRange."""
+    (container,) = job_pod(rendered(chart, "ci/minimal-values.yaml"), tmp_path / "default")["spec"]["containers"]
+    assert container["resources"] == {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "4Gi"}}
+    objects = rendered(chart, "ci/two-pools-values.yaml")
+    (large,) = job_pod(objects, tmp_path / "large", pool="large")["spec"]["containers"]
+    assert large["resources"] == {"requests": {"cpu": "8", "memory": "32Gi"}, "limits": {"memory": "32Gi"}}
+    override = {"config": {"pools": [{**POD_POOL, "backend": {"resources": {"limits": {"memory": "8Gi"}}}}]}}
+    merged = chart.render(["ci/minimal-values.yaml"], overlay=override)
+    (pod,) = job_pod(merged, tmp_path / "merged")["spec"]["containers"]
+    assert pod["resources"] == {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "8Gi"}}
+    none = chart.render(["ci/minimal-values.yaml"], overlay={"kubernetesDefaults": {"resources": None}})
+    assert not job_pod(none, tmp_path / "none")["spec"]["containers"][0].get("resources")
+
+
 def restricted_violations(pod: dict[str, Any]) -> list[str]:
     """The checks of the "restricted" Pod Security Standard (Kubernetes' pod-security-admission
     policies, restricted profile) that a Pod fails."""
