@@ -240,6 +240,29 @@ def test_the_executor_network_policy_reaches_the_cache_the_store_and_the_interne
     assert "169.254.0.0/16" in block["ipBlock"]["except"] and "10.0.0.0/8" in block["ipBlock"]["except"]
 
 
+def test_jobs_resolve_names_through_nodelocal_dnscache_too(chart: Chart) -> None:
+    """Clusters with NodeLocal DNSCache point Pods at 169.254.20.10 on their node, not at the
+    kube-dns Pods: without it in the DNS rule every job would lose DNS (link-local addresses
+    stay out of `internet`)."""
+    dns = one(rendered(chart, "ci/minimal-values.yaml"), "NetworkPolicy", "-executors")["spec"]["egress"][0]
+    assert {"ipBlock": {"cidr": "169.254.20.10/32"}} in dns["to"]
+    assert any(
+        "podSelector" in peer and peer["podSelector"]["matchLabels"] == {"k8s-app": "kube-dns"} for peer in dns["to"]
+    )
+    assert dns["ports"] == [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]
+
+
+def test_the_api_servers_public_endpoint_can_be_kept_out_of_the_jobs_internet(chart: Chart) -> None:
+    """With `internet` on, a public API server endpoint is reachable from every job unless its
+    CIDRs are listed in `apiServer` (README, "Network")."""
+    where = {"executorNetworkPolicy": {"apiServer": ["198.51.100.7/32"]}}
+    egress = one(chart.render(["ci/production-values.yaml"], overlay=where), "NetworkPolicy", "-executors")["spec"]
+    (block,) = egress["egress"][-1]["to"]
+    assert block["ipBlock"]["cidr"] == "0.0.0.0/0"
+    assert "198.51.100.7/32" in block["ipBlock"]["except"] and "10.0.0.0/8" in block["ipBlock"]["except"]
+    assert all("198.51.100.7" not in str(rule) for rule in egress["egress"][:-1])
+
+
 VM_POOL = {
     "name": "vm",
     "labels": ["self-hosted", "vm"],
