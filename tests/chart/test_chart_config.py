@@ -8,6 +8,8 @@ from __future__ import annotations
 import base64
 import dataclasses
 import functools
+import logging
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ import yaml
 from dynrunner.controller.backends.kubernetes.builders import PodSettings
 from dynrunner.controller.backends.kubernetes.config import KubernetesBackendConfig
 from dynrunner.controller.config.model import load_cache_server_config, load_config
+from dynrunner.controller.infra.sealing import Sealer
 from tests.fixtures.chart import VALUES_FILES, Chart, container_files, find, one
 
 TOKEN = "0123456789abcdef0123456789abcdef01234567"
@@ -143,6 +146,36 @@ def test_every_replica_mounts_the_one_sealing_key(chart: Chart) -> None:
     assert sealing["name"] == "rel-dynrunner"
     key = base64.b64decode(base64.b64decode(one(objects, "Secret", "rel-dynrunner")["data"]["sealing.key"]))
     assert len(key) == 32
+
+
+def test_the_mounted_sealing_key_is_not_warned_about(
+    chart: Chart, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kubelet writes a Secret's files owned by root, in the Pod's fsGroup, with the
+    volume's defaultMode (read-only volumes get 0440 added with an fsGroup): the controller, a
+    non-root user of that group, reads them through the group and cannot chmod them. The mode
+    the chart asks for is what the controller accepts without "make it 0600"."""
+    if os.geteuid() != 0:
+        pytest.skip("laying files out as the kubelet does (owned by root) needs root")
+    objects = rendered(chart, "ci/minimal-values.yaml")
+    pod = one(objects, "Deployment", "-controller")["spec"]["template"]["spec"]
+    context = pod["securityContext"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "config"]
+    mode = volume["projected"]["defaultMode"] | (0o440 if context.get("fsGroup") is not None else 0)
+    assert mode == 0o440 and context["runAsUser"] != 0 and context["runAsNonRoot"] is True
+    files = container_files(objects, "-controller", "controller", tmp_path)
+    key_file = load_config(files.config, files.env).sealing.key_file
+    assert key_file is not None
+    os.chown(key_file, 0, context["fsGroup"])
+    key_file.chmod(mode)
+    monkeypatch.setattr(os, "geteuid", lambda: context["runAsUser"])
+    with caplog.at_level(logging.WARNING):
+        Sealer.from_key_file(key_file)
+    assert "make it 0600" not in caplog.text
+    key_file.chmod(mode | 0o004)  # a mode that would expose it is still reported
+    with caplog.at_level(logging.WARNING):
+        Sealer.from_key_file(key_file)
+    assert "readable by other users" in caplog.text
 
 
 def test_generated_keys_differ_per_render_without_a_cluster(chart: Chart) -> None:
