@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import functools
+import hashlib
 import logging
 import os
 import shutil
@@ -57,7 +58,35 @@ def test_the_bundled_nats_credentials_reach_the_controller_as_files(chart: Chart
     assert cfg.nats.url == "nats://rel-dynrunner-nats.ci.svc:4222"
     assert cfg.nats.user == "dynrunner"
     assert cfg.nats.password() == base64.b64decode(secret["data"]["nats-password"]).decode()
-    assert f'password: "{cfg.nats.password()}"' in base64.b64decode(secret["data"]["nats.conf"]).decode()
+    conf = base64.b64decode(secret["data"]["nats.conf"]).decode()
+    assert "password: $DYNRUNNER_NATS_PASSWORD" in conf and cfg.nats.password() not in conf
+    statefulset = one(objects, "StatefulSet", "-nats")["spec"]["template"]
+    (container,) = statefulset["spec"]["containers"]
+    assert {
+        "name": "DYNRUNNER_NATS_PASSWORD",
+        "valueFrom": {"secretKeyRef": {"name": "rel-dynrunner", "key": "nats-password"}},
+    } in container["env"]
+
+
+def test_a_new_bundled_nats_password_restarts_the_server_and_the_controllers(chart: Chart) -> None:
+    """nats-server reads its password once, the controllers at their start: both Pods carry the
+    password's checksum, so a password that changes (a render without a cluster, as GitOps
+    does without existingSecret) restarts both together, and one that stays does not."""
+
+    def checksums(objects: list[dict[str, Any]]) -> tuple[str, str]:
+        server = one(objects, "StatefulSet", "-nats")["spec"]["template"]["metadata"]["annotations"]
+        controller = one(objects, "Deployment", "-controller")["spec"]["template"]["metadata"]["annotations"]
+        return server["checksum/password"], controller["checksum/nats-password"]
+
+    first, second = chart.render(["ci/minimal-values.yaml"]), chart.render(["ci/minimal-values.yaml"])
+    for objects in (first, second):
+        password = one(objects, "Secret", "rel-dynrunner")["data"]["nats-password"]
+        assert checksums(objects) == (hashlib.sha256(password.encode()).hexdigest(),) * 2
+    assert checksums(first) != checksums(second)
+    existing = {"nats": {"bundled": {"password": {"existingSecret": "nats-bundled", "key": "pw"}}}}
+    named = checksums(chart.render(["ci/minimal-values.yaml"], overlay=existing))
+    assert named == checksums(chart.render(["ci/minimal-values.yaml"], overlay=existing))
+    assert named[0] == named[1] == hashlib.sha256(b"nats-bundled/pw").hexdigest()
 
 
 def test_external_nats_gets_its_credentials_and_ca_from_the_named_secrets(chart: Chart, tmp_path: Path) -> None:
@@ -208,8 +237,13 @@ def test_an_upgrade_reads_the_generated_keys_back_from_the_cluster(
         (partial / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(chart.path / name, partial / name)
     shutil.copytree(chart.path / "ci", partial / "ci")
+    # What the NATS StatefulSet's and the controllers' checksum annotations hold, as a Secret.
+    (partial / "templates" / "checksum.yaml").write_text(
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: checksum, namespace: ci}\n"
+        'stringData: {password: {{ include "dynrunner.natsPasswordChecksum" . | quote }}}\n'
+    )
     alone = dataclasses.replace(chart, path=partial)
-    installed = one(alone.render(["ci/minimal-values.yaml"]), "Secret")
+    installed = one(alone.render(["ci/minimal-values.yaml"]), "Secret", "rel-dynrunner")
     core = client.CoreV1Api(kube_client)
     core.create_namespace({"metadata": {"name": "ci"}})
     owner = {"meta.helm.sh/release-name": "rel", "meta.helm.sh/release-namespace": "ci"}  # as `helm install` marks it
@@ -217,9 +251,11 @@ def test_an_upgrade_reads_the_generated_keys_back_from_the_cluster(
     core.create_namespaced_secret("ci", {k: installed[k] for k in ("metadata", "type", "data")})
 
     upgrade = ("--dry-run=server", "--disable-openapi-validation", "--kube-apiserver", kube_api.url)
-    again = one(alone.render(["ci/minimal-values.yaml"], extra=upgrade), "Secret")["data"]
-    fresh = one(alone.render(["ci/minimal-values.yaml"]), "Secret")["data"]
+    upgraded = alone.render(["ci/minimal-values.yaml"], extra=upgrade)
+    again = one(upgraded, "Secret", "rel-dynrunner")["data"]
+    fresh = one(alone.render(["ci/minimal-values.yaml"]), "Secret", "rel-dynrunner")["data"]
     for key in ("sealing.key", "nats-password"):
         assert again[key] == installed["data"][key] != fresh[key]
-    password = base64.b64decode(installed["data"]["nats-password"]).decode()
-    assert f'password: "{password}"' in base64.b64decode(again["nats.conf"]).decode()
+    # The Pods' checksum is the kept password's: an upgrade restarts neither server nor controllers.
+    checksum = one(upgraded, "Secret", "checksum")["stringData"]["password"]
+    assert checksum == hashlib.sha256(installed["data"]["nats-password"].encode()).hexdigest()

@@ -151,8 +151,10 @@ A secret value {value, existingSecret, key} as a projected-volume source: the ch
 {{- end -}}
 
 {{/*
-The bundled nats-server's configuration, with .password as the controller's password. The
-controller's user may publish and subscribe only where docs/configuration.md#nats says.
+The bundled nats-server's configuration. The controller's password is read from the server's
+environment (DYNRUNNER_NATS_PASSWORD, from the Secret that holds it), so the file holds no
+secret and works with an existing Secret the chart cannot read. The controller's user may
+publish and subscribe only where docs/configuration.md#nats says.
 */}}
 {{- define "dynrunner.natsConf" -}}
 {{- $root := .root -}}
@@ -175,7 +177,7 @@ authorization {
   users: [
     {
       user: dynrunner
-      password: {{ .password | quote }}
+      password: $DYNRUNNER_NATS_PASSWORD
       permissions: {
         publish: [{{ range $i, $s := $publish }}{{ if $i }}, {{ end }}{{ $s | quote }}{{ end }}]
         subscribe: [{{ range $i, $s := $subscribe }}{{ if $i }}, {{ end }}{{ $s | quote }}{{ end }}]
@@ -199,4 +201,46 @@ the disk is full.
 {{- fail (printf "nats.bundled.storage.size: %q is not a whole number of bytes, K, M, G, T, Ki, Mi, Gi or Ti" $size) -}}
 {{- end -}}
 {{- div (mul (int64 $number) (int64 (get $units $unit | default 1))) 10 | mul 9 -}}
+{{- end -}}
+
+{{/*
+Where the bundled NATS server's password is: {name, key} of the chart's Secret (generated and
+kept) or of nats.bundled.password.existingSecret.
+*/}}
+{{- define "dynrunner.natsPasswordRef" -}}
+{{- $p := .Values.nats.bundled.password -}}
+{{- if $p.existingSecret -}}
+{{- toYaml (dict "name" $p.existingSecret "key" $p.key) -}}
+{{- else -}}
+{{- toYaml (dict "name" (include "dynrunner.secretName" .) "key" "nats-password") -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The bundled NATS server's generated password, base64: the installed Secret's (an upgrade keeps
+it), or a new one (the first install; every render without a cluster).
+*/}}
+{{- define "dynrunner.natsGeneratedPassword" -}}
+{{- $memo := .Values.nats.bundled -}}
+{{- if not (hasKey $memo "_generatedPassword") -}}
+{{- /* Kept for the render's other templates: the Secret and both checksums see one password. */ -}}
+{{- $previous := (lookup "v1" "Secret" .Release.Namespace (include "dynrunner.secretName" .)).data | default dict -}}
+{{- $_ := set $memo "_generatedPassword" (index $previous "nats-password" | default (randAlphaNum 40 | b64enc)) -}}
+{{- end -}}
+{{- get $memo "_generatedPassword" -}}
+{{- end -}}
+
+{{/*
+What the bundled NATS password's checksum covers, for the Pods that use it (the server and the
+controllers restart together when it changes): the generated password (random, so its hash
+gives nothing away), or the existing Secret's name and key (its content is not the chart's to
+see: restart both after changing it).
+*/}}
+{{- define "dynrunner.natsPasswordChecksum" -}}
+{{- $p := .Values.nats.bundled.password -}}
+{{- if $p.existingSecret -}}
+{{- printf "%s/%s" $p.existingSecret $p.key | sha256sum -}}
+{{- else -}}
+{{- include "dynrunner.natsGeneratedPassword" . | sha256sum -}}
+{{- end -}}
 {{- end -}}
