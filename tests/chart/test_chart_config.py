@@ -11,6 +11,7 @@ import functools
 import hashlib
 import logging
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -20,9 +21,18 @@ import yaml
 
 from dynrunner.controller.backends.kubernetes.builders import PodSettings
 from dynrunner.controller.backends.kubernetes.config import KubernetesBackendConfig
+from dynrunner.controller.backends.opensandbox.config import OpenSandboxBackendConfig
 from dynrunner.controller.config.model import load_cache_server_config, load_config
 from dynrunner.controller.infra.sealing import Sealer
-from tests.fixtures.chart import VALUES_FILES, Chart, container_files, find, one
+from tests.fixtures.chart import (
+    EXISTING_SECRET_CONTENT,
+    VALUES_FILES,
+    Chart,
+    RenderError,
+    container_files,
+    find,
+    one,
+)
 
 TOKEN = "0123456789abcdef0123456789abcdef01234567"
 
@@ -46,8 +56,62 @@ def test_the_controller_loads_the_rendered_configuration(chart: Chart, values: s
     assert cfg.gitea.registration_token()  # read from the mounted file
     assert cfg.nats.url is not None  # never the embedded server: replicas share one NATS
     for pool in cfg.pools:
-        assert isinstance(pool.backend, KubernetesBackendConfig)
-        assert PodSettings.from_config(pool, cfg).problems() == []  # what the backend checks at start
+        assert isinstance(pool.backend, KubernetesBackendConfig | OpenSandboxBackendConfig)
+        if isinstance(pool.backend, KubernetesBackendConfig):
+            assert PodSettings.from_config(pool, cfg).problems() == []  # what the backend checks at start
+
+
+def test_a_vm_pool_gets_its_api_key_and_the_spire_admin_credentials_as_files(chart: Chart, tmp_path: Path) -> None:
+    """An opensandbox pool through the chart: its API key (openSandbox.apiKeys, or a volume of
+    the admin's own named by apiKeyFile) and identity.spireServer's admin X509-SVID, key and
+    bundle (openSandbox.spireServer) are mounted where the configuration points."""
+    objects = rendered(chart, "ci/opensandbox-values.yaml")
+    files = container_files(objects, "-controller", "controller", tmp_path)
+    cfg = load_config(files.config, files.env)
+    vm, large = cfg.pool("vm").backend, cfg.pool("vm-large").backend
+    assert isinstance(vm, OpenSandboxBackendConfig) and isinstance(large, OpenSandboxBackendConfig)
+    assert vm.api_key_file is not None and vm.api_key_file.read_text() == "(opensandbox-api-key/api-key)\n"
+    assert large.api_key_file is not None
+    assert large.api_key_file.read_text() == "(opensandbox-large-api-key/api-key)\n"
+    server = cfg.identity.spire_server
+    assert server is not None and server.address == "spire-server.spire.svc:8081"
+    assert server.cert_file is not None and server.key_file is not None and server.bundle_file is not None
+    assert server.cert_file.read_text() == EXISTING_SECRET_CONTENT["tls.crt"]  # the Secret's tls.crt
+    assert server.key_file.read_text() == EXISTING_SECRET_CONTENT["tls.key"]
+    assert server.bundle_file.read_text() == "(dynrunner-spire-admin/bundle.crt)\n"
+    inline = {"openSandbox": {"apiKeys": {"vm": {"value": "osb-key-1", "existingSecret": ""}}}}
+    inline_objects = chart.render(["ci/opensandbox-values.yaml"], overlay=inline)
+    inline_files = container_files(inline_objects, "-controller", "controller", tmp_path / "inline")
+    key_file = load_config(inline_files.config, inline_files.env).pool("vm").backend
+    assert isinstance(key_file, OpenSandboxBackendConfig) and key_file.api_key_file is not None
+    assert key_file.api_key_file.read_text() == "osb-key-1"
+    assert "osb-key-1" not in one(inline_objects, "ConfigMap", "-controller")["data"]["config.yaml"]
+
+
+@pytest.mark.parametrize(
+    ("overlay", "message"),
+    [
+        ({"openSandbox": {"apiKeys": {"other": {"value": "k"}}}}, "there is no opensandbox pool other"),
+        (
+            {"openSandbox": {"apiKeys": {"vm-large": {"value": "k"}}}},
+            "set openSandbox.apiKeys.vm-large or backend.apiKeyFile",
+        ),
+        (
+            {"openSandbox": {"apiKeys": {"vm": {"existingSecret": ""}}}},
+            "openSandbox.apiKeys.vm: set value or existingSecret",
+        ),
+        (
+            {"config": {"identity": {"spireServer": {"address": "s:8081", "certFile": "/x"}}}},
+            "spireServer.certFile: the chart mounts it",
+        ),
+        ({"config": {"identity": {"spireServer": None}}}, "needs config.identity.spireServer.address"),
+    ],
+)
+def test_a_vm_pools_secrets_given_twice_or_for_no_pool_are_refused(
+    chart: Chart, overlay: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(RenderError, match=re.escape(message)):
+        chart.render(["ci/opensandbox-values.yaml"], overlay=overlay)
 
 
 def test_the_bundled_nats_credentials_reach_the_controller_as_files(chart: Chart, tmp_path: Path) -> None:

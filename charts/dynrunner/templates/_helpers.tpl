@@ -77,7 +77,8 @@ app.kubernetes.io/component: {{ .component }}
 
 {{/*
 The pools as the controller reads them: every pool's backend defaults to kind kubernetes, and a
-kubernetes backend is merged over kubernetesDefaults, the executor namespace and image.
+kubernetes backend is merged over kubernetesDefaults, the executor namespace and image; an
+opensandbox backend with a key in openSandbox.apiKeys reads it where the chart mounts it.
 Returns YAML: {pools: [...]}.
 */}}
 {{- define "dynrunner.pools" -}}
@@ -89,6 +90,11 @@ Returns YAML: {pools: [...]}.
 {{- $backend := deepCopy (default (dict) $pool.backend) -}}
 {{- if eq (default "kubernetes" $backend.kind) "kubernetes" -}}
 {{- $backend = mergeOverwrite (deepCopy $base) (deepCopy $.Values.kubernetesDefaults) $backend -}}
+{{- else if and (eq $backend.kind "opensandbox") (hasKey (default dict $.Values.openSandbox.apiKeys) $pool.name) -}}
+{{- if $backend.apiKeyFile -}}
+{{- fail (printf "pool %s: set openSandbox.apiKeys.%s or backend.apiKeyFile, not both" $pool.name $pool.name) -}}
+{{- end -}}
+{{- $_ := set $backend "apiKeyFile" (printf "%s/%s" (include "dynrunner.configDir" $) (include "dynrunner.apiKeyPath" $pool.name)) -}}
 {{- end -}}
 {{- $_ := set $pool "backend" $backend -}}
 {{- $pools = append $pools $pool -}}
@@ -243,4 +249,14 @@ see: restart both after changing it).
 {{- else -}}
 {{- include "dynrunner.natsGeneratedPassword" . | sha256sum -}}
 {{- end -}}
+{{- end -}}
+
+{{/* Where pool .'s OpenSandbox API key is mounted, below the configuration directory. */}}
+{{- define "dynrunner.apiKeyPath" -}}opensandbox/{{ . }}.key{{- end -}}
+
+{{/* identity.spireServer's files: {config key: [values key, path below the configuration directory]}. */}}
+{{- define "dynrunner.spireServerFiles" -}}
+certFile: [certKey, spire/admin.crt]
+keyFile: [keyKey, spire/admin.key]
+bundleFile: [bundleKey, spire/bundle.crt]
 {{- end -}}
