@@ -91,6 +91,8 @@ class Job:
     container: Any = None
     services: Mapping[str, Any] = field(default_factory=dict)
     uses: str | None = None
+    permissions: Any = None
+    """The job's `permissions:` as written (None: not given); it replaces the workflow's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +102,8 @@ class Workflow:
     env: Mapping[str, Any]
     defaults: RunDefaults
     job: Job
+    permissions: Any = None
+    """The workflow's `permissions:` as written (None: not given)."""
 
 
 def _mapping(value: Any, where: str) -> dict[str, Any]:
@@ -375,6 +379,7 @@ def parse_workflow(payload: bytes | str) -> Workflow:
         container=plain(job_map.get("container")),
         services=plain(_mapping(job_map.get("services"), f"{job_where}.services")),
         uses=uses,
+        permissions=plain(job_map.get("permissions")),
     )
     return Workflow(
         name=_string(doc.get("name"), "name"),
@@ -382,4 +387,5 @@ def parse_workflow(payload: bytes | str) -> Workflow:
         env=_env(doc.get("env"), "env"),
         defaults=_defaults(doc.get("defaults"), "defaults"),
         job=job,
+        permissions=plain(doc.get("permissions")),
     )
