@@ -42,7 +42,6 @@ from dynrunner.executor.contexts import (
 )
 from dynrunner.executor.engine import StepEngine
 from dynrunner.executor.expressions import ExpressionError
-from dynrunner.executor.identity import workload_api_endpoint
 from dynrunner.executor.idtokens import IdTokenEndpoint, grant_of
 from dynrunner.executor.masking import Masker
 from dynrunner.executor.reporter import OutputLimitError, Reporter
@@ -288,6 +287,8 @@ class JobRunner:
         if not grant.granted:
             self.log(f"OIDC ID tokens: off ({grant.reason})")
             return None
+        from dynrunner.executor.identity import workload_api_endpoint  # only jobs with an identity load it
+
         endpoint = workload_api_endpoint(identity.workload_api_socket)
         if not endpoint:
             self.warning("OIDC ID tokens are not available: no Workload API socket is known to the executor.")
