@@ -81,7 +81,8 @@ def test_without_a_workload_api(socket: Path) -> None:
 
 async def test_a_run_step_gets_a_masked_token(executor_harness: ExecutorHarness, socket: Path) -> None:
     """No `permissions:` needed: the Workload API answers every process of the job (see
-    docs/identity.md); the CLI is on every step's PATH and its token is masked."""
+    docs/identity.md); the executor points SPIFFE_ENDPOINT_SOCKET at the socket the assignment
+    names; the CLI is on every step's PATH and its token is masked."""
     identity = IdentityWait(enabled=True, workload_api_socket=str(socket), timeout_seconds=10)
     workflow = """
 on: push
@@ -90,21 +91,23 @@ jobs:
     runs-on: self-hosted
     steps:
       - run: |
-          token=$(dynrunner-identity --socket "$SOCKET" jwt --audience vault.example)
+          echo "socket: $SPIFFE_ENDPOINT_SOCKET"
+          token=$(dynrunner-identity jwt --audience vault.example)
           echo "token: $token"
           echo "$token" > "$OUT"
 """
     out = executor_harness.root / "token"
     with workload_api(socket, [DEPLOY]):
         claimed = await executor_harness.claim(workflow, identity=identity, spiffe_id=DEPLOY)
-        os.environ["SOCKET"], os.environ["OUT"] = str(socket), str(out)
+        os.environ["OUT"] = str(out)
         try:
             assert await executor_harness.run(claimed) == 0
         finally:
-            del os.environ["SOCKET"], os.environ["OUT"]
+            del os.environ["OUT"]
     task = executor_harness.gitea.task(claimed.task_id)
     assert task.result == Result.SUCCESS, task.log_rows
     token = out.read_text().strip()
     assert token.count(".") == 2
     assert "token: ***" in rows_of(task, 0)
+    assert f"socket: unix://{socket}" in rows_of(task, 0)
     assert not any(token in row for row in task.log_rows)

@@ -216,6 +216,7 @@ class JobRunner:
             process_base_env(),
             runner_env(github, where, _runtime_token(a), runner_debug, id_request_token)
             | services.env()
+            | self._workload_api_env()
             | (id_tokens.env() if id_tokens else {}),
             ws.bin_dir,
         )
@@ -270,6 +271,18 @@ class JobRunner:
             gitea_urls=gitea_urls,
             node=NodeRuntime(),
         )
+
+    def _workload_api_env(self) -> dict[str, str]:
+        """SPIFFE_ENDPOINT_SOCKET for the steps of a job with an identity, so SPIFFE-aware tools
+        (and `dynrunner-identity`) find the Workload API also where only the assignment names it
+        (a VM); a backend that set it for the executor has it inherited anyway."""
+        identity = self.assignment.executor.identity
+        if not identity.enabled:
+            return {}
+        from dynrunner.executor.identity import SPIFFE_ENDPOINT_ENV, workload_api_endpoint
+
+        endpoint = workload_api_endpoint(identity.workload_api_socket)
+        return {SPIFFE_ENDPOINT_ENV: endpoint} if endpoint else {}
 
     async def _id_tokens(self) -> IdTokenEndpoint | None:
         """The job's ID-token endpoint, when the workflow grants `id-token: write` and the job
