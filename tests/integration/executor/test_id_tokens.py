@@ -24,6 +24,7 @@ from tests.fixtures.workload_api import workload_api
 
 DEPLOY = "spiffe://example.org/ci/owner/repo/deploy"
 BUILD = "spiffe://example.org/ci/owner/repo/build"
+ISSUER = "https://oidc.example.org"
 
 WORKFLOW = """
 on: push
@@ -62,7 +63,7 @@ async def test_a_node_action_gets_a_token_only_its_job_and_audience_accept(
 ) -> None:
     identity = IdentityWait(enabled=True, workload_api_socket=str(socket), timeout_seconds=10)
     files = id_token_action(action_clients.root)
-    with workload_api(socket, [DEPLOY, BUILD]) as api:
+    with workload_api(socket, [DEPLOY, BUILD], issuer=ISSUER) as api:
         deploy_out, build_out = tmp_path / "deploy.jwt", tmp_path / "build.jwt"
         started = time.monotonic()
         deploy = await executor_harness.run_job(
@@ -80,8 +81,12 @@ async def test_a_node_action_gets_a_token_only_its_job_and_audience_accept(
     # Each executor asked the Workload API for its own identity, for the audience the step named.
     assert api.jwt_requests == [(DEPLOY, ("sts.example",)), (BUILD, ("sts.example",))]
 
-    claims = verify(token, jwks, audience="sts.example", subject=DEPLOY)
-    assert claims["sub"] == DEPLOY and claims["aud"] == "sts.example"
+    claims = verify(token, jwks, audience="sts.example", subject=DEPLOY, issuer=ISSUER)
+    assert claims["sub"] == DEPLOY and claims["aud"] == "sts.example" and claims["iss"] == ISSUER
+    with pytest.raises(Refused, match="InvalidIssuerError"):
+        verify(
+            token, jwks, audience="sts.example", subject=DEPLOY, issuer="https://token.actions.githubusercontent.com"
+        )
     assert 0 < claims["exp"] - claims["iat"] <= 300
     with pytest.raises(Refused, match="InvalidAudienceError"):
         verify(token, jwks, audience="vault.example", subject=DEPLOY)

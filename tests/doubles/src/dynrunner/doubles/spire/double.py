@@ -36,6 +36,8 @@ class SpireOptions:
     socket_name: str = "spire-agent.sock"
     agent_namespace: str = "spire"
     agent_service_account: str = "spire-agent"
+    jwt_issuer: str = ""
+    """The server's `jwt_issuer`: the `iss` claim of JWT-SVIDs (none when empty)."""
 
 
 def k8s_psat_agent_id(trust_domain: str, cluster: str, node_uid: str) -> str:
@@ -46,7 +48,7 @@ class Spire:
     def __init__(self, store: Store, options: SpireOptions, containers: dict[int, ContainerRef]) -> None:
         self.options = options
         self.ca = TrustDomainCA(options.trust_domain)
-        self.jwt = JwtAuthority(options.trust_domain)
+        self.jwt = JwtAuthority(options.trust_domain, issuer=options.jwt_issuer)
         self.entries = EntryStore(options.trust_domain)
         self.controller_manager = ControllerManager(
             store,

@@ -1,7 +1,8 @@
 """A trust domain's JWT signing key and the JWT-SVIDs it signs, shaped as SPIRE's server makes
 them (pkg/server/credtemplate, pkg/common/jwtsvid): ES256 over P-256, header `kid` and
 `typ: JWT`, claims `sub` (the SPIFFE ID), `aud` (a string for one audience, a list for more, as
-go-jose marshals it), `iat` and `exp` (default TTL 5 minutes, SPIRE's default_jwt_svid_ttl).
+go-jose marshals it), `iat` and `exp` (default TTL 5 minutes, SPIRE's default_jwt_svid_ttl), and
+`iss` when an issuer is set (the server's `jwt_issuer`).
 The bundle is the JWKS the Workload API's FetchJWTBundles and SPIRE's OIDC discovery provider
 publish (`use: jwt-svid`)."""
 
@@ -25,9 +26,11 @@ class JwtValidationError(Exception):
 
 
 class JwtAuthority:
-    def __init__(self, trust_domain: str, ttl_s: float = DEFAULT_JWT_SVID_TTL_S) -> None:
+    def __init__(self, trust_domain: str, ttl_s: float = DEFAULT_JWT_SVID_TTL_S, issuer: str = "") -> None:
         self.trust_domain = trust_domain
         self.ttl_s = ttl_s
+        self.issuer = issuer
+        """SPIRE server's `jwt_issuer`: the `iss` claim, none when empty (SPIRE's default)."""
         self.key_id = secrets.token_hex(16)
         self._key = ec.generate_private_key(ec.SECP256R1())
 
@@ -39,6 +42,8 @@ class JwtAuthority:
             "iat": now,
             "exp": now + int(self.ttl_s if ttl_s is None else ttl_s),
         }
+        if self.issuer:
+            claims["iss"] = self.issuer
         return jwt.encode(claims, self._key, algorithm="ES256", headers={"kid": self.key_id, "typ": "JWT"})
 
     def jwks(self) -> dict[str, Any]:
