@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from dynrunner.proto.assignment import Assignment, IdentityWait
+
 PATH = "/_dynrunner/idtoken"
 MAX_REQUEST_BYTES = 16 * 1024
 MAX_AUDIENCE = 1000
@@ -230,3 +232,46 @@ def _expiry(token: str) -> str:
         return f", valid for {max(0, int(claims['exp'] - time.time()))}s"
     except (IndexError, ValueError, KeyError, TypeError):
         return ""
+
+
+def workload_api_env(identity: IdentityWait) -> dict[str, str]:
+    """SPIFFE_ENDPOINT_SOCKET for the steps of a job with an identity, so SPIFFE-aware tools
+    (and `dynrunner-identity`) find the Workload API also where only the assignment names it
+    (a VM); a backend that set it for the executor has it inherited anyway."""
+    if not identity.enabled:
+        return {}
+    from dynrunner.executor.identity import SPIFFE_ENDPOINT_ENV, workload_api_endpoint  # jobs with an identity only
+
+    endpoint = workload_api_endpoint(identity.workload_api_socket)
+    return {SPIFFE_ENDPOINT_ENV: endpoint} if endpoint else {}
+
+
+async def open_id_tokens(
+    assignment: Assignment, grant: Grant, add_mask: Callable[[str], None], log: Callable[[str], None]
+) -> IdTokenEndpoint | None:
+    """The job's started endpoint when it `grant`s ID tokens and has a workload identity;
+    otherwise None, with a log line saying why when it matters (`##[warning]` when the job
+    asked for tokens it cannot have)."""
+    identity = assignment.executor.identity
+    if not identity.enabled or not assignment.spiffe_id:
+        if grant.granted:
+            log(
+                f"##[warning]OIDC ID tokens are not available: {grant.reason}, but pool {assignment.pool or '-'} "
+                "issues no workload identity to its jobs, so ACTIONS_ID_TOKEN_REQUEST_URL is not set."
+            )
+        return None
+    if not grant.granted:
+        log(f"OIDC ID tokens: off ({grant.reason})")
+        return None
+    endpoint = workload_api_env(identity).get("SPIFFE_ENDPOINT_SOCKET", "")
+    if not endpoint:
+        log("##[warning]OIDC ID tokens are not available: no Workload API socket is known to the executor.")
+        return None
+    id_tokens = IdTokenEndpoint(assignment.spiffe_id, endpoint, add_mask, log)
+    try:
+        await id_tokens.start()
+    except OSError as err:
+        log(f"##[warning]OIDC ID tokens are not available: the executor cannot listen on loopback ({err}).")
+        return None
+    log(f"OIDC ID tokens: on ({grant.reason}); subject {assignment.spiffe_id}")
+    return id_tokens

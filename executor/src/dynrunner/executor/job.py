@@ -42,7 +42,7 @@ from dynrunner.executor.contexts import (
 )
 from dynrunner.executor.engine import StepEngine
 from dynrunner.executor.expressions import ExpressionError
-from dynrunner.executor.idtokens import IdTokenEndpoint, grant_of
+from dynrunner.executor.idtokens import grant_of, open_id_tokens, workload_api_env
 from dynrunner.executor.masking import Masker
 from dynrunner.executor.reporter import OutputLimitError, Reporter
 from dynrunner.executor.runtime import JobRuntime, RepositoryError
@@ -210,13 +210,15 @@ class JobRunner:
             shutdown=self.shutdown,
         )
         id_request_token = str((a.task.context or {}).get("actions_id_token_request_token", ""))
-        id_tokens = await self._id_tokens()
+        id_tokens = await open_id_tokens(
+            a, grant_of(self.workflow.permissions, self.workflow.job.permissions), self.masker.add, self.log
+        )
         services = await open_services(a.executor.cache, _runtime_token(a), self.warning)
         environment = StepEnvironment(
             process_base_env(),
             runner_env(github, where, _runtime_token(a), runner_debug, id_request_token)
             | services.env()
-            | self._workload_api_env()
+            | workload_api_env(a.executor.identity)
             | (id_tokens.env() if id_tokens else {}),
             ws.bin_dir,
         )
@@ -271,45 +273,6 @@ class JobRunner:
             gitea_urls=gitea_urls,
             node=NodeRuntime(),
         )
-
-    def _workload_api_env(self) -> dict[str, str]:
-        """SPIFFE_ENDPOINT_SOCKET for the steps of a job with an identity, so SPIFFE-aware tools
-        (and `dynrunner-identity`) find the Workload API also where only the assignment names it
-        (a VM); a backend that set it for the executor has it inherited anyway."""
-        identity = self.assignment.executor.identity
-        if not identity.enabled:
-            return {}
-        from dynrunner.executor.identity import SPIFFE_ENDPOINT_ENV, workload_api_endpoint
-
-        endpoint = workload_api_endpoint(identity.workload_api_socket)
-        return {SPIFFE_ENDPOINT_ENV: endpoint} if endpoint else {}
-
-    async def _id_tokens(self) -> IdTokenEndpoint | None:
-        """The job's ID-token endpoint, when the workflow grants `id-token: write` and the job
-        has a workload identity; otherwise None, with a log line saying why when it matters."""
-        a = self.assignment
-        grant = grant_of(self.workflow.permissions, self.workflow.job.permissions)
-        identity = a.executor.identity
-        if not identity.enabled or not a.spiffe_id:
-            if grant.granted:
-                self.warning(
-                    f"OIDC ID tokens are not available: {grant.reason}, but pool {a.pool or '-'} issues no "
-                    "workload identity to its jobs, so ACTIONS_ID_TOKEN_REQUEST_URL is not set."
-                )
-            return None
-        if not grant.granted:
-            self.log(f"OIDC ID tokens: off ({grant.reason})")
-            return None
-        from dynrunner.executor.identity import workload_api_endpoint  # only jobs with an identity load it
-
-        endpoint = workload_api_endpoint(identity.workload_api_socket)
-        if not endpoint:
-            self.warning("OIDC ID tokens are not available: no Workload API socket is known to the executor.")
-            return None
-        id_tokens = IdTokenEndpoint(a.spiffe_id, endpoint, self.masker.add, self.log)
-        await id_tokens.start()
-        self.log(f"OIDC ID tokens: on ({grant.reason}); subject {a.spiffe_id}")
-        return id_tokens
 
     def _refusal(self) -> str | None:
         job = self.workflow.job
