@@ -43,6 +43,7 @@ from dynrunner.executor.contexts import (
 )
 from dynrunner.executor.engine import StepEngine
 from dynrunner.executor.expressions import ExpressionError
+from dynrunner.executor.idtokens import grant_of, open_id_tokens, workload_api_env
 from dynrunner.executor.masking import Masker
 from dynrunner.executor.reporter import OutputLimitError, Reporter
 from dynrunner.executor.reusable import Caller, CallFrame, run_call
@@ -222,10 +223,16 @@ class JobRunner:
             shutdown=self.shutdown,
         )
         id_request_token = str((a.task.context or {}).get("actions_id_token_request_token", ""))
+        id_tokens = await open_id_tokens(
+            a, grant_of(self.workflow.permissions, self.workflow.job.permissions), self.masker.add, self.log
+        )
         services = await open_services(a.executor.cache, _runtime_token(a), self.warning)
         environment = StepEnvironment(
             process_base_env(),
-            runner_env(github, where, _runtime_token(a), runner_debug, id_request_token) | services.env(),
+            runner_env(github, where, _runtime_token(a), runner_debug, id_request_token)
+            | services.env()
+            | workload_api_env(a.executor.identity)
+            | (id_tokens.env() if id_tokens else {}),
             ws.bin_dir,
         )
         engine = StepEngine(
@@ -247,6 +254,8 @@ class JobRunner:
         finally:
             await engine.aclose()
             await close_services(services)
+            if id_tokens is not None:
+                await id_tokens.aclose()
         if signals.aborted:
             return JobResult(Result.CANCELLED if self.reporter.server_result == Result.CANCELLED else Result.FAILURE)
         outputs_ok = self._outputs(evaluator, contexts, runtime)

@@ -96,6 +96,8 @@ class Job:
     """The call's `with:` values, typed as written (a YAML `true` is a boolean, `1` a number)."""
     secrets: Any = None
     """The call's `secrets:`: None, `inherit`, or a mapping of name → expression."""
+    permissions: Any = None
+    """The job's `permissions:` as written (None: not given); it replaces the workflow's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +107,8 @@ class Workflow:
     env: Mapping[str, Any]
     defaults: RunDefaults
     job: Job
+    permissions: Any = None
+    """The workflow's `permissions:` as written (None: not given)."""
 
 
 def _mapping(value: Any, where: str) -> dict[str, Any]:
@@ -405,6 +409,7 @@ def parse_document(doc: Mapping[str, Any]) -> Workflow:
         uses=uses,
         with_={str(k): _typed(v) for k, v in (with_raw or {}).items()},
         secrets=plain(job_map.get("secrets")),
+        permissions=plain(job_map.get("permissions")),
     )
     return Workflow(
         name=_string(doc.get("name"), "name"),
@@ -412,4 +417,5 @@ def parse_document(doc: Mapping[str, Any]) -> Workflow:
         env=_env(doc.get("env"), "env"),
         defaults=_defaults(doc.get("defaults"), "defaults"),
         job=job,
+        permissions=plain(doc.get("permissions")),
     )
