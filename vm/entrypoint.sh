@@ -9,7 +9,10 @@
 #    (execd refuses a rename onto an existing directory). Neither secret is ever in the
 #    sandbox's env or metadata.
 # 2. With a join token: render the SPIRE agent's config, start the agent (it attests with the
-#    token, which SPIRE accepts once), wait for its Workload API socket, delete the token.
+#    token, which SPIRE accepts once), wait for its Workload API socket, delete the token. The
+#    agent logs to $DYNRUNNER_SPIRE_AGENT_LOG: its lines up to attestation are copied to the
+#    console; when it does not come up, its last lines go there (and so to the job log), and a
+#    refused token fails at once.
 # 3. Export `env` from the delivery if there is one (AWS_* S3 credentials for the artifact
 #    store), delete it, and run the executor on the assignment, as $DYNRUNNER_EXECUTOR_USER
 #    when running as root, keeping the task state Gitea last accepted in $DYNRUNNER_STATE_FILE
@@ -36,6 +39,7 @@ agent_template=${DYNRUNNER_SPIRE_AGENT_CONFIG_TEMPLATE:-/etc/dynrunner/spire-age
 agent_config=${DYNRUNNER_SPIRE_AGENT_CONFIG:-/run/dynrunner/spire-agent.conf}
 agent_socket=${SPIFFE_AGENT_SOCKET:-/run/spire/agent/public/api.sock}
 agent_timeout=${DYNRUNNER_SPIRE_AGENT_TIMEOUT_SECONDS:-120}
+agent_log=${DYNRUNNER_SPIRE_AGENT_LOG:-${agent_config%.conf}.log}
 executor=${DYNRUNNER_EXECUTOR_COMMAND:-dynrunner-executor}
 executor_user=${DYNRUNNER_EXECUTOR_USER-runner}
 state_file=${DYNRUNNER_STATE_FILE:-/run/dynrunner/reported/accepted-state.pb}
@@ -61,7 +65,31 @@ fi
 assignment=$delivery/assignment.pb
 [ -f "$assignment" ] || { say "the delivery has no assignment.pb"; exit "$EXIT_NOT_DELIVERED"; }
 
+# wait_for_agent: until the agent's Workload API socket is open. A refused join token is final
+# (SPIRE deletes a token on first use), but the real spire-agent retries it forever: its log
+# says so at once, and waiting out the timeout would only delay the job's failure.
+wait_for_agent() {
+    tries=$((agent_timeout * 10))
+    while ! test -S "$agent_socket"; do
+        if grep -q -E 'join token (does not exist|has already been used|expired)' "$agent_log" 2>/dev/null; then
+            agent_failure="the SPIRE server refused the join token (see the agent's lines above)"
+            return 1
+        fi
+        if ! kill -0 "$agent_pid" 2>/dev/null; then
+            agent_failure="the SPIRE agent exited before it opened $agent_socket"
+            return 1
+        fi
+        tries=$((tries - 1))
+        if [ "$tries" -le 0 ]; then
+            agent_failure="the SPIRE agent did not open $agent_socket within ${agent_timeout}s"
+            return 1
+        fi
+        sleep 0.1
+    done
+}
+
 agent_pid=
+agent_failure=
 stop_agent() {
     if [ -n "$agent_pid" ]; then
         kill "$agent_pid" 2>/dev/null || true
@@ -73,7 +101,7 @@ stop_agent() {
 if [ -f "$delivery/join-token" ]; then
     bundle=${SPIRE_TRUST_BUNDLE_PATH:-/etc/dynrunner/spire-bundle.pem}
     [ -f "$delivery/bundle.pem" ] && bundle=$delivery/bundle.pem
-    mkdir -p "$(dirname "$agent_config")" "$(dirname "$agent_socket")"
+    mkdir -p "$(dirname "$agent_config")" "$(dirname "$agent_socket")" "$(dirname "$agent_log")"
     sed -e "s|@JOIN_TOKEN_FILE@|$delivery/join-token|g" \
         -e "s|@SOCKET_PATH@|$agent_socket|g" \
         -e "s|@SERVER_ADDRESS@|${SPIRE_SERVER_ADDRESS:-spire-server}|g" \
@@ -83,13 +111,16 @@ if [ -f "$delivery/join-token" ]; then
         -e "s|@DATA_DIR@|${SPIRE_AGENT_DATA_DIR:-/run/spire/agent/data}|g" \
         "$agent_template" >"$agent_config"
     # shellcheck disable=SC2086 # the command is a word list by design
-    $agent_command -config "$agent_config" &
+    $agent_command -config "$agent_config" >"$agent_log" 2>&1 &
     agent_pid=$!
     trap 'stop_agent' EXIT
-    if ! wait_for -S "$agent_socket" "$agent_timeout"; then
-        say "the SPIRE agent did not open $agent_socket within ${agent_timeout}s"
+    if ! wait_for_agent; then
+        tail -n 20 "$agent_log" >&2 || true
+        say "$agent_failure"
         exit "$EXIT_NO_AGENT"
     fi
+    cat "$agent_log" >&2 || true
+    say "the SPIRE agent attested; its further lines go to $agent_log"
     rm -f "$delivery/join-token"
 fi
 

@@ -102,6 +102,47 @@ async def test_the_sandbox_ends_with_the_executors_status_not_the_agents(
     assert executor_harness.gitea.task(claimed.task_id).result == Result.SUCCESS
 
 
+# The real spire-agent 1.13 on a refused join token: it logs the refusal and retries forever.
+RETRYING_AGENT = """#!/bin/sh
+echo 'level=error msg="Agent crashed" error="failed to attest: join token does not exist or has already been used"'
+exec sleep 600
+"""
+EXITING_AGENT = """#!/bin/sh
+echo 'no server here' >&2
+exit 1
+"""
+
+
+@pytest.mark.parametrize(
+    ("script", "reason"),
+    [
+        (RETRYING_AGENT, "the SPIRE server refused the join token"),
+        (EXITING_AGENT, "the SPIRE agent exited before it opened"),
+    ],
+)
+async def test_an_agent_that_cannot_attest_fails_the_sandbox_at_once_with_its_lines(
+    opensandbox_factory: OpenSandboxFactory, tmp_path: Path, script: str, reason: str
+) -> None:
+    agent = tmp_path / "agent"
+    agent.write_text(script)
+    agent.chmod(0o755)
+    base = vm_image(DYNRUNNER_SPIRE_AGENT_COMMAND="{rootfs}/usr/local/bin/agent")  # the default 120 s wait
+    image = dataclasses.replace(base, files={**base.files, "/usr/local/bin/agent": agent})
+    async with opensandbox_factory(images={VM_IMAGE: image}) as osb:
+        sandbox = await Sandbox.create(
+            VM_IMAGE, entrypoint=[ENTRYPOINT], skip_health_check=True, connection_config=sdk_config(osb)
+        )
+        await deliver(sandbox, {"assignment.pb": b"", "join-token": b"t0k3n", "bundle.pem": b""})
+        box = await osb.wait_for_state(sandbox.id, "Terminated", "Failed", timeout_s=60)
+        console = box.console.read_text()
+        assert (box.status.state, box.status.message) == ("Failed", "Sandbox container exited with code 69."), console
+        assert reason in console
+        assert ("join token does not exist" in console) == (script is RETRYING_AGENT), console
+        assert ("no server here" in console) == (script is EXITING_AGENT), console
+        await sandbox.kill()
+        await sandbox.close()
+
+
 KEPT = TaskState(7, steps=[StepState(0, Result.SUCCESS, log_index=0, log_length=2), StepState(1, Result.UNSPECIFIED)])
 
 
