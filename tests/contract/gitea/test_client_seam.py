@@ -175,3 +175,31 @@ async def test_a_report_on_another_runners_task_is_refused(contract_gitea: Contr
     with pytest.raises(Internal, match="invalid runner for task"):
         await other.update_log(claimed.task.id, 0, rows("not mine"), retry=NO_RETRY)
     await owner.update_task(final(claimed.task.id, Result.SUCCESS, 2))
+
+
+async def test_a_finished_job_bumps_no_tasks_version_before_main(contract_gitea: ContractGitea) -> None:
+    """1.24-1.26 bump tasks_version when a job becomes waiting, not when one finishes (main
+    does while others wait, go-gitea/gitea#38200): a runner sending the version it was given
+    is answered on the fast path."""
+    gitea = contract_gitea
+    labels = gitea.labels()
+    runner = await gitea.register(labels)
+    two_jobs = (
+        workflow(labels, steps=1)
+        + f"  other:\n    runs-on: {json.dumps(gitea.labels())}\n    steps:\n      - run: 'true'\n"
+    )
+    claimed = await gitea.claim(runner, two_jobs)
+    version = (await runner.fetch_task(0)).tasks_version  # a scan: "other" is not for this runner
+    await runner.update_task(final(claimed.task.id, Result.SUCCESS, 1))
+    answer = await runner.fetch_task(version)
+    assert answer.task is None and answer.tasks_version == version
+
+
+async def test_a_runner_an_admin_deleted_is_refused(contract_gitea: ContractGitea) -> None:
+    """The claim loop arms another runner on this answer (docs/compatibility.md)."""
+    gitea = contract_gitea
+    runner = await gitea.register(gitea.labels(), ephemeral=True)
+    assert (await runner.fetch_task(0)).task is None
+    await gitea.delete_runner(gitea.last_runner)
+    with pytest.raises(Unauthenticated, match="unregistered runner"):
+        await runner.fetch_task(0)
