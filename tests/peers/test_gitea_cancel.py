@@ -24,6 +24,7 @@ import pytest
 from dynrunner.controller.app import CLAIM_LOOPS
 from tests.fixtures.real_gitea import RealGitea, Run
 from tests.fixtures.real_gitea_faults import (
+    cancel_latest,
     controller_in_loop,
     controller_settings,
     environments_root,
@@ -58,9 +59,11 @@ def running_with_log(gitea: RealGitea, repo: str, needle: str) -> Run | None:
     return run if needle in gitea.job_log(repo, run.jobs[0].id) else None
 
 
+@pytest.mark.parametrize("route", ["run", "latest"])
 async def test_a_cancel_through_the_web_route_runs_the_cleanup_and_leaves_nothing(
-    real_gitea: RealGitea, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    real_gitea: RealGitea, tmp_path: Path, caplog: pytest.LogCaptureFixture, route: str
 ) -> None:
+    """`route`: the run's own reference (index before 1.26, ID from 1.26), or `latest`."""
     gitea = real_gitea
     started = time.monotonic()
     org = f"cancel{next(ORGS)}"
@@ -75,7 +78,10 @@ async def test_a_cancel_through_the_web_route_runs_the_cleanup_and_leaves_nothin
         await asyncio.to_thread(gitea.commit_file, repo, ".gitea/workflows/long.yml", WORKFLOW.format(marker=marker))
         run = await eventually(lambda: running_with_log(gitea, repo, "working"), within=120, what="the long step")
         cancelled_at = time.monotonic()
-        await asyncio.to_thread(gitea.cancel, repo, run)
+        if route == "latest":
+            await asyncio.to_thread(cancel_latest, gitea, repo)
+        else:
+            await asyncio.to_thread(gitea.cancel, repo, run)
         done = await eventually(lambda: (r := gitea.read_run(repo)) and r.done and r, within=60, what="the run's end")
         await eventually(marker.exists, within=60, what="the if: always() step")
         cleanup_s = time.monotonic() - cancelled_at
@@ -101,6 +107,6 @@ async def test_a_cancel_through_the_web_route_runs_the_cleanup_and_leaves_nothin
     assert len(mine) == CLAIM_LOOPS, mine  # the armed ones, kept for the next claims
     assert all(r.get("ephemeral", True) and not r.get("busy") for r in mine), mine
     print(
-        f"\nGitea {gitea.version}: cancelled through the web route; cleanup ran "
+        f"\nGitea {gitea.version}: cancelled through the web route ({route}); cleanup ran "
         f"{cleanup_s:.1f}s after the cancel; test {time.monotonic() - started:.0f}s"
     )
