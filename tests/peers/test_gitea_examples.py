@@ -30,7 +30,16 @@ from tests.fixtures.real_gitea import Job, RealGitea, Run, Step
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 RUN_TIMEOUT_S = 150.0
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
+"""The double's budget for every example's run to end."""
+STALL_S = 150.0
+"""On real Gitea: how long no job may change state (claimed, started, ended) before the wait
+gives up. Progress, not a fixed budget: a loaded 2-core machine makes the same runs take
+several times as long (issue 20 item 5: a fixed 150 s likely ended the wait, and the
+controller, with 1.25's `continue-on-error` cleanup job still waiting, docs/real-peers.md)."""
+MOST_S = 600.0
+WAITS: dict[str, str] = {}
+"""How each release's wait ended (for the failure message)."""
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 REAL: dict[str, dict[str, Run]] = {}
 """What each release's real Gitea made of the examples (by release line), for the comparison."""
 
@@ -62,7 +71,7 @@ ORGS = itertools.count(1)
 
 async def run_on_real_gitea(gitea: RealGitea, state_dir: Path) -> dict[str, Run]:
     """Every example in its own repository of a new organisation; their runs once all ended
-    (or RUN_TIMEOUT_S passed)."""
+    (or no job changed state for STALL_S, or MOST_S passed)."""
     examples = load_examples(EXAMPLES)
     org = f"examples{next(ORGS)}"
     await asyncio.to_thread(gitea.create_org, org)
@@ -72,21 +81,30 @@ async def run_on_real_gitea(gitea: RealGitea, state_dir: Path) -> dict[str, Run]
         for name, value in (example.expected.get("secrets") or {}).items():
             await asyncio.to_thread(gitea.set_secret, repo, name, value)
         repos[example.name] = repo
-    async with controller_running(controller_config(gitea.url, gitea.registration_token, state_dir)):
+    async with controller_running(controller_config(gitea.url, gitea.registration_token, state_dir)) as controller:
         for example in examples:
             workflow = f".gitea/workflows/{example.name}.yml"
             await asyncio.to_thread(gitea.commit_file, repos[example.name], workflow, example.workflow)
         waiting = {example.name: example for example in examples}
-        deadline = time.monotonic() + RUN_TIMEOUT_S
-        while waiting and time.monotonic() < deadline:
+        started = last_change = time.monotonic()
+        seen: dict[str, Any] = {}
+        while waiting and time.monotonic() - last_change < STALL_S and time.monotonic() - started < MOST_S:
             for name, example in list(waiting.items()):
                 run = await asyncio.to_thread(gitea.read_run, repos[name], logs=False)
                 if run is None:
                     continue
+                state = (run.status, [(job.name, job.status) for job in run.jobs])
+                if seen.get(name) != state:
+                    seen[name], last_change = state, time.monotonic()
                 await maybe_cancel(gitea, repos[name], example, run)
                 if run.done:
                     del waiting[name]
             await asyncio.sleep(1)
+        capacity = controller.pools["local"].capacity
+        WAITS[gitea.line] = (
+            f"waited {time.monotonic() - started:.0f}s, last change {time.monotonic() - last_change:.0f}s ago; "
+            f"unfinished {sorted(waiting)}; permits in use {capacity.in_use} of {capacity.limit}"
+        )
     runs = {}
     for example in examples:
         run = await asyncio.to_thread(gitea.read_run, repos[example.name])
@@ -176,7 +194,7 @@ async def test_every_demo_example_ends_as_expected(real_gitea: RealGitea, tmp_pa
             if job.status in ("success", "failure") and "[dynrunner] claimed by pool local as runner" not in job.log:
                 problems.append(f"{example.name}: job {job.name}: the log lacks the controller's claim line")
     report = "\n".join(describe(e, runs.get(e.name)) for e in examples)
-    assert not problems, f"Gitea {gitea.version}:\n" + "\n".join(problems) + "\n\n" + report
+    assert not problems, f"Gitea {gitea.version} ({WAITS.get(gitea.line)}):\n" + "\n".join(problems) + "\n\n" + report
 
 
 def kept(run: Run) -> dict[str, Any]:

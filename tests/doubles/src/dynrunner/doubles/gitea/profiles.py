@@ -82,14 +82,14 @@ MAIN = Profile(
 V1_26 = dataclasses.replace(
     MAIN,
     name="1.26",
-    tag="v1.26.1",
+    tag="v1.26.4",
     cancelling=False,
     server_capabilities="",
     next_candidate_on_lost_race=False,
     candidate_page=None,
     bump_when_job_finishes=False,
     release_undelivered_claims=False,
-    empty_no_more_finalizes=False,
+    # v1.26.2 took main's UpdateLog (#37631: an empty `no_more` archives); v1.26.0-1 did not.
     debounced_heartbeats=False,
     pick_throttle=False,
 )
@@ -97,11 +97,14 @@ V1_25 = dataclasses.replace(
     V1_26,
     name="1.25",
     tag="v1.25.5",
+    empty_no_more_finalizes=False,
     reload_runner_before_pick=False,
     runner_disabling=False,
     run_prefixed_step_names=False,
 )
-V1_24 = dataclasses.replace(V1_25, name="1.24", tag="v1.24.0", runtime_token_ttl_s=24 * HOUR_S)
+# The newest 1.24 patch (v1.24.6): its runtime token lives 1 h + ENDLESS_TASK_TIMEOUT, as
+# later releases; v1.24.0-v1.24.5 gave 24 h (`runtime_token_ttl_s=24 * HOUR_S`).
+V1_24 = dataclasses.replace(V1_25, name="1.24", tag="v1.24.6")
 PROFILES: dict[str, Profile] = {p.name: p for p in (V1_24, V1_25, V1_26, MAIN)}
 DEFAULT_PROFILE = "main"
 
