@@ -22,7 +22,7 @@ $(STAMP): requirements-dev.txt proto/pyproject.toml executor/pyproject.toml cont
 
 test: PEERS_FLAGS = --allow-missing --budget 2400
 test: lint clients chart-tools peers
-	$(BIN)/python -m pytest -q --durations=25 tests
+	$(BIN)/python tools/run_suite.py -q --durations=25
 
 # Real Gitea releases and SPIRE built from their Go modules into a cache outside the repository
 # (docs/real-peers.md), for tests/peers. Under `make test` one that cannot be built says why in
