@@ -7,8 +7,10 @@ actions/checkout does: `AUTHORIZATION: basic base64(x-access-token:<token>)`), a
 action that itself uses a Node action of the same Gitea, and that Node action (pre, main,
 post stages, an output). The workflow's repository is private: its one commit (the contents
 API: a push) brings the workflow, a file and a local composite action, which the job can run
-only once the checkout action cloned the repository. Then the same workflow against the
-Gitea double answering as that release, the actions published on its git server: both
+only once the checkout action cloned the repository; the task token reads that repository
+over git's HTTP protocol, and not another private repository of the organisation (Gitea 1.26
+admits one only when the owner's actions settings list it). Then the same workflow against
+the Gitea double answering as that release, the actions published on its git server: both
 servers' jobs must print the same rows.
 """
 
@@ -134,6 +136,9 @@ jobs:
           basic=$(printf 'x-access-token:%s' "$TOKEN" | base64 -w0)
           git -c "http.extraheader=AUTHORIZATION: basic $basic" ls-remote "$url" refs/heads/main \\
             | grep -q "${{{{ github.sha }}}}" && echo "row the task token reads the private repository"
+          git -c "http.extraheader=AUTHORIZATION: basic $basic" ls-remote \
+            "${{{{ github.server_url }}}}/${{{{ github.repository_owner }}}}/tools" > /dev/null 2>&1 \
+            || echo "row the task token is refused another private repository of the owner"
 """
 
 
@@ -150,6 +155,7 @@ EXPECTED = [
     "row node: hello direct from node at {org}/hello",
     "row anonymous read refused",
     "row the task token reads the private repository",
+    "row the task token is refused another private repository of the owner",
     "row hello post ran",
     "row hello post ran",
 ]
@@ -173,6 +179,7 @@ async def test_actions_hosted_in_gitea_and_a_private_checkout_with_the_task_toke
         await asyncio.to_thread(gitea.commit_files, repo, files, "the action")
         await asyncio.to_thread(gitea.create_tag, repo, "v1")
     app = await asyncio.to_thread(gitea.create_repo, org, "app", private=True)
+    await asyncio.to_thread(gitea.create_repo, org, "tools", private=True)
     async with peer_controller(gitea.url, gitea.registration_token, tmp_path, cache=False):
         files = {**APP, ".gitea/workflows/ci.yml": workflow(org)}
         await asyncio.to_thread(gitea.commit_files, app, files, "the app")
@@ -189,6 +196,8 @@ async def test_actions_hosted_in_gitea_and_a_private_checkout_with_the_task_toke
             double.commit(f"{org}/{name}", files, tags=["v1"])
         double.create_repository(f"{org}/app", private=True)
         double.commit(f"{org}/app", APP)
+        double.create_repository(f"{org}/tools", private=True)
+        double.commit(f"{org}/tools", {"README": "tools\n"})
 
     status, logs = await run_on_double(
         gitea.line,
