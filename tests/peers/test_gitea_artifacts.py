@@ -163,3 +163,49 @@ async def test_artifacts_v4_between_jobs_and_the_cache_with_the_real_clients(
     )
     assert status == "success", "the double:\n" + "\n".join(logs.get("build", []) + logs.get("test", []))
     assert {name: printed(rows) for name, rows in logs.items()} == FIRST_RUN, logs
+
+
+NO_CACHE = """\
+on: push
+jobs:
+  build:
+    runs-on: [self-hosted, local]
+    steps:
+      - run: mkdir dist && echo "built without a cache server" > dist/out.txt
+      - uses: {org}/artifacts@v1
+        with:
+          mode: upload
+          name: dist
+          path: dist/out.txt
+  test:
+    needs: build
+    runs-on: [self-hosted, local]
+    steps:
+      - uses: {org}/artifacts@v1
+        with:
+          mode: download
+          name: dist
+          path: got
+      - run: echo "row $(cat got/out.txt)"
+"""
+
+
+async def test_artifacts_v4_without_a_cache_server(
+    real_gitea: RealGitea, tmp_path: Path, action_clients: ActionClients
+) -> None:
+    """A pool without a cache server hands jobs Gitea's own `ACTIONS_RESULTS_URL`: the upload
+    URL reaches the client as Gitea signed it. On 1.24 its padded `sig` survives the blob
+    client only through the executor's edit of the fetched bundle (docs/actions.md)."""
+    gitea = real_gitea
+    org = f"arts{next(ORGS)}"
+    await asyncio.to_thread(gitea.create_org, org)
+    repo = await asyncio.to_thread(gitea.create_repo, org, "artifacts")
+    await asyncio.to_thread(gitea.commit_files, repo, artifact_action(action_clients), "the action")
+    await asyncio.to_thread(gitea.create_tag, repo, "v1")
+    app = await asyncio.to_thread(gitea.create_repo, org, "app")
+    async with peer_controller(gitea.url, gitea.registration_token, tmp_path, cache=False):
+        await asyncio.to_thread(gitea.commit_file, app, ".gitea/workflows/ci.yml", NO_CACHE.format(org=org))
+        run = (await wait_runs(gitea, [app])).get(app)
+    assert run is not None and run.status == "success", f"Gitea {gitea.version}: {describe(run)}"
+    test = next(job for job in run.jobs if job.name == "test")
+    assert "row built without a cache server" in printed(test.log), describe(run)
