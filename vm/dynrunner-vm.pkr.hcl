@@ -110,7 +110,7 @@ build {
       "install -d -m 0755 /etc/dynrunner && install -m 0644 /tmp/spire-agent.conf.template /etc/dynrunner/spire-agent.conf.template",
       "chmod 0755 /usr/local/bin/dynrunner-vm-entrypoint",
       "useradd --uid \"$EXECUTOR_UID\" --create-home --shell /bin/bash runner",
-      "dynrunner-executor --help >/dev/null && node --version && spire-agent --version",
+      "dynrunner-executor --help >/dev/null && dynrunner-identity --help >/dev/null && node --version && spire-agent --version",
     ]
   }
 
