@@ -15,122 +15,14 @@ pinned clients (tests/clients)."""
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 
 from dynrunner.controller.config.model import ControllerConfig
 from dynrunner.doubles.gitea import GiteaDouble
+from tests.fixtures.action_bundles import CHECKOUT, artifact_action, cache_action
 from tests.fixtures.clients import ActionClients
 from tests.fixtures.gitea import GiteaFactory
 from tests.fixtures.harness import REAL_EXECUTOR, config_data, in_process, wait_run_done
-
-GATED_MODULES = {
-    "artifact": ["@actions/artifact/lib/internal/shared/config.js", "@actions/artifact/lib/internal/shared/errors.js"],
-    "cache": ["@actions/cache/lib/internal/config.js"],
-}
-
-
-def bundle(clients: ActionClients, toolkit: str, body: str) -> str:
-    """An action's `dist/index.js` as a bundler makes it: the toolkit modules with the gates
-    inlined as module functions (their source verbatim), the rest required from the pinned
-    clients, then the action's own code."""
-    modules = ",\n".join(
-        f"  {json.dumps(name)}: function (module, exports, require) {{\n"
-        f"{(clients.root / 'node_modules' / name).read_text()}\n  }}"
-        for name in GATED_MODULES[toolkit]
-    )
-    return f"""'use strict';
-const Module = require('module');
-const path = require('path');
-const CLIENTS = {json.dumps(str(clients.root))};
-const INLINED = {{
-{modules}
-}};
-for (const [name, factory] of Object.entries(INLINED)) {{
-  const file = require.resolve(name, {{paths: [CLIENTS]}});
-  const m = new Module(file, module);
-  m.filename = file;
-  m.loaded = true;
-  factory.call(m.exports, m, m.exports, Module.createRequire(file));
-  require.cache[file] = m;
-}}
-const load = name => require(require.resolve(name, {{paths: [CLIENTS]}}));
-const env = process.env;
-{body}
-"""
-
-
-def artifact_action(clients: ActionClients) -> dict[str, str]:
-    body = """
-const {DefaultArtifactClient} = load('@actions/artifact');
-const client = new DefaultArtifactClient();
-(async () => {
-  if (env.INPUT_MODE === 'upload') {
-    const file = path.resolve(env.GITHUB_WORKSPACE, env.INPUT_PATH);
-    const done = await client.uploadArtifact(env.INPUT_NAME, [file], path.dirname(file), {retentionDays: 1});
-    console.log(`uploaded ${env.INPUT_NAME}: ${done.size} bytes`);
-  } else {
-    const {artifact} = await client.getArtifact(env.INPUT_NAME);
-    await client.downloadArtifact(artifact.id, {path: path.resolve(env.GITHUB_WORKSPACE, env.INPUT_PATH)});
-    console.log(`downloaded ${env.INPUT_NAME}`);
-  }
-})().catch(err => { console.log(`::error::${err}`); process.exit(1); });
-"""
-    return {
-        "action.yml": "inputs:\n  mode: {}\n  name: {}\n  path: {}\nruns:\n  using: node20\n  main: dist/index.js\n",
-        "dist/index.js": bundle(clients, "artifact", body),
-    }
-
-
-def cache_action(clients: ActionClients) -> dict[str, str]:
-    """actions/cache's shape: restore in `main`, save in `post` unless the key was hit."""
-    body = """
-const fs = require('fs');
-const cache = load('@actions/cache');
-const stage = process.argv[2];
-(async () => {
-  if (stage === 'main') {
-    const config = require.cache[require.resolve('@actions/cache/lib/internal/config.js', {paths: [CLIENTS]})];
-    console.log(`cache protocol ${config.exports.getCacheServiceVersion()}`);
-    const hit = await cache.restoreCache([env.INPUT_PATH], env.INPUT_KEY, [env['INPUT_RESTORE-KEYS']]);
-    console.log(hit ? `cache restored from ${hit}` : 'cache miss');
-    fs.appendFileSync(env.GITHUB_STATE, `hit=${hit || ''}\\n`);
-  } else if (env.STATE_hit === env.INPUT_KEY) {
-    console.log('cache hit, not saved again');
-  } else {
-    await cache.saveCache([env.INPUT_PATH], env.INPUT_KEY);
-    console.log(`cache saved as ${env.INPUT_KEY}`);
-  }
-})().catch(err => { console.log(`::error::${err}`); process.exit(1); });
-"""
-    main = bundle(clients, "cache", body)
-    return {
-        "action.yml": (
-            "inputs:\n  key: {}\n  restore-keys: {}\n  path: {}\n"
-            "runs:\n  using: node20\n  main: dist/main.js\n  post: dist/post.js\n  post-if: success()\n"
-        ),
-        "dist/main.js": main.replace("process.argv[2]", "'main'"),
-        "dist/post.js": main.replace("process.argv[2]", "'post'"),
-    }
-
-
-CHECKOUT = {
-    "action.yml": (
-        "inputs:\n  repository:\n    default: ${{ github.repository }}\n  token:\n    default: ${{ github.token }}\n"
-        "runs:\n  using: node20\n  main: main.js\n"
-    ),
-    "main.js": """
-const { execFileSync } = require('child_process');
-const env = process.env;
-const basic = Buffer.from(`x-access-token:${env.INPUT_TOKEN}`).toString('base64');
-const git = (...args) => execFileSync('git', args, { cwd: env.GITHUB_WORKSPACE, stdio: 'inherit' });
-git('init', '-q', '.');
-git('config', '--local', `http.${env.GITHUB_SERVER_URL}/.extraheader`, `AUTHORIZATION: basic ${basic}`);
-git('fetch', '-q', '--depth=1', `${env.GITHUB_SERVER_URL}/${env.INPUT_REPOSITORY}`, env.GITHUB_SHA);
-git('checkout', '-q', 'FETCH_HEAD');
-console.log(`checked out ${env.INPUT_REPOSITORY}`);
-""",
-}
 
 CLEANUP = {
     "action.yml": "runs:\n  using: node20\n  main: main.js\n  post: post.js\n",

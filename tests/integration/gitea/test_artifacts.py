@@ -12,6 +12,7 @@ import zipfile
 from urllib.parse import parse_qs, quote_plus, urlsplit
 
 import pyqwest
+import pytest
 
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.doubles.gitea.artifacts_v4 import go_time, parse_go_time
@@ -164,6 +165,28 @@ async def test_v4_signed_urls_expire(gitea: GiteaDouble) -> None:
     )
     expired = await _call("GET", url)
     assert (expired.status, expired.content) == (401, b"Error link expired\n")
+
+
+@pytest.mark.parametrize("gitea_profile", ["1.24", "1.25"])
+async def test_v4_signatures_are_padded_and_checked_strictly_on_1_24_only(
+    gitea: GiteaDouble, gitea_profile: str
+) -> None:
+    """1.24.6 signs with padded base64url and refuses a `sig` without its `=` (which the Azure
+    blob client of `@actions/artifact` 2.x drops when it appends `comp=block`); 1.25 on signs
+    unpadded. Found against the real releases (tests/peers/test_gitea_artifacts.py)."""
+    _, task = await _claim(gitea)
+    ids = {"workflow_run_backend_id": task.context["run_id"], "workflow_job_run_backend_id": "1"}
+    created = json.loads((await _rpc(gitea, task, "CreateArtifact", {**ids, "name": "site", "version": 4})).content)
+    upload = created["signedUploadUrl"]
+    sig = parse_qs(urlsplit(upload).query)["sig"][0]
+    padded = gitea_profile == "1.24"
+    assert sig.endswith("=") is padded and len(sig) == (44 if padded else 43)
+    stripped = upload.replace(f"sig={sig}", f"sig={sig.rstrip('=')}")
+    escaped = upload.replace(f"sig={sig}", f"sig={sig.replace('=', '%3D')}")
+    block = f"&comp=block&blockid={base64.b64encode(b'b0').decode()}"
+    refused = await _call("PUT", f"{stripped}{block}", {}, b"x")
+    assert (refused.status, refused.content) == ((401, b"Error unauthorized\n") if padded else (201, b'"appended"'))
+    assert (await _call("PUT", f"{escaped}{block}", {}, b"x")).status == 201  # the `=` sent escaped
 
 
 def test_go_time_round_trips() -> None:

@@ -209,3 +209,28 @@ async def test_default_actions_url_self_points_at_the_instance(gitea_factory: Gi
         task = await claim(runner)
         assert task.context is not None
         assert task.context["gitea_default_actions_url"] == gitea.url
+
+
+@pytest.mark.parametrize("gitea_profile", ["1.24", "1.25", "1.26", "main"])
+async def test_the_push_event_and_triggering_actor_are_the_releases(gitea: GiteaDouble, gitea_profile: str) -> None:
+    """What real 1.24.6, 1.25.5 and 1.26.4 gave a job (tests/peers/test_gitea_contexts.py):
+    `triggering_actor` "" before main; the event's repository with every key of that
+    release's `structs.Repository`; the pushed commit as `head_commit` and in `commits`, with
+    `total_commits` 0 as Gitea sends it."""
+    runner = await register(gitea)
+    gitea.submit("acme/app", workflow(job("build")), sha="d" * 40, actor="alice")
+    ctx = (await claim(runner)).context
+    assert ctx is not None
+    assert ctx["actor"] == "alice"
+    assert ctx["triggering_actor"] == ("alice" if gitea_profile == "main" else "")
+    event = ctx["event"]
+    newer = {"1.24": set(), "1.25": {"allow_manual_merge", "autodetect_manual_merge", "has_code"}}.get(
+        gitea_profile, {"allow_manual_merge", "autodetect_manual_merge", "has_code", "branch_count"}
+    )
+    keys = set(event["repository"])
+    assert {"ssh_url", "permissions", "internal_tracker", "object_format_name", "updated_at"} <= keys
+    assert keys & {"allow_manual_merge", "autodetect_manual_merge", "has_code", "branch_count"} == newer
+    assert len(keys) == 58 + len(newer)  # 1.24.6: 58 keys, 1.26.4: 62
+    assert {"login", "username", "email", "visibility", "created"} <= set(event["sender"])
+    assert event["head_commit"]["id"] == "d" * 40 and event["commits"] == [event["head_commit"]]
+    assert event["total_commits"] == 0

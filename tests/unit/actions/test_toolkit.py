@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from dynrunner.executor.actions.toolkit import patched_bundle
@@ -40,3 +43,39 @@ def test_the_artifact_gate_opens_alone() -> None:
 )
 def test_bundles_without_what_the_patch_opens_are_left_alone(bundle: bytes) -> None:
     assert patched_bundle(bundle) is None
+
+
+BLOB_UPLOAD = (
+    b"class GHESNotSupportedError extends Error{} const g = 'h'.endsWith('.LOCALHOST');\n"
+    b"function uploadZipToBlobStorage(authenticatedUploadURL, zipUploadStream) {\n"
+    b"    return authenticatedUploadURL;\n"
+    b"}\n"
+    b"console.log(uploadZipToBlobStorage(process.argv[2], null));\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("url", "sent"),
+    [
+        # Gitea 1.24's padded signature: the `=` travels escaped, Gitea decodes it back.
+        (
+            "http://g/UploadArtifact?sig=YWJj=&expires=2026&taskID=1",
+            "http://g/UploadArtifact?sig=YWJj%3D&expires=2026&taskID=1",
+        ),
+        # 1.25 on (unpadded) and GitHub's SAS URLs: unchanged.
+        (
+            "http://g/UploadArtifact?sig=YWJj&expires=2026&taskID=1",
+            "http://g/UploadArtifact?sig=YWJj&expires=2026&taskID=1",
+        ),
+        ("https://b.blob/c/a.zip?sv=2023&sig=a%2Bb%3D", "https://b.blob/c/a.zip?sv=2023&sig=a%2Bb%3D"),
+    ],
+)
+def test_the_artifact_upload_url_keeps_its_signature_padding(tmp_path: Path, url: str, sent: str) -> None:
+    """The blob client drops a value's trailing `=` (Gitea 1.24's padded `sig`): the patched
+    upload function escapes it first. Run by Node, as a job runs the bundle."""
+    opened = patched_bundle(BLOB_UPLOAD)
+    assert opened is not None
+    script = tmp_path / "index.js"
+    script.write_bytes(opened)
+    done = subprocess.run(["node", str(script), url], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == sent

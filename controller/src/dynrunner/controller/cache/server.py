@@ -353,6 +353,8 @@ class CacheServer:
             ) as upstream:
                 body = await upstream.read()
                 content_type = upstream.headers.get("Content-Type", "application/octet-stream")
+                if upstream.status == 200 and request.match_info["method"] == "CreateArtifact":
+                    body = _escaped_upload_url(body)
                 return web.Response(status=upstream.status, body=body, headers={"Content-Type": content_type})
         except aiohttp.ClientError as err:
             log.warning("cache: forwarding %s to %s failed: %s", request.path, job.results_url, err)
@@ -373,6 +375,36 @@ class CacheServer:
 
     async def _health(self, request: web.Request) -> web.StreamResponse:
         return web.Response(text="ok\n")
+
+
+def _escaped_upload_url(body: bytes) -> bytes:
+    """CreateArtifact's answer with each `=` inside a query value of its signed upload URL sent
+    as `%3D`. Gitea 1.24 signs that URL with padded base64url (`sig=…=`) and refuses the
+    signature without its padding; the Azure blob client of `@actions/artifact` 2.x drops
+    a value's `=` when it appends `comp=block` to the URL, so every v4 upload failed there
+    with "Error unauthorized" (docs/compatibility.md). Escaped, the client keeps it and Gitea
+    reads the same value; URLs without padding (1.25 on) are unchanged."""
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        return body
+    if not isinstance(answer, dict):
+        return body
+    changed = False
+    for field in ("signedUploadUrl", "signed_upload_url"):
+        url = answer.get(field)
+        if not isinstance(url, str) or "?" not in url:
+            continue
+        base, _, query = url.partition("?")
+        params = []
+        for param in query.split("&"):
+            name, eq, value = param.partition("=")
+            params.append(name + eq + value.replace("=", "%3D"))
+        escaped = base + "?" + "&".join(params)
+        if escaped != url:
+            answer[field] = escaped
+            changed = True
+    return json.dumps(answer).encode() if changed else body
 
 
 def _protocol(path: str) -> str:

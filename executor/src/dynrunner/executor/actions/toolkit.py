@@ -14,6 +14,14 @@ bundles it downloads (act_runner's `patch_actions`); so does this executor:
   its branches are made to prefer `ACTIONS_CACHE_URL`, as its v1 branch does, so the cache
   goes to the cache server whatever `ACTIONS_RESULTS_URL` names.
 
+- `uploadZipToBlobStorage(url, …)` hands Gitea's signed upload URL to the Azure blob client,
+  which drops a trailing `=` of a query value when it appends `comp=block`; Gitea 1.24 signs
+  with padded base64url (`sig=…=`) and refuses the signature without it, so every v4 upload
+  failed "Error unauthorized" there. The function's first statement now sends each `=` inside
+  a query value as `%3D` (which the client keeps and Gitea decodes back); a URL without one
+  (1.25 on, GitHub) is unchanged. The cache server's artifact forward does the same for
+  every client (docs/cache.md); this edit serves jobs of a pool without a cache server.
+
 Only bundles that carry one of the toolkits are touched (the artifact refusal, or the cache's
 v2 switch with its service-URL getter), only the files `runs.pre`, `runs.main` and `runs.post`
 name inside the action's directory, only actions fetched for this job (a local action is the
@@ -53,6 +61,11 @@ _SERVICE_URL = re.compile(
     ).encode()
 )
 _CACHE_FIRST = rb"\1(process.env.ACTIONS_CACHE_URL||\2)\3(process.env.ACTIONS_CACHE_URL||\4)"
+_BLOB_UPLOAD = re.compile(rb"(function\s+uploadZipToBlobStorage\s*\(\s*([A-Za-z_$][\w$]*)\s*,[^)]*\)\s*\{)")
+_ESCAPED_SIG = (
+    rb"\1\2=String(\2).replace(/([?&][^=&#]*=)([^&#]*)/g,"
+    rb"function(_,k,v){return k+v.split('=').join('%3D')});"
+)
 
 
 def patched_bundle(data: bytes) -> bytes | None:
@@ -62,6 +75,8 @@ def patched_bundle(data: bytes) -> bytes | None:
     if not (artifact or cache) or _LOCALHOST_TEST.search(data) is None:
         return None
     opened = _LOCALHOST_TEST.sub(lambda m: m.group(0).replace(_GATE.encode(), b"", 1), data)
+    if artifact:
+        opened = _BLOB_UPLOAD.sub(_ESCAPED_SIG, opened)
     if cache:
         opened = _SERVICE_URL.sub(_CACHE_FIRST, opened)
     return opened

@@ -135,6 +135,24 @@ def parse_go_time(text: str) -> float:
     return base.timestamp() + float("0." + (match.group(2) or "0"))
 
 
+def _strict_b64url(text: str) -> bytes:
+    """Go's `base64.URLEncoding.DecodeString`, its error dropped (1.24): b"" unless padded."""
+    if len(text) % 4:
+        return b""
+    try:
+        return base64.urlsafe_b64decode(text)
+    except ValueError:
+        return b""
+
+
+def _lenient_b64url(text: str) -> bytes:
+    """`base64.RawURLEncoding` (1.25 on), also taking a padded value as the double always did."""
+    try:
+        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except ValueError:
+        raise HTTPError(400, "Error decoding signature values") from None
+
+
 class ArtifactsV4:
     def __init__(self, service: ArtifactService) -> None:
         self.service = service
@@ -147,7 +165,9 @@ class ArtifactsV4:
     def signed_url(self, endpoint: str, name: str, task_id: int, artifact_id: int) -> str:
         """`buildArtifactURL`: valid for an hour."""
         expires = go_time(time.time() + SIGNED_URL_TTL_S)
-        sig = base64.urlsafe_b64encode(self.signature(endpoint, expires, name, task_id, artifact_id)).rstrip(b"=")
+        sig = base64.urlsafe_b64encode(self.signature(endpoint, expires, name, task_id, artifact_id))
+        if not self.service.engine.profile.padded_artifact_signatures:
+            sig = sig.rstrip(b"=")  # RawURLEncoding from 1.25
         return (
             f"{self.service.root_url}{ROUTE_BASE}/{endpoint}?sig={sig.decode()}&expires={quote_plus(expires)}"
             f"&artifactName={quote_plus(name)}&taskID={task_id}&artifactID={artifact_id}"
@@ -216,8 +236,12 @@ class ArtifactsV4:
     def _verify(self, conn: Any, query: dict[str, str], endpoint: str) -> tuple[model.ArtifactTask, str]:
         """`verifySignature`."""
         name = query.get("artifactName", "")
+        raw = query.get("sig", "")
+        # 1.24 decodes with padding required and ignores the error: a `sig` without its `=`
+        # decodes to nothing, which matches no signature.
+        strict = self.service.engine.profile.padded_artifact_signatures
+        sig = _strict_b64url(raw) if strict else _lenient_b64url(raw)
         try:
-            sig = base64.urlsafe_b64decode(query.get("sig", "") + "=" * (-len(query.get("sig", "")) % 4))
             task_id, artifact_id = int(query.get("taskID", "")), int(query.get("artifactID", ""))
         except ValueError:
             raise HTTPError(400, "Error decoding signature values") from None

@@ -257,7 +257,14 @@ class GiteaDouble:
             dict(event)
             if event is not None
             else default_event(
-                self.url, repository, event_name, ref, sha, actor, self.engine.repos.settings(repository)
+                self.url,
+                repository,
+                event_name,
+                ref,
+                sha,
+                actor,
+                self.engine.repos.settings(repository),
+                self.profile.event_repository_keys,
             )
         )
         run_id = self.engine.submit(

@@ -79,6 +79,7 @@ class Engine:
             default_actions_url=options.default_actions_url,
             signing_secret=pysecrets.token_bytes(32),
             runtime_token_ttl_s=self.profile.runtime_token_ttl_s or 3600 + int(options.endless_task_timeout_s),
+            triggering_actor=self.profile.triggering_actor,
         )
         self._picks = threading.BoundedSemaphore(options.max_concurrent_task_picks)
         self._run_locks: dict[int, threading.Lock] = {}

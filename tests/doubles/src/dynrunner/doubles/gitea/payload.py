@@ -32,6 +32,7 @@ class Instance:
     default_actions_url: str  # "github" or "self" ([actions] DEFAULT_ACTIONS_URL)
     signing_secret: bytes
     runtime_token_ttl_s: int  # `gitea_runtime_token` lifetime (profiles.Profile.runtime_token_ttl_s)
+    triggering_actor: bool = True  # profiles.Profile.triggering_actor
 
 
 def _lower_hex(text: str) -> bool:
@@ -67,7 +68,7 @@ def ref_name(ref: str) -> tuple[str, str]:
 def gitea_context(instance: Instance, run: Row, job: Row | None, owner: str, repo: str) -> dict[str, Any]:
     """`GenerateGiteaContext` (without `token`/`gitea_runtime_token`). Every run has its
     first attempt (G-0715 `InsertRun`), so `run_attempt` is "1" and `triggering_actor` the
-    user who triggered the run; `job` is empty at parse time (no job yet)."""
+    user who triggered the run (on `main`; "" in 1.24–1.26); `job` is empty at parse time."""
     event = json.loads(run["event_payload"] or "{}")
     base_ref = head_ref = ""
     ref, sha = run["ref"], run["commit_sha"]
@@ -111,7 +112,7 @@ def gitea_context(instance: Instance, run: Row, job: Row | None, owner: str, rep
         "secret_source": "Actions",
         "server_url": instance.root_url,
         "sha": sha,
-        "triggering_actor": run["trigger_user"],
+        "triggering_actor": run["trigger_user"] if instance.triggering_actor else "",
         "workflow": run["workflow_id"],
         "workspace": "",
         "gitea_default_actions_url": actions_url,

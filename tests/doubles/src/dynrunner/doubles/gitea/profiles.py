@@ -58,6 +58,24 @@ class Profile:
     """FetchTask reloads the runner before picking ("get runner: ..." when it vanished)."""
     runner_disabling: bool
     """Runners can be disabled (`PATCH .../runners/{id}`, PR #36776): they get no task."""
+    padded_artifact_signatures: bool = False
+    """Artifacts v4 signed URLs carry `sig` in padded base64url (`base64.URLEncoding`, one
+    trailing `=`) and are checked strictly, so a `sig` whose padding a client dropped fails
+    "Error unauthorized" (v1.24.6 `routers/api/actions/artifactsv4.go`); from 1.25, unpadded
+    (`RawURLEncoding`). The Azure blob client of `@actions/artifact` 2.x drops that `=` when it
+    appends `comp=block` to the URL (checked against real 1.24.6: tests/peers/)."""
+    event_repository_keys: tuple[str, ...] = (
+        "allow_manual_merge",
+        "autodetect_manual_merge",
+        "has_code",
+        "branch_count",
+    )
+    """The event payload's repository keys this release has beyond 1.24's (`structs.Repository`:
+    1.25 added the first three, 1.26 `branch_count`; `events.NEWER_REPOSITORY_KEYS`)."""
+    triggering_actor: bool = False
+    """The task context's `triggering_actor` is the user who triggered the run (`main`: every
+    run has its first attempt); in 1.24–1.26 it is "" (`GenerateGiteaContext`; checked against
+    the real releases: tests/peers/test_gitea_contexts.py)."""
     run_prefixed_step_names: bool = True
     """An unnamed step is shown as "Run " + the first line of its `run` (`makeTaskStepDisplayName`,
     1.26); before, as its whole `run` script (or `uses`, or id: act's `Step.String()`)."""
@@ -78,6 +96,7 @@ MAIN = Profile(
     pick_throttle=True,
     reload_runner_before_pick=True,
     runner_disabling=True,
+    triggering_actor=True,
 )
 V1_26 = dataclasses.replace(
     MAIN,
@@ -92,6 +111,7 @@ V1_26 = dataclasses.replace(
     # v1.26.2 took main's UpdateLog (#37631: an empty `no_more` archives); v1.26.0-1 did not.
     debounced_heartbeats=False,
     pick_throttle=False,
+    triggering_actor=False,
 )
 V1_25 = dataclasses.replace(
     V1_26,
@@ -101,10 +121,17 @@ V1_25 = dataclasses.replace(
     reload_runner_before_pick=False,
     runner_disabling=False,
     run_prefixed_step_names=False,
+    event_repository_keys=("allow_manual_merge", "autodetect_manual_merge", "has_code"),
 )
 # The newest 1.24 patch (v1.24.6): its runtime token lives 1 h + ENDLESS_TASK_TIMEOUT, as
 # later releases; v1.24.0-v1.24.5 gave 24 h (`runtime_token_ttl_s=24 * HOUR_S`).
-V1_24 = dataclasses.replace(V1_25, name="1.24", tag="v1.24.6")
+V1_24 = dataclasses.replace(
+    V1_25,
+    name="1.24",
+    tag="v1.24.6",
+    padded_artifact_signatures=True,
+    event_repository_keys=(),
+)
 PROFILES: dict[str, Profile] = {p.name: p for p in (V1_24, V1_25, V1_26, MAIN)}
 DEFAULT_PROFILE = "main"
 
