@@ -49,7 +49,9 @@ def test_splitter_bounds_a_line_without_newline() -> None:
     assert s.close() == ["last"]
 
 
-async def _run(script: str, tmp_path: Path, stop: asyncio.Event | None = None) -> tuple[int, bool, list[str]]:
+async def _run(
+    script: str, tmp_path: Path, stop: asyncio.Event | None = None, timings: StopTimings = FAST
+) -> tuple[int, bool, list[str]]:
     lines: list[str] = []
     code, stopped = await run_process(
         ["bash", "-c", script],
@@ -57,7 +59,7 @@ async def _run(script: str, tmp_path: Path, stop: asyncio.Event | None = None) -
         cwd=str(tmp_path),
         on_lines=lines.extend,
         stop=stop or asyncio.Event(),
-        timings=FAST,
+        timings=timings,
     )
     return code, stopped, lines
 
@@ -85,9 +87,18 @@ def _alive(pid: int) -> bool:
 async def test_stop_signals_the_whole_group(tmp_path: Path) -> None:
     stop = asyncio.Event()
     pidfile = tmp_path / "child.pid"
-    # "started" is written before the pid file, so a stop never comes before it.
-    task = asyncio.create_task(_run(f"sleep 300 & echo started; echo $! > {pidfile}; wait", tmp_path, stop))
-    for _ in range(500):
+    # A background job of a non-interactive shell starts with SIGINT ignored, so the child
+    # restores it, as a step's own programs do, and only then writes the pid file: a stop never
+    # comes before it. The SIGINT grace is long, so that a loaded machine cannot turn the stop
+    # into a SIGTERM before the shell ran (the test ends as soon as the group is gone).
+    child_program = (
+        "import os, signal, sys, time; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+        "open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(300)"
+    )
+    script = f'echo started; python3 -c "{child_program}" {pidfile} & wait'
+    patient = StopTimings(sigint_grace=30.0, sigterm_grace=0.5, drain_after_exit=0.5, poll=0.02)
+    task = asyncio.create_task(_run(script, tmp_path, stop, patient))
+    for _ in range(3000):
         if pidfile.exists() and pidfile.read_text().strip():
             break
         await asyncio.sleep(0.02)
