@@ -78,12 +78,14 @@ vm-validate:
 	else echo "vm-validate: SKIPPED: packer is not installed and apt-get could not install it"; fi
 
 # What the VM image installs (vm/dist), for `cd vm && packer build .`: the wheels, the executor's
-# pinned requirements, and Node as the executor image gets it.
+# pinned requirements, Node as the executor image gets it, and the container agent (podman runs
+# job containers and services inside the VM: docs/containers.md).
 vm-wheels: venv
 	$(UV) build -q --wheel -o vm/dist proto
 	$(UV) build -q --wheel -o vm/dist executor
 	cp executor/requirements.txt vm/dist/requirements.txt
 	cp images/executor-node.txt images/install-node.sh vm/dist/
+	$(MAKE) agent AGENT_OUT=vm/dist/dynrunner-agent
 
 proto: venv
 	$(BIN)/python proto/generate.py

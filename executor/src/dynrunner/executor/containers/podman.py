@@ -184,7 +184,8 @@ class JobContainers:
         self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         # A unix socket's path has at most 107 bytes and a job's root can be deep: the agent's
         # directory lives in a short temporary directory of its own, removed by `close`.
-        agent_dir = self.agent_dir = Path(tempfile.mkdtemp(prefix="dynrunner-agent-"))
+        short = "/tmp" if os.path.isdir("/tmp") else None  # not $TMPDIR: a local job's is deep
+        agent_dir = self.agent_dir = Path(tempfile.mkdtemp(prefix="dynrunner-agent-", dir=short))
         agent_dir.chmod(0o755)
         shutil.copy2(config.agent, agent_dir / "dynrunner-agent")
         (agent_dir / "node" / "bin").mkdir(parents=True, exist_ok=True)
