@@ -261,3 +261,32 @@ jobs:
     assert view.result == Result.CANCELLED
     assert "cleanup ran in debian" in view.log_rows
     assert leftovers(engine) == []
+
+
+async def test_steps_on_the_host_reach_a_service_through_its_published_port(
+    executor_harness: ExecutorHarness, job_images: JobImages, podman_env: dict[str, str], engine: Engine
+) -> None:
+    workflow = f"""
+on: push
+jobs:
+  build:
+    runs-on: self-hosted
+    services:
+      redis:
+        image: {job_images.redis}
+        ports: ["6379"]
+        options: --health-cmd "redis-cli ping" --health-interval 2s --health-retries 10
+    steps:
+      - shell: bash
+        run: |
+          port=${{{{ job.services.redis.ports['6379'] }}}}
+          exec 3<>/dev/tcp/127.0.0.1/$port; printf 'PING\\r\\n' >&3; read -r answer <&3
+          echo "host port $port answered ${{answer%$'\\r'}}"
+"""
+    claimed = await executor_harness.claim(workflow)
+    assert await executor_harness.run(claimed) == 0
+    view = executor_harness.gitea.task(claimed.task_id)
+    rows = "\n".join(view.log_rows)
+    assert view.result == Result.SUCCESS, rows
+    assert any(row.startswith("host port ") and row.endswith(" answered +PONG") for row in view.log_rows), rows
+    assert leftovers(engine) == []

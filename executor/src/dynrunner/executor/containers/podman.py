@@ -252,13 +252,13 @@ class JobContainers:
         await asyncio.gather(*(self._healthy(s) for s in self.services))
 
     async def _image(self, image: str, auth: Path | None) -> dict[str, Any]:
-        """The image here (pulled when missing): its environment and exposed ports."""
-        code, _, _ = await self.podman.call("image", "exists", image, limit_s=60)
+        """The image here (pulled when missing): its exposed ports. One podman call when it is here."""
+        code, out, _ = await self.podman.call("image", "inspect", image, limit_s=60)
         if code != 0:
             self.log(f"Pulling image {image}")
             args = ["pull", "--quiet", *(["--authfile", str(auth)] if auth else []), image]
             await self.podman.check(*args, what=f"image {image} could not be pulled", limit_s=1800)
-        out = await self.podman.check("image", "inspect", image, what=f"image {image} could not be inspected")
+            out = await self.podman.check("image", "inspect", image, what=f"image {image} could not be inspected")
         config = (json.loads(out) or [{}])[0].get("Config") or {}
         ports = {p.partition("/")[0] if p.endswith("/tcp") else p for p in config.get("ExposedPorts") or {}}
         return {"ports": ports}
@@ -332,7 +332,7 @@ class JobContainers:
             return
         loop = asyncio.get_running_loop()
         end = loop.time() + health.start_period_s + health.interval_s * health.retries
-        every = min(health.interval_s, 1.0)
+        every = min(health.interval_s, 0.1)  # fast while the service starts, then at most 1 s apart
         self.log(f"Waiting for service {name} to be healthy")
         probe_output = ""
         while True:
@@ -354,6 +354,7 @@ class JobContainers:
                 )
                 break
             await asyncio.sleep(every)
+            every = min(every * 2, health.interval_s, 1.0)
         parts = [f"Service '{name}' is unhealthy: {reason}."]
         if probe_output:
             parts.append(f"Last health check output:\n{probe_output}")
