@@ -290,3 +290,31 @@ jobs:
     assert view.result == Result.SUCCESS, rows
     assert any(row.startswith("host port ") and row.endswith(" answered +PONG") for row in view.log_rows), rows
     assert leftovers(engine) == []
+
+
+async def test_a_cancel_while_a_service_becomes_healthy_stops_the_job_and_removes_its_containers(
+    executor_harness: ExecutorHarness, job_images: JobImages, podman_env: dict[str, str], engine: Engine
+) -> None:
+    workflow = f"""
+on: push
+jobs:
+  build:
+    runs-on: self-hosted
+    container: {job_images.bash}
+    services:
+      slow:
+        image: {job_images.redis}
+        options: --health-cmd false --health-interval 10s --health-retries 60
+    steps:
+      - run: echo never
+"""
+    claimed = await executor_harness.claim(workflow)
+    run = asyncio.create_task(executor_harness.run(claimed))
+    await executor_harness.wait_for_log(claimed.task_id, "Waiting for service slow to be healthy", timeout_s=120)
+    executor_harness.gitea.cancel_run(claimed.run.id)
+    assert await asyncio.wait_for(run, 60) == 0
+    view = executor_harness.gitea.task(claimed.task_id)
+    assert view.result == Result.CANCELLED
+    assert "The job was cancelled while its containers started." in view.log_rows
+    assert "never" not in view.log_rows
+    assert leftovers(engine) == []

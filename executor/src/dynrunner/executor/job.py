@@ -30,7 +30,7 @@ from dynrunner.executor.actions.reference import GITHUB_URL
 from dynrunner.executor.actions.store import SEEDED_CACHE_ENV, ActionStore
 from dynrunner.executor.containers.actions import PodmanImages
 from dynrunner.executor.containers.podman import NODE_MOUNT, ContainerError, JobContainers, Podman, PodmanConfig
-from dynrunner.executor.containers.spec import SpecError, read_job_containers
+from dynrunner.executor.containers.spec import ContainerSpec, SpecError, read_job_containers
 from dynrunner.executor.contexts import (
     Environment,
     JobContexts,
@@ -219,15 +219,6 @@ class JobRunner:
             self.error(str(err))
             return JobResult(Result.FAILURE)
 
-        loop = asyncio.get_running_loop()
-        signals = JobSignals(
-            reporter=self.reporter,
-            contexts=contexts,
-            deadlines=Deadlines(job=loop.time() + timeout * 60, job_minutes=timeout, hard=_when(a.deadline)),
-            timings=self.settings.timings,
-            cleanup_s=self.settings.cleanup_s,
-            shutdown=self.shutdown,
-        )
         node = NodeRuntime()
         podman = PodmanConfig.from_env(os.environ)
         containers: JobContainers | None = None
@@ -251,12 +242,10 @@ class JobRunner:
                 log=self.log,
                 node=node.executable() if job_spec else "",
             )
-            try:
-                await containers.start(job_spec, service_specs)
-            except (ContainerError, OSError) as err:
-                self.error(str(err))
+            ended = await self._start(containers, job_spec, service_specs, timeout * 60, _when(a.deadline))
+            if ended is not None:
                 await containers.close()
-                return JobResult(Result.FAILURE)
+                return ended
             contexts.container = containers.job_context()
             contexts.services = containers.services_context()
             if job_spec is not None and containers.processes is not None:
@@ -273,6 +262,15 @@ class JobRunner:
                 label=label,
                 network=lambda: containers.network if containers else "",
             )
+        loop = asyncio.get_running_loop()
+        signals = JobSignals(
+            reporter=self.reporter,
+            contexts=contexts,
+            deadlines=Deadlines(job=loop.time() + timeout * 60, job_minutes=timeout, hard=_when(a.deadline)),
+            timings=self.settings.timings,
+            cleanup_s=self.settings.cleanup_s,
+            shutdown=self.shutdown,
+        )
         try:
             return await self._steps(
                 _JobParts(where, contexts, evaluator, scope, runtime, signals, (step_debug, runner_debug)),
@@ -284,6 +282,45 @@ class JobRunner:
         finally:
             if containers is not None:
                 await containers.close()
+
+    async def _start(
+        self,
+        containers: JobContainers,
+        job: ContainerSpec | None,
+        services: list[ContainerSpec],
+        limit_s: float,
+        hard_deadline: float | None,
+    ) -> JobResult | None:
+        """Start the job's containers; None once they run, else the job's result (logged why).
+        A cancel, the runner shutting down or the job's time running out stop a slow start
+        (a long pull, a service that takes its time to become healthy)."""
+        loop = asyncio.get_running_loop()
+        if hard_deadline is not None:
+            limit_s = min(limit_s, hard_deadline - loop.time())
+        start = asyncio.create_task(containers.start(job, services), name="job-containers-start")
+        cancelled = asyncio.create_task(self.reporter.cancelled.wait(), name="job-containers-cancel-watch")
+        shutdown = asyncio.create_task(self.shutdown.wait(), name="job-containers-shutdown-watch")
+        try:
+            await asyncio.wait({start, cancelled, shutdown}, timeout=max(limit_s, 0), return_when="FIRST_COMPLETED")
+        finally:
+            for task in (start, cancelled, shutdown):
+                task.cancel()
+            results = await asyncio.gather(start, cancelled, shutdown, return_exceptions=True)
+        if start.done() and not start.cancelled() and results[0] is None:
+            return None
+        error = results[0]
+        if isinstance(error, (ContainerError, OSError)):
+            self.error(str(error))
+        elif isinstance(error, BaseException) and not isinstance(error, asyncio.CancelledError):
+            raise error
+        elif self.reporter.cancelled.is_set():
+            self.log("The job was cancelled while its containers started.")
+            return JobResult(Result.CANCELLED)
+        elif self.shutdown.is_set():
+            self.error("The runner is shutting down: the job's containers were not started.")
+        else:
+            self.error(f"The job's containers did not start within the job's time ({limit_s / 60:.0f} minutes).")
+        return JobResult(Result.FAILURE)
 
     async def _steps(
         self,

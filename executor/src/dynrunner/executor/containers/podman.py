@@ -89,6 +89,11 @@ class Podman:
             proc.kill()
             await proc.wait()
             return 124, "", f"podman {args[0]} did not answer within {limit_s:.0f} s"
+        except asyncio.CancelledError:  # the job was cancelled meanwhile: podman goes too
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await asyncio.shield(proc.wait())
+            raise
         assert proc.returncode is not None
         return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
 
