@@ -5,6 +5,8 @@ through the Gitea double: images built from the debootstrap base, the agent buil
 from __future__ import annotations
 
 import asyncio
+import secrets
+from pathlib import Path
 
 import pytest
 
@@ -317,4 +319,51 @@ jobs:
     assert view.result == Result.CANCELLED
     assert "The job was cancelled while its containers started." in view.log_rows
     assert "never" not in view.log_rows
+    assert leftovers(engine) == []
+
+
+async def test_credentials_are_masked_and_volumes_are_mounted(
+    executor_harness: ExecutorHarness,
+    job_images: JobImages,
+    podman_env: dict[str, str],
+    engine: Engine,
+    tmp_path: Path,
+) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "from-host").write_text("host file\n")
+    volume = f"dynrunner-test-{secrets.token_hex(4)}"
+    workflow = f"""
+on: push
+jobs:
+  build:
+    runs-on: self-hosted
+    container:
+      image: {job_images.bash}
+      credentials:
+        username: robot
+        password: pull-password-123
+      volumes:
+        - {volume}:/cache
+        - {shared}:/shared
+    steps:
+      - run: |
+          echo "the password is pull-password-123"
+          echo cached > /cache/file && cat /cache/file /shared/from-host
+          echo "made in the job" > /shared/from-job
+"""
+    claimed = await executor_harness.claim(workflow)
+    try:
+        assert await executor_harness.run(claimed) == 0
+    finally:
+        await engine.call("volume", "rm", "--force", volume)
+    view = executor_harness.gitea.task(claimed.task_id)
+    rows = "\n".join(view.log_rows)
+    assert view.result == Result.SUCCESS, rows
+    assert "the password is ***" in view.log_rows
+    assert "pull-password-123" not in rows
+    assert "cached" in view.log_rows and "host file" in view.log_rows
+    assert (shared / "from-job").read_text() == "made in the job\n"
+    root = Path(claimed.assignment.executor.workspace)
+    assert not (root / ".dynrunner" / "containers" / "auth.json").exists()  # removed with the job
     assert leftovers(engine) == []
