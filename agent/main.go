@@ -38,9 +38,10 @@ const (
 )
 
 type runRequest struct {
-	Argv []string `json:"argv"`
-	Env  []string `json:"env"`
-	Cwd  string   `json:"cwd"`
+	Argv  []string `json:"argv"`
+	Env   []string `json:"env"`
+	Cwd   string   `json:"cwd"`
+	Drain float64  `json:"drain"` // seconds to read on after the exit (0: drainAfter)
 }
 
 type whichRequest struct {
@@ -244,9 +245,13 @@ func run(r *reaper, c *conn, req runRequest) {
 		}
 	}()
 	status := r.wait(pid)
+	drain := drainAfter
+	if req.Drain > 0 {
+		drain = time.Duration(req.Drain * float64(time.Second))
+	}
 	select { // a background process may hold the pipe: read on for a while, as GitHub does
 	case <-drained:
-	case <-time.After(drainAfter):
+	case <-time.After(drain):
 		readEnd.Close()
 		<-drained
 	}

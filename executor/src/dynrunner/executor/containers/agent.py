@@ -87,7 +87,12 @@ class AgentProcesses:
         for key, value in env.items():
             if "\0" in key or "=" in key or "\0" in value:  # as subprocess refuses them locally
                 raise ValueError(f"illegal environment variable name or value: {key!r}")
-        request = {"argv": list(argv), "env": [f"{k}={v}" for k, v in env.items()], "cwd": cwd}
+        request = {
+            "argv": list(argv),
+            "env": [f"{k}={v}" for k, v in env.items()],
+            "cwd": cwd,
+            "drain": timings.drain_after_exit,
+        }
         reader, writer = await self._connect()
         splitter = LineSplitter()
         stopped = False
