@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.proto.gitea import Result
 from tests.fixtures.executor import ExecutorHarness
+from tests.fixtures.harness import in_process, real_executor_config, wait_run_done
 from tests.fixtures.images import Engine
 from tests.fixtures.job_images import JobImages, leftovers
 
@@ -366,4 +368,34 @@ jobs:
     assert (shared / "from-job").read_text() == "made in the job\n"
     root = Path(claimed.assignment.executor.workspace)
     assert not (root / ".dynrunner" / "containers" / "auth.json").exists()  # removed with the job
+    assert leftovers(engine) == []
+
+
+async def test_a_local_pool_runs_a_job_container_with_a_service_through_the_controller(
+    gitea: GiteaDouble, nats_url: str, tmp_path: Path, job_images: JobImages, podman_env: dict[str, str], engine: Engine
+) -> None:
+    """The whole path: the controller claims, the local backend starts the executor (passing
+    it the podman settings), the executor starts the job container and the service."""
+    workflow = f"""
+on: push
+jobs:
+  build:
+    runs-on: [self-hosted, local]
+    container: {job_images.shell_only}
+    services:
+      redis:
+        image: {job_images.redis}
+        options: --health-cmd "redis-cli ping" --health-interval 2s --health-retries 10
+    steps:
+      - run: echo "in $(. /etc/os-release; echo $ID) without bash=$(command -v bash || echo yes)"
+"""
+    cfg = real_executor_config(gitea, nats_url, tmp_path / "state")
+    async with in_process(cfg):
+        run = gitea.submit("acme/app", workflow)
+        done = await wait_run_done(gitea, run.id, within=300)
+        (job,) = done.jobs
+        rows = gitea.task(job.task_id).log_rows
+        assert done.status == "success", "\n".join(rows)
+        assert "Service redis is healthy" in rows
+        assert "in debian without bash=yes" in rows
     assert leftovers(engine) == []
