@@ -399,3 +399,23 @@ jobs:
         assert "Service redis is healthy" in rows
         assert "in debian without bash=yes" in rows
     assert leftovers(engine) == []
+
+
+async def test_a_container_image_that_evaluates_to_nothing_runs_the_job_on_the_runner(
+    executor_harness: ExecutorHarness, podman_env: dict[str, str], engine: Engine
+) -> None:
+    workflow = """
+on: push
+jobs:
+  build:
+    runs-on: self-hosted
+    container: ${{ github.event_name == 'never' && 'some/image' || '' }}
+    steps:
+      - run: echo "on the runner, container=${{ job.container == null }}"
+"""
+    claimed = await executor_harness.claim(workflow)
+    assert await executor_harness.run(claimed) == 0
+    view = executor_harness.gitea.task(claimed.task_id)
+    assert view.result == Result.SUCCESS, "\n".join(view.log_rows)
+    assert "on the runner, container=true" in view.log_rows
+    assert leftovers(engine) == []

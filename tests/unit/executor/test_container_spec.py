@@ -121,3 +121,11 @@ def test_credentials_become_an_auth_file_per_registry() -> None:
     assert auth_file(specs) == {"auths": {"registry.example.org:5000": {"auth": "dTpw"}, "docker.io": {"auth": "ZDpx"}}}
     assert registry_of("library/redis") == "docker.io"
     assert registry_of("localhost/x") == "localhost"
+
+
+def test_a_container_whose_image_evaluates_to_nothing_is_no_container() -> None:
+    def empty(where: str, value: Any) -> str:
+        return "" if value == "${{ matrix.image }}" else str(value)
+
+    assert read_job_containers("${{ matrix.image }}", {}, empty) == (None, [])
+    assert read_job_containers({"image": "${{ matrix.image }}", "env": {"A": "1"}}, {}, empty) == (None, [])

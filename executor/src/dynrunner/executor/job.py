@@ -224,6 +224,8 @@ class JobRunner:
         containers: JobContainers | None = None
         base_env = process_base_env()
         processes: Processes = LOCAL
+        job_spec: ContainerSpec | None = None
+        service_specs: list[ContainerSpec] = []
         if job.container or job.services:
             assert podman is not None  # _refusal said so otherwise
             try:
@@ -231,6 +233,7 @@ class JobRunner:
             except (SpecError, ExpressionError) as err:
                 self.error(str(err))
                 return JobResult(Result.FAILURE)
+        if podman is not None and (job_spec is not None or service_specs):
             for spec in (job_spec, *service_specs):
                 if spec is not None and spec.credentials:
                     self.masker.add(spec.credentials[1])

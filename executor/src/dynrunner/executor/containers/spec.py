@@ -208,8 +208,13 @@ def read_container(
 def read_job_containers(
     container: Any, services: Mapping[str, Any], text: Text
 ) -> tuple[ContainerSpec | None, list[ContainerSpec]]:
-    """The job container (None without `container:`) and the services, in the workflow's order."""
+    """The job container (None without `container:`, or when its image evaluates to nothing:
+    `container: ${{ matrix.image }}` with an empty entry runs on the runner, as on GitHub) and
+    the services, in the workflow's order."""
     job = None
+    image = container.get("image") if isinstance(container, Mapping) else container
+    if container and isinstance(image, str) and not text(JOB_CONTAINER, image).strip():
+        container = None
     if container:
         job = read_container(
             container,
