@@ -21,6 +21,7 @@ SERVICES = "jobs.<job_id>.services"
 SERVICE_ENV = "jobs.<job_id>.services.<service_id>.env.<env_id>"
 SERVICE_CREDENTIALS = "jobs.<job_id>.services.<service_id>.credentials"
 
+VOLUME_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 SERVICE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -188,7 +189,12 @@ def read_container(
     for volume in volumes:
         source, _, target = volume.partition(":")
         if not source or not target.startswith("/"):
-            raise SpecError(f"{where}: volume {volume!r}: expected name:/path or /host/path:/path")
+            raise SpecError(f"{where}: volume {volume!r}: expected name:/path (a named volume)")
+        if not VOLUME_NAME_RE.fullmatch(source):
+            raise SpecError(
+                f"{where}: volume {volume!r}: only named volumes are mounted, never a path of the machine the "
+                "job runs on (it would reach past the job's environment); use name:/path"
+            )
     return ContainerSpec(
         name=name,
         image=image,
