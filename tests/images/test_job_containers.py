@@ -416,3 +416,22 @@ jobs:
     assert view.result == Result.SUCCESS, "\n".join(view.log_rows)
     assert "on the runner, container=true" in view.log_rows
     assert leftovers(engine) == []
+
+
+async def test_a_docker_uri_that_is_an_option_is_refused(
+    executor_harness: ExecutorHarness, podman_env: dict[str, str], engine: Engine
+) -> None:
+    workflow = """
+on: push
+jobs:
+  build:
+    runs-on: self-hosted
+    steps:
+      - uses: docker://--privileged
+"""
+    claimed = await executor_harness.claim(workflow)
+    assert await executor_harness.run(claimed) == 0
+    view = executor_harness.gitea.task(claimed.task_id)
+    assert view.result == Result.FAILURE
+    assert "##[error]The action's image cannot be run: '--privileged' is not an image name." in view.log_rows
+    assert leftovers(engine) == []

@@ -86,6 +86,8 @@ def test_any_other_option_fails_naming_it(options: str, refused: str) -> None:
         ({"image": "x", "options": "--user"}, "needs a value"),
         ({"image": "x", "options": "-e NOVALUE"}, "expected NAME=value"),
         (["x"], "must be an image name or a mapping"),
+        ("--privileged", "'--privileged' is not an image name"),
+        ({"image": "alpine --privileged"}, "is not an image name"),
     ],
 )
 def test_bad_values_fail_clearly(raw: Any, message: str) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from dynrunner.executor.containers.podman import LABEL, Podman
+from dynrunner.executor.containers.spec import image_problem
 from dynrunner.executor.steps.base import StepRun
 from dynrunner.executor.steps.process import run_process
 
@@ -58,6 +59,9 @@ class PodmanImages:
         args: Sequence[str],
         env: Mapping[str, str],
     ) -> bool:
+        if build_dir is None and (problem := image_problem(image)):
+            run.log(f"##[error]The action's image cannot be run: {problem}.")
+            return False
         if build_dir is not None:
             tag = build_tag(build_dir, dockerfile)
             if tag not in self.built:

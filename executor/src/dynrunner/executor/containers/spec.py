@@ -83,6 +83,16 @@ class ContainerSpec:
         return self.name != "job"
 
 
+def image_problem(image: str) -> str:
+    """Why `image` cannot name an image ('' when it can): it goes to podman as one argument,
+    so one that starts with `-` would be read as an option."""
+    if not image:
+        return "no image is named"
+    if image.startswith("-") or any(c.isspace() for c in image):
+        return f"{image!r} is not an image name"
+    return ""
+
+
 def duration(text: str, option: str) -> float:
     """A Docker duration (`10s`, `1m30s`, `500ms`) in seconds."""
     text = text.strip()
@@ -168,6 +178,8 @@ def read_container(
         raise SpecError(f"{where} has no `image`")
     if image.startswith("docker://"):
         image = image.removeprefix("docker://")
+    if problem := image_problem(image):
+        raise SpecError(f"{where}: {problem}")
     env_raw = raw.get("env") or {}
     if not isinstance(env_raw, Mapping):
         raise SpecError(f"{where}: `env` must be a mapping")
