@@ -2,7 +2,8 @@
 from it (`make chart`; tests/chart fails when a generated file is stale):
 
 * `dynrunner/files/kubernetes-permissions.yaml`: the RBAC rules of the verbs the Kubernetes
-  API module declares (`rbac.rules`), with `{namespace}` where a pool's namespace goes;
+  API module declares (`rbac.rules`), with `{namespace}` where a pool's namespace goes, those
+  only pools with identity need apart;
 * the `config` part of `dynrunner/values.schema.json`: the configuration's own models as JSON
   Schema (types, ranges, patterns, closed objects), less the keys the chart sets itself.
 """
@@ -48,10 +49,14 @@ developers; docs/configuration.md is the reference), and keywords Helm's validat
 
 
 def permissions() -> dict[str, list[dict[str, Any]]]:
-    from dynrunner.controller.backends.kubernetes.rbac import rules
+    """`role` and `clusterRole` for every kubernetes pool; `identityClusterRole` added only
+    while some kubernetes pool issues identities."""
+    from dynrunner.controller.backends.kubernetes.rbac import declared, rules
 
-    generated = rules("{namespace}")
-    return {"role": generated.role, "clusterRole": generated.cluster_role}
+    generated = rules("{namespace}", identity=False)
+    identity = rules("{namespace}", [p for p in declared() if p.identity])
+    assert not identity.role, "identity permissions are all cluster-wide"
+    return {"role": generated.role, "clusterRole": generated.cluster_role, "identityClusterRole": identity.cluster_role}
 
 
 def permissions_text() -> str:

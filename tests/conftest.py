@@ -13,6 +13,7 @@ pytest_plugins = [
     "tests.fixtures.kubernetes_backend",
     "tests.fixtures.clients",
     "tests.fixtures.opensandbox",
+    "tests.fixtures.real_spire",
     "tests.fixtures.spire_server",
     "tests.fixtures.opensandbox_backend",
     "tests.fixtures.cache",

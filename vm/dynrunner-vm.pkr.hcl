@@ -114,7 +114,7 @@ build {
       "chmod 0755 /usr/local/bin/dynrunner-vm-entrypoint",
       "useradd --uid \"$EXECUTOR_UID\" --create-home --shell /bin/bash runner",
       "usermod --add-subuids 100000-165535 --add-subgids 100000-165535 runner",
-      "dynrunner-executor --help >/dev/null && node --version && spire-agent --version && podman --version && test -x /usr/local/bin/dynrunner-agent",
+      "dynrunner-executor --help >/dev/null && dynrunner-identity --help >/dev/null && node --version && spire-agent --version && podman --version && test -x /usr/local/bin/dynrunner-agent",
     ]
   }
 

@@ -8,6 +8,10 @@ from __future__ import annotations
 import base64
 import dataclasses
 import functools
+import hashlib
+import logging
+import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -17,8 +21,18 @@ import yaml
 
 from dynrunner.controller.backends.kubernetes.builders import PodSettings
 from dynrunner.controller.backends.kubernetes.config import KubernetesBackendConfig
+from dynrunner.controller.backends.opensandbox.config import OpenSandboxBackendConfig
 from dynrunner.controller.config.model import load_cache_server_config, load_config
-from tests.fixtures.chart import VALUES_FILES, Chart, container_files, find, one
+from dynrunner.controller.infra.sealing import Sealer
+from tests.fixtures.chart import (
+    EXISTING_SECRET_CONTENT,
+    VALUES_FILES,
+    Chart,
+    RenderError,
+    container_files,
+    find,
+    one,
+)
 
 TOKEN = "0123456789abcdef0123456789abcdef01234567"
 
@@ -42,8 +56,62 @@ def test_the_controller_loads_the_rendered_configuration(chart: Chart, values: s
     assert cfg.gitea.registration_token()  # read from the mounted file
     assert cfg.nats.url is not None  # never the embedded server: replicas share one NATS
     for pool in cfg.pools:
-        assert isinstance(pool.backend, KubernetesBackendConfig)
-        assert PodSettings.from_config(pool, cfg).problems() == []  # what the backend checks at start
+        assert isinstance(pool.backend, KubernetesBackendConfig | OpenSandboxBackendConfig)
+        if isinstance(pool.backend, KubernetesBackendConfig):
+            assert PodSettings.from_config(pool, cfg).problems() == []  # what the backend checks at start
+
+
+def test_a_vm_pool_gets_its_api_key_and_the_spire_admin_credentials_as_files(chart: Chart, tmp_path: Path) -> None:
+    """An opensandbox pool through the chart: its API key (openSandbox.apiKeys, or a volume of
+    the admin's own named by apiKeyFile) and identity.spireServer's admin X509-SVID, key and
+    bundle (openSandbox.spireServer) are mounted where the configuration points."""
+    objects = rendered(chart, "ci/opensandbox-values.yaml")
+    files = container_files(objects, "-controller", "controller", tmp_path)
+    cfg = load_config(files.config, files.env)
+    vm, large = cfg.pool("vm").backend, cfg.pool("vm-large").backend
+    assert isinstance(vm, OpenSandboxBackendConfig) and isinstance(large, OpenSandboxBackendConfig)
+    assert vm.api_key_file is not None and vm.api_key_file.read_text() == "(opensandbox-api-key/api-key)\n"
+    assert large.api_key_file is not None
+    assert large.api_key_file.read_text() == "(opensandbox-large-api-key/api-key)\n"
+    server = cfg.identity.spire_server
+    assert server is not None and server.address == "spire-server.spire.svc:8081"
+    assert server.cert_file is not None and server.key_file is not None and server.bundle_file is not None
+    assert server.cert_file.read_text() == EXISTING_SECRET_CONTENT["tls.crt"]  # the Secret's tls.crt
+    assert server.key_file.read_text() == EXISTING_SECRET_CONTENT["tls.key"]
+    assert server.bundle_file.read_text() == "(dynrunner-spire-admin/bundle.crt)\n"
+    inline = {"openSandbox": {"apiKeys": {"vm": {"value": "osb-key-1", "existingSecret": ""}}}}
+    inline_objects = chart.render(["ci/opensandbox-values.yaml"], overlay=inline)
+    inline_files = container_files(inline_objects, "-controller", "controller", tmp_path / "inline")
+    key_file = load_config(inline_files.config, inline_files.env).pool("vm").backend
+    assert isinstance(key_file, OpenSandboxBackendConfig) and key_file.api_key_file is not None
+    assert key_file.api_key_file.read_text() == "osb-key-1"
+    assert "osb-key-1" not in one(inline_objects, "ConfigMap", "-controller")["data"]["config.yaml"]
+
+
+@pytest.mark.parametrize(
+    ("overlay", "message"),
+    [
+        ({"openSandbox": {"apiKeys": {"other": {"value": "k"}}}}, "there is no opensandbox pool other"),
+        (
+            {"openSandbox": {"apiKeys": {"vm-large": {"value": "k"}}}},
+            "set openSandbox.apiKeys.vm-large or backend.apiKeyFile",
+        ),
+        (
+            {"openSandbox": {"apiKeys": {"vm": {"existingSecret": ""}}}},
+            "openSandbox.apiKeys.vm: set value or existingSecret",
+        ),
+        (
+            {"config": {"identity": {"spireServer": {"address": "s:8081", "certFile": "/x"}}}},
+            "spireServer.certFile: the chart mounts it",
+        ),
+        ({"config": {"identity": {"spireServer": None}}}, "needs config.identity.spireServer.address"),
+    ],
+)
+def test_a_vm_pools_secrets_given_twice_or_for_no_pool_are_refused(
+    chart: Chart, overlay: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(RenderError, match=re.escape(message)):
+        chart.render(["ci/opensandbox-values.yaml"], overlay=overlay)
 
 
 def test_the_bundled_nats_credentials_reach_the_controller_as_files(chart: Chart, tmp_path: Path) -> None:
@@ -54,7 +122,35 @@ def test_the_bundled_nats_credentials_reach_the_controller_as_files(chart: Chart
     assert cfg.nats.url == "nats://rel-dynrunner-nats.ci.svc:4222"
     assert cfg.nats.user == "dynrunner"
     assert cfg.nats.password() == base64.b64decode(secret["data"]["nats-password"]).decode()
-    assert f'password: "{cfg.nats.password()}"' in base64.b64decode(secret["data"]["nats.conf"]).decode()
+    conf = base64.b64decode(secret["data"]["nats.conf"]).decode()
+    assert "password: $DYNRUNNER_NATS_PASSWORD" in conf and cfg.nats.password() not in conf
+    statefulset = one(objects, "StatefulSet", "-nats")["spec"]["template"]
+    (container,) = statefulset["spec"]["containers"]
+    assert {
+        "name": "DYNRUNNER_NATS_PASSWORD",
+        "valueFrom": {"secretKeyRef": {"name": "rel-dynrunner", "key": "nats-password"}},
+    } in container["env"]
+
+
+def test_a_new_bundled_nats_password_restarts_the_server_and_the_controllers(chart: Chart) -> None:
+    """nats-server reads its password once, the controllers at their start: both Pods carry the
+    password's checksum, so a password that changes (a render without a cluster, as GitOps
+    does without existingSecret) restarts both together, and one that stays does not."""
+
+    def checksums(objects: list[dict[str, Any]]) -> tuple[str, str]:
+        server = one(objects, "StatefulSet", "-nats")["spec"]["template"]["metadata"]["annotations"]
+        controller = one(objects, "Deployment", "-controller")["spec"]["template"]["metadata"]["annotations"]
+        return server["checksum/password"], controller["checksum/nats-password"]
+
+    first, second = chart.render(["ci/minimal-values.yaml"]), chart.render(["ci/minimal-values.yaml"])
+    for objects in (first, second):
+        password = one(objects, "Secret", "rel-dynrunner")["data"]["nats-password"]
+        assert checksums(objects) == (hashlib.sha256(password.encode()).hexdigest(),) * 2
+    assert checksums(first) != checksums(second)
+    existing = {"nats": {"bundled": {"password": {"existingSecret": "nats-bundled", "key": "pw"}}}}
+    named = checksums(chart.render(["ci/minimal-values.yaml"], overlay=existing))
+    assert named == checksums(chart.render(["ci/minimal-values.yaml"], overlay=existing))
+    assert named[0] == named[1] == hashlib.sha256(b"nats-bundled/pw").hexdigest()
 
 
 def test_external_nats_gets_its_credentials_and_ca_from_the_named_secrets(chart: Chart, tmp_path: Path) -> None:
@@ -145,6 +241,36 @@ def test_every_replica_mounts_the_one_sealing_key(chart: Chart) -> None:
     assert len(key) == 32
 
 
+def test_the_mounted_sealing_key_is_not_warned_about(
+    chart: Chart, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kubelet writes a Secret's files owned by root, in the Pod's fsGroup, with the
+    volume's defaultMode (read-only volumes get 0440 added with an fsGroup): the controller, a
+    non-root user of that group, reads them through the group and cannot chmod them. The mode
+    the chart asks for is what the controller accepts without "make it 0600"."""
+    if os.geteuid() != 0:
+        pytest.skip("laying files out as the kubelet does (owned by root) needs root")
+    objects = rendered(chart, "ci/minimal-values.yaml")
+    pod = one(objects, "Deployment", "-controller")["spec"]["template"]["spec"]
+    context = pod["securityContext"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "config"]
+    mode = volume["projected"]["defaultMode"] | (0o440 if context.get("fsGroup") is not None else 0)
+    assert mode == 0o440 and context["runAsUser"] != 0 and context["runAsNonRoot"] is True
+    files = container_files(objects, "-controller", "controller", tmp_path)
+    key_file = load_config(files.config, files.env).sealing.key_file
+    assert key_file is not None
+    os.chown(key_file, 0, context["fsGroup"])
+    key_file.chmod(mode)
+    monkeypatch.setattr(os, "geteuid", lambda: context["runAsUser"])
+    with caplog.at_level(logging.WARNING):
+        Sealer.from_key_file(key_file)
+    assert "make it 0600" not in caplog.text
+    key_file.chmod(mode | 0o004)  # a mode that would expose it is still reported
+    with caplog.at_level(logging.WARNING):
+        Sealer.from_key_file(key_file)
+    assert "readable by other users" in caplog.text
+
+
 def test_generated_keys_differ_per_render_without_a_cluster(chart: Chart) -> None:
     """Without a cluster to read the installed Secret from, each render makes new keys: that is
     why GitOps renders need existingSecret (README), and why an upgrade reads them back."""
@@ -175,8 +301,13 @@ def test_an_upgrade_reads_the_generated_keys_back_from_the_cluster(
         (partial / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(chart.path / name, partial / name)
     shutil.copytree(chart.path / "ci", partial / "ci")
+    # What the NATS StatefulSet's and the controllers' checksum annotations hold, as a Secret.
+    (partial / "templates" / "checksum.yaml").write_text(
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: checksum, namespace: ci}\n"
+        'stringData: {password: {{ include "dynrunner.natsPasswordChecksum" . | quote }}}\n'
+    )
     alone = dataclasses.replace(chart, path=partial)
-    installed = one(alone.render(["ci/minimal-values.yaml"]), "Secret")
+    installed = one(alone.render(["ci/minimal-values.yaml"]), "Secret", "rel-dynrunner")
     core = client.CoreV1Api(kube_client)
     core.create_namespace({"metadata": {"name": "ci"}})
     owner = {"meta.helm.sh/release-name": "rel", "meta.helm.sh/release-namespace": "ci"}  # as `helm install` marks it
@@ -184,9 +315,11 @@ def test_an_upgrade_reads_the_generated_keys_back_from_the_cluster(
     core.create_namespaced_secret("ci", {k: installed[k] for k in ("metadata", "type", "data")})
 
     upgrade = ("--dry-run=server", "--disable-openapi-validation", "--kube-apiserver", kube_api.url)
-    again = one(alone.render(["ci/minimal-values.yaml"], extra=upgrade), "Secret")["data"]
-    fresh = one(alone.render(["ci/minimal-values.yaml"]), "Secret")["data"]
+    upgraded = alone.render(["ci/minimal-values.yaml"], extra=upgrade)
+    again = one(upgraded, "Secret", "rel-dynrunner")["data"]
+    fresh = one(alone.render(["ci/minimal-values.yaml"]), "Secret", "rel-dynrunner")["data"]
     for key in ("sealing.key", "nats-password"):
         assert again[key] == installed["data"][key] != fresh[key]
-    password = base64.b64decode(installed["data"]["nats-password"]).decode()
-    assert f'password: "{password}"' in base64.b64decode(again["nats.conf"]).decode()
+    # The Pods' checksum is the kept password's: an upgrade restarts neither server nor controllers.
+    checksum = one(upgraded, "Secret", "checksum")["stringData"]["password"]
+    assert checksum == hashlib.sha256(installed["data"]["nats-password"].encode()).hexdigest()

@@ -1,7 +1,8 @@
 """The chart's Role and ClusterRole grant exactly what the controller's Kubernetes API module
 declares (`rbac.declared()`, one mark per method): Pods, Secrets and Events in each
-pool's namespace, ClusterStaticEntries, Nodes, the entries' CRD and the pools' namespaces
-cluster-wide — nothing more, nothing less, for every values file."""
+pool's namespace, the pools' namespaces cluster-wide and, only while some kubernetes pool issues
+identities, ClusterStaticEntries, Nodes and the entries' CRD — nothing more, nothing less, for
+every values file."""
 
 from __future__ import annotations
 
@@ -20,17 +21,21 @@ def rendered(chart: Chart, values: str) -> list[dict[str, Any]]:
     return chart.render([values])
 
 
-def namespaces_of_pools(objects: list[dict[str, Any]]) -> list[str]:
+def kubernetes_pools(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
     config = yaml.safe_load(one(objects, "ConfigMap", "-controller")["data"]["config.yaml"])
-    return sorted({p["backend"]["namespace"] for p in config["pools"] if p["backend"]["kind"] == "kubernetes"})
+    return [p for p in config["pools"] if p["backend"]["kind"] == "kubernetes"]
 
 
-def cluster_rules(namespaces: list[str]) -> list[dict[str, Any]]:
-    """What the code declares cluster-wide, for pools in `namespaces`: the rules of each, the
-    names of the same rule joined."""
+def namespaces_of_pools(objects: list[dict[str, Any]]) -> list[str]:
+    return sorted({p["backend"]["namespace"] for p in kubernetes_pools(objects)})
+
+
+def cluster_rules(namespaces: list[str], identity: bool = True) -> list[dict[str, Any]]:
+    """What the code declares cluster-wide, for pools in `namespaces` (with `identity`: some of
+    them issue identities): the rules of each, the names of the same rule joined."""
     merged: dict[tuple[Any, ...], dict[str, Any]] = {}
     for namespace in namespaces:
-        for rule in rbac.rules(namespace).cluster_role:
+        for rule in rbac.rules(namespace, identity=identity).cluster_role:
             key = (tuple(rule["apiGroups"]), tuple(rule["resources"]), tuple(rule["verbs"]))
             if key in merged and "resourceNames" in rule:
                 merged[key]["resourceNames"] = sorted({*merged[key]["resourceNames"], *rule["resourceNames"]})
@@ -49,7 +54,25 @@ def test_the_roles_grant_exactly_what_the_code_declares(chart: Chart, values: st
     for role in roles:
         assert role["rules"] == rbac.rules(role["metadata"]["namespace"]).role
     cluster_role = one(objects, "ClusterRole", "-controller")
-    assert sorted(cluster_role["rules"], key=repr) == cluster_rules(namespaces)
+    identity = any(p["backend"].get("identity", True) for p in kubernetes_pools(objects))
+    assert sorted(cluster_role["rules"], key=repr) == cluster_rules(namespaces, identity)
+
+
+IDENTITY_RESOURCES = {"clusterstaticentries", "nodes", "customresourcedefinitions"}
+
+
+def test_identity_permissions_are_granted_only_while_a_pool_issues_identities(chart: Chart) -> None:
+    """A cluster without SPIRE (every pool `identity: false`) grants the controller no Nodes,
+    no ClusterStaticEntries and nothing of their CRD; one pool with identity brings them back."""
+    without = {"kubernetesDefaults": {"identity": False}}
+    objects = chart.render(["ci/two-pools-values.yaml"], overlay=without)
+    (namespaces_rule,) = one(objects, "ClusterRole", "-controller")["rules"]
+    assert namespaces_rule["resources"] == ["namespaces"]
+    assert namespaces_rule["resourceNames"] == ["ci-jobs", "ci-large"]
+    rules = one(rendered(chart, "ci/two-pools-values.yaml"), "ClusterRole")["rules"]
+    granted = {resource for rule in rules for resource in rule["resources"]}
+    assert granted >= IDENTITY_RESOURCES  # pool "pod" has identity, "large" has not
+    assert {p.resource for p in rbac.declared() if p.identity} == IDENTITY_RESOURCES
 
 
 def test_the_declared_permissions_are_the_backends_requests() -> None:

@@ -186,6 +186,7 @@ def test_a_pool_without_a_backend_is_a_kubernetes_pool_in_the_executor_namespace
         "namespace": "ci-jobs",
         "image": "dynrunner/executor:0.1.0",
         "workspace": {"emptyDir": {"sizeLimit": "10Gi"}},
+        "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "4Gi"}},  # the chart's
     }
     assert pools["large"]["backend"]["namespace"] == "ci-large"
     assert pools["large"]["backend"]["workspace"] == {"emptyDir": {"sizeLimit": "10Gi"}}  # kubernetesDefaults

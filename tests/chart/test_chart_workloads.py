@@ -84,7 +84,10 @@ def test_the_controller_runs_two_replicas_on_different_nodes_and_survives_a_drai
     deployment = one(objects, "Deployment", "-controller")
     labels = pod_labels(objects, "-controller")
     assert deployment["spec"]["replicas"] == 2
-    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxUnavailable": 0, "maxSurge": 1}
+    assert deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 1},
+    }
     pdb = one(objects, "PodDisruptionBudget", "-controller")
     assert pdb["spec"]["maxUnavailable"] == 1 and matches(pdb["spec"]["selector"], labels)
     assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
@@ -96,6 +99,58 @@ def test_the_controller_runs_two_replicas_on_different_nodes_and_survives_a_drai
     hard = pod_spec(rendered(chart, "ci/production-values.yaml"), "-controller")["affinity"]["podAntiAffinity"]
     assert list(hard) == ["requiredDuringSchedulingIgnoredDuringExecution"]
     assert one(rendered(chart, "ci/production-values.yaml"), "Deployment", "-controller")["spec"]["replicas"] == 3
+
+
+def rollout(replicas: int, nodes: int, strategy: dict[str, Any]) -> bool:
+    """Whether the Deployment controller's rolling update (maxSurge rounded up, maxUnavailable
+    down, both 0 → 1 unavailable) completes when at most one replica fits on a node (hard
+    anti-affinity) and `nodes` nodes are eligible: a Pod without a free node stays Pending."""
+
+    def resolve(value: int | str, round_up: bool) -> int:
+        if isinstance(value, int):
+            return value
+        share = replicas * int(value.rstrip("%"))
+        return -(-share // 100) if round_up else share // 100
+
+    if strategy["type"] == "Recreate":
+        return replicas <= nodes
+    rolling = strategy.get("rollingUpdate", {})
+    surge = resolve(rolling.get("maxSurge", "25%"), round_up=True)
+    unavailable = resolve(rolling.get("maxUnavailable", "25%"), round_up=False) or (0 if surge else 1)
+    old, new_ready, new_pending = min(replicas, nodes), 0, 0
+    for _ in range(10 * replicas + 10):
+        if new_ready == replicas and old == 0:
+            return True
+        before = (old, new_ready, new_pending)
+        new_pending += max(
+            0, min(replicas + surge - (old + new_ready + new_pending), replicas - new_ready - new_pending)
+        )
+        old -= max(0, min(old, old + new_ready - (replicas - unavailable)))
+        placed = min(new_pending, nodes - old - new_ready)
+        new_pending, new_ready = new_pending - placed, new_ready + placed
+        if (old, new_ready, new_pending) == before:
+            return False
+    return False
+
+
+def test_an_upgrade_completes_with_hard_anti_affinity_and_no_spare_node(chart: Chart) -> None:
+    """With `antiAffinity: hard` and as many replicas as eligible nodes, a surge Pod finds no
+    node: the default strategy lets one old replica go first, so the upgrade completes (with
+    maxUnavailable 0 it would wait forever)."""
+    for replicas in (1, 2, 3, 5):
+        objects = chart.render(["ci/production-values.yaml"], set={"controller.replicas": str(replicas)})
+        spec = one(objects, "Deployment", "-controller")["spec"]
+        assert (
+            "requiredDuringSchedulingIgnoredDuringExecution" in spec["template"]["spec"]["affinity"]["podAntiAffinity"]
+        )
+        assert rollout(replicas, nodes=replicas, strategy=spec["strategy"]), spec["strategy"]
+        assert rollout(replicas, nodes=replicas + 1, strategy=spec["strategy"])
+    stuck = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    assert not rollout(3, nodes=3, strategy=stuck) and rollout(3, nodes=4, strategy=stuck)
+    recreate = chart.render(
+        ["ci/minimal-values.yaml"], overlay={"controller": {"updateStrategy": {"type": "Recreate"}}}
+    )
+    assert one(recreate, "Deployment", "-controller")["spec"]["strategy"] == {"type": "Recreate"}
 
 
 def test_each_replica_knows_its_pod_name(chart: Chart) -> None:
@@ -185,6 +240,29 @@ def test_the_executor_network_policy_reaches_the_cache_the_store_and_the_interne
     assert "169.254.0.0/16" in block["ipBlock"]["except"] and "10.0.0.0/8" in block["ipBlock"]["except"]
 
 
+def test_jobs_resolve_names_through_nodelocal_dnscache_too(chart: Chart) -> None:
+    """Clusters with NodeLocal DNSCache point Pods at 169.254.20.10 on their node, not at the
+    kube-dns Pods: without it in the DNS rule every job would lose DNS (link-local addresses
+    stay out of `internet`)."""
+    dns = one(rendered(chart, "ci/minimal-values.yaml"), "NetworkPolicy", "-executors")["spec"]["egress"][0]
+    assert {"ipBlock": {"cidr": "169.254.20.10/32"}} in dns["to"]
+    assert any(
+        "podSelector" in peer and peer["podSelector"]["matchLabels"] == {"k8s-app": "kube-dns"} for peer in dns["to"]
+    )
+    assert dns["ports"] == [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]
+
+
+def test_the_api_servers_public_endpoint_can_be_kept_out_of_the_jobs_internet(chart: Chart) -> None:
+    """With `internet` on, a public API server endpoint is reachable from every job unless its
+    CIDRs are listed in `apiServer` (README, "Network")."""
+    where = {"executorNetworkPolicy": {"apiServer": ["198.51.100.7/32"]}}
+    egress = one(chart.render(["ci/production-values.yaml"], overlay=where), "NetworkPolicy", "-executors")["spec"]
+    (block,) = egress["egress"][-1]["to"]
+    assert block["ipBlock"]["cidr"] == "0.0.0.0/0"
+    assert "198.51.100.7/32" in block["ipBlock"]["except"] and "10.0.0.0/8" in block["ipBlock"]["except"]
+    assert all("198.51.100.7" not in str(rule) for rule in egress["egress"][:-1])
+
+
 VM_POOL = {
     "name": "vm",
     "labels": ["self-hosted", "vm"],
@@ -233,6 +311,23 @@ def test_a_jobs_pod_gets_the_workload_api_from_the_spiffe_csi_driver(chart: Char
     without = job_pod(objects, tmp_path / "large", pool="large")
     assert not [v for v in without["spec"]["volumes"] if "csi" in v]
     assert "SPIFFE_ENDPOINT_SOCKET" not in {e["name"] for e in without["spec"]["containers"][0].get("env", [])}
+
+
+def test_a_jobs_pod_is_not_best_effort_unless_the_admin_says_so(chart: Chart, tmp_path: Path) -> None:
+    """Without resources a job's Pod is BestEffort: the first evicted under memory pressure, and
+    scheduled as if it needed nothing. The chart's defaults request CPU and memory and limit
+    memory; a pool's own keys win key by key, and `resources: null` leaves it to a LimitRange."""
+    (container,) = job_pod(rendered(chart, "ci/minimal-values.yaml"), tmp_path / "default")["spec"]["containers"]
+    assert container["resources"] == {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "4Gi"}}
+    objects = rendered(chart, "ci/two-pools-values.yaml")
+    (large,) = job_pod(objects, tmp_path / "large", pool="large")["spec"]["containers"]
+    assert large["resources"] == {"requests": {"cpu": "8", "memory": "32Gi"}, "limits": {"memory": "32Gi"}}
+    override = {"config": {"pools": [{**POD_POOL, "backend": {"resources": {"limits": {"memory": "8Gi"}}}}]}}
+    merged = chart.render(["ci/minimal-values.yaml"], overlay=override)
+    (pod,) = job_pod(merged, tmp_path / "merged")["spec"]["containers"]
+    assert pod["resources"] == {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "8Gi"}}
+    none = chart.render(["ci/minimal-values.yaml"], overlay={"kubernetesDefaults": {"resources": None}})
+    assert not job_pod(none, tmp_path / "none")["spec"]["containers"][0].get("resources")
 
 
 def restricted_violations(pod: dict[str, Any]) -> list[str]:

@@ -16,25 +16,19 @@ be the same: a difference is a divergence of the double (docs/compatibility.md).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
-import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from dynrunner.controller.app import Controller
-from dynrunner.controller.config.model import ControllerConfig
 from dynrunner.controller.demo import Example, check, load_examples
 from dynrunner.doubles.gitea import GiteaDouble
+from tests.fixtures.real_controller import controller_config, controller_running
 from tests.fixtures.real_gitea import Job, RealGitea, Run, Step
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
-EXECUTOR = str(Path(sys.executable).parent / "dynrunner-executor")
-LABELS = ["self-hosted", "local"]
 RUN_TIMEOUT_S = 150.0
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 REAL: dict[str, dict[str, Run]] = {}
@@ -50,53 +44,6 @@ STEPS: dict[str, dict[str, list[str]]] = {
     "artifacts": {"build": ["success"] * 3, "deploy": ["success"] * 2},
     "multi-job": {"build": ["success"] * 2, "test": ["success"], "report": ["success"]},
 }
-
-
-def controller_config(url: str, registration_token: str, state_dir: Path) -> ControllerConfig:
-    return ControllerConfig.model_validate(
-        {
-            "gitea": {
-                "url": url,
-                "registrationToken": registration_token,
-                "fetchIntervalSeconds": 0.2,
-                "fetchIntervalMaxSeconds": 1.0,
-            },
-            "pools": [
-                {
-                    "name": "local",
-                    "labels": LABELS,
-                    "maxConcurrency": 4,
-                    "backend": {"kind": "local", "executorCommand": [EXECUTOR]},
-                }
-            ],
-            "artifacts": {"driver": "Filesystem", "path": str(state_dir / "artifacts")},
-            "metrics": {"address": ""},
-            "logging": {"level": "info", "json": False},
-            "stateDir": str(state_dir / "controller"),
-        }
-    )
-
-
-@contextlib.asynccontextmanager
-async def controller_running(cfg: ControllerConfig) -> AsyncIterator[Controller]:
-    """The controller as a task of the test's event loop; its environments removed after it."""
-    controller = Controller(cfg)
-    stop = asyncio.Event()
-    task = asyncio.create_task(controller.run(stop), name="controller")
-    ready = asyncio.create_task(controller.ready.wait())
-    done, _ = await asyncio.wait({task, ready}, timeout=60, return_when=asyncio.FIRST_COMPLETED)
-    if task in done:
-        ready.cancel()
-        await task
-    assert ready in done, "the controller did not become ready within 60 s"
-    try:
-        yield controller
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 60)
-        for pool in controller.pools.values():
-            for env in await pool.backend.list_owned():
-                await pool.backend.delete(env)
 
 
 def describe(example: Example, run: Run | None) -> str:

@@ -77,7 +77,8 @@ app.kubernetes.io/component: {{ .component }}
 
 {{/*
 The pools as the controller reads them: every pool's backend defaults to kind kubernetes, and a
-kubernetes backend is merged over kubernetesDefaults, the executor namespace and image.
+kubernetes backend is merged over kubernetesDefaults, the executor namespace and image; an
+opensandbox backend with a key in openSandbox.apiKeys reads it where the chart mounts it.
 Returns YAML: {pools: [...]}.
 */}}
 {{- define "dynrunner.pools" -}}
@@ -89,6 +90,11 @@ Returns YAML: {pools: [...]}.
 {{- $backend := deepCopy (default (dict) $pool.backend) -}}
 {{- if eq (default "kubernetes" $backend.kind) "kubernetes" -}}
 {{- $backend = mergeOverwrite (deepCopy $base) (deepCopy $.Values.kubernetesDefaults) $backend -}}
+{{- else if and (eq $backend.kind "opensandbox") (hasKey (default dict $.Values.openSandbox.apiKeys) $pool.name) -}}
+{{- if $backend.apiKeyFile -}}
+{{- fail (printf "pool %s: set openSandbox.apiKeys.%s or backend.apiKeyFile, not both" $pool.name $pool.name) -}}
+{{- end -}}
+{{- $_ := set $backend "apiKeyFile" (printf "%s/%s" (include "dynrunner.configDir" $) (include "dynrunner.apiKeyPath" $pool.name)) -}}
 {{- end -}}
 {{- $_ := set $pool "backend" $backend -}}
 {{- $pools = append $pools $pool -}}
@@ -151,8 +157,10 @@ A secret value {value, existingSecret, key} as a projected-volume source: the ch
 {{- end -}}
 
 {{/*
-The bundled nats-server's configuration, with .password as the controller's password. The
-controller's user may publish and subscribe only where docs/configuration.md#nats says.
+The bundled nats-server's configuration. The controller's password is read from the server's
+environment (DYNRUNNER_NATS_PASSWORD, from the Secret that holds it), so the file holds no
+secret and works with an existing Secret the chart cannot read. The controller's user may
+publish and subscribe only where docs/configuration.md#nats says.
 */}}
 {{- define "dynrunner.natsConf" -}}
 {{- $root := .root -}}
@@ -175,7 +183,7 @@ authorization {
   users: [
     {
       user: dynrunner
-      password: {{ .password | quote }}
+      password: $DYNRUNNER_NATS_PASSWORD
       permissions: {
         publish: [{{ range $i, $s := $publish }}{{ if $i }}, {{ end }}{{ $s | quote }}{{ end }}]
         subscribe: [{{ range $i, $s := $subscribe }}{{ if $i }}, {{ end }}{{ $s | quote }}{{ end }}]
@@ -199,4 +207,56 @@ the disk is full.
 {{- fail (printf "nats.bundled.storage.size: %q is not a whole number of bytes, K, M, G, T, Ki, Mi, Gi or Ti" $size) -}}
 {{- end -}}
 {{- div (mul (int64 $number) (int64 (get $units $unit | default 1))) 10 | mul 9 -}}
+{{- end -}}
+
+{{/*
+Where the bundled NATS server's password is: {name, key} of the chart's Secret (generated and
+kept) or of nats.bundled.password.existingSecret.
+*/}}
+{{- define "dynrunner.natsPasswordRef" -}}
+{{- $p := .Values.nats.bundled.password -}}
+{{- if $p.existingSecret -}}
+{{- toYaml (dict "name" $p.existingSecret "key" $p.key) -}}
+{{- else -}}
+{{- toYaml (dict "name" (include "dynrunner.secretName" .) "key" "nats-password") -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The bundled NATS server's generated password, base64: the installed Secret's (an upgrade keeps
+it), or a new one (the first install; every render without a cluster).
+*/}}
+{{- define "dynrunner.natsGeneratedPassword" -}}
+{{- $memo := .Values.nats.bundled -}}
+{{- if not (hasKey $memo "_generatedPassword") -}}
+{{- /* Kept for the render's other templates: the Secret and both checksums see one password. */ -}}
+{{- $previous := (lookup "v1" "Secret" .Release.Namespace (include "dynrunner.secretName" .)).data | default dict -}}
+{{- $_ := set $memo "_generatedPassword" (index $previous "nats-password" | default (randAlphaNum 40 | b64enc)) -}}
+{{- end -}}
+{{- get $memo "_generatedPassword" -}}
+{{- end -}}
+
+{{/*
+What the bundled NATS password's checksum covers, for the Pods that use it (the server and the
+controllers restart together when it changes): the generated password (random, so its hash
+gives nothing away), or the existing Secret's name and key (its content is not the chart's to
+see: restart both after changing it).
+*/}}
+{{- define "dynrunner.natsPasswordChecksum" -}}
+{{- $p := .Values.nats.bundled.password -}}
+{{- if $p.existingSecret -}}
+{{- printf "%s/%s" $p.existingSecret $p.key | sha256sum -}}
+{{- else -}}
+{{- include "dynrunner.natsGeneratedPassword" . | sha256sum -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Where pool .'s OpenSandbox API key is mounted, below the configuration directory. */}}
+{{- define "dynrunner.apiKeyPath" -}}opensandbox/{{ . }}.key{{- end -}}
+
+{{/* identity.spireServer's files: {config key: [values key, path below the configuration directory]}. */}}
+{{- define "dynrunner.spireServerFiles" -}}
+certFile: [certKey, spire/admin.crt]
+keyFile: [keyKey, spire/admin.key]
+bundleFile: [bundleKey, spire/bundle.crt]
 {{- end -}}

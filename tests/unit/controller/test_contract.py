@@ -59,6 +59,46 @@ def test_spiffe_id_rejects_what_spiffe_forbids(owner: str, repo: str, job: str, 
         contract.spiffe_id(domain, owner, repo, job)
 
 
+@pytest.mark.parametrize(
+    ("ref", "path"),
+    [
+        ("refs/heads/main", "refs/heads/main"),
+        ("refs/tags/v1.2.3", "refs/tags/v1.2.3"),
+        ("refs/pull/7/head", "refs/pull/7/head"),
+        ("refs/heads/feature/x-y", "refs/heads/feature/x-y"),
+        ("refs/heads/feature_x", "refs/heads/feature_5fx"),
+        ("refs/heads/a+b@c", "refs/heads/a_2bb_40c"),
+        ("refs/heads/grüße", "refs/heads/gr_c3_bc_c3_9fe"),
+    ],
+)
+def test_a_pool_can_put_the_ref_in_the_spiffe_id(ref: str, path: str) -> None:
+    assert (
+        contract.spiffe_id("example.org", "acme", "app", "deploy", ref)
+        == f"spiffe://example.org/ci/acme/app/deploy/{path}"
+    )
+
+
+def test_distinct_refs_never_share_an_id() -> None:
+    """`_` always starts an escape, so no branch name can spell another ref's path."""
+    refs = ["refs/heads/a_2fb", "refs/heads/a/b", "refs/heads/a_b", "refs/heads/a_5fb", "refs/heads/a__b"]
+    ids = {contract.spiffe_id("example.org", "acme", "app", "deploy", ref) for ref in refs}
+    assert len(ids) == len(refs)
+
+
+@pytest.mark.parametrize("ref", ["main", "refs//x", "refs/heads/..", "refs/heads/"])
+def test_refs_that_cannot_name_an_identity(ref: str) -> None:
+    with pytest.raises(contract.ContractError, match="ref"):
+        contract.spiffe_id("example.org", "acme", "app", "deploy", ref)
+    with pytest.raises(contract.ContractError, match="longer than 2048 bytes"):
+        contract.spiffe_id("example.org", "acme", "app", "deploy", "refs/heads/" + "x" * 2048)
+
+
+def test_ref_of() -> None:
+    assert contract.ref_of({"ref": "refs/heads/main"}) == "refs/heads/main"
+    with pytest.raises(contract.ContractError, match="no git ref"):
+        contract.ref_of({})
+
+
 def test_repository_of() -> None:
     assert contract.repository_of({"repository": "Owner/Repo"}) == ("owner", "repo")
     for bad in ({}, {"repository": "norepo"}, {"repository": "a/b/c"}, {"repository": "/x"}):

@@ -215,12 +215,27 @@ def test_step_display_names() -> None:
         "- a",
         "jobs:\n  a: 3\n",
         "jobs: {a: {steps: [}",
-        "jobs: {a: {uses: o/r/.gitea/w.yml@v1}}",
     ],
 )
 def test_bad_workflows_are_explained(text: str) -> None:
     with pytest.raises(WorkflowError):
         parse_workflow(text)
+
+
+def test_a_reusable_workflow_call_is_one_job_kept_as_written() -> None:
+    """Gitea 1.24-1.26 keep `uses`, `with` and `secrets` (model.go `Job`, after `outputs`) and
+    expand nothing: the runner runs the called workflow. No steps, no labels to match."""
+    text = (
+        "on: push\njobs:\n  call:\n    uses: o/r/.gitea/workflows/w.yml@v1\n"
+        "    with: {b: 2, a: x}\n    secrets: inherit\n"
+    )
+    [job] = parse_workflow(text).jobs
+    payload = job.payload.decode()
+    assert job.runs_on == () and job.step_names == ()
+    assert "    runs-on: []\n" in payload
+    assert (
+        "    uses: o/r/.gitea/workflows/w.yml@v1\n    with:\n      a: x\n      b: 2\n    secrets: inherit\n" in payload
+    )
 
 
 def test_yaml_on_stays_a_key_and_dicts_are_accepted() -> None:

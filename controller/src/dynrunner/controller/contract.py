@@ -100,8 +100,9 @@ def repository_of(context: Mapping[str, Any] | Task | None) -> tuple[str, str]:
     return owner, name
 
 
-def spiffe_id(trust_domain: str, owner: str, repository: str, job_key: str) -> str:
+def spiffe_id(trust_domain: str, owner: str, repository: str, job_key: str, ref: str | None = None) -> str:
     """`spiffe://<td>/ci/<owner>/<repository>/<job-key>`; owner and repository lowercased.
+    With `ref` (a pool with `refInSpiffeId`), the git ref follows: `…/<job-key>/refs/heads/main`.
 
     Only the workflow job id enters the ID: never the display name, Gitea's numeric ids or
     the assignment id, so resource owners can authorize a job by what its author wrote.
@@ -116,7 +117,44 @@ def spiffe_id(trust_domain: str, owner: str, repository: str, job_key: str) -> s
             raise ContractError(
                 f"{segment!r} cannot be part of a SPIFFE ID: only letters, digits, '.', '-' and '_' are allowed"
             )
-    return f"spiffe://{trust_domain}/ci/{segments[0]}/{segments[1]}/{job_key}"
+    base = f"spiffe://{trust_domain}/ci/{segments[0]}/{segments[1]}/{job_key}"
+    full = base if ref is None else f"{base}/{ref_path(ref)}"
+    if len(full.encode()) > MAX_SPIFFE_ID:
+        raise ContractError(f"the job's SPIFFE ID would be longer than {MAX_SPIFFE_ID} bytes (its git ref is too long)")
+    return full
+
+
+MAX_SPIFFE_ID = 2048
+"""The SPIFFE standard's limit on a whole ID, in bytes."""
+
+
+def ref_path(ref: str) -> str:
+    """A git ref as SPIFFE ID path segments, one per `/`-separated component, readable as
+    written when it uses only letters, digits, '.' and '-' (`refs/heads/main`,
+    `refs/tags/v1.2.3`, `refs/pull/7/head`); any other byte, `_` included, becomes `_` and two
+    lowercase hex digits (`feature_x` → `feature_5fx`). Every `_` starts an escape, so two refs
+    never share a path: a trust policy that matches the whole ID exactly matches one ref."""
+    if not ref.startswith("refs/"):
+        raise ContractError(f"the task's git ref {ref!r} is not a full ref (refs/...); it cannot name an identity")
+    segments = []
+    for component in ref.split("/"):
+        if component in ("", ".", ".."):
+            raise ContractError(f"the task's git ref {ref!r} has an empty, '.' or '..' component")
+        segments.append(
+            "".join(chr(b) if _REF_KEPT.fullmatch(chr(b)) else f"_{b:02x}" for b in component.encode("utf-8"))
+        )
+    return "/".join(segments)
+
+
+_REF_KEPT = re.compile(r"[A-Za-z0-9.-]")
+
+
+def ref_of(context: Mapping[str, Any] | Task | None) -> str:
+    """The task's git ref (`github.ref`), for an identity that carries it."""
+    ref = _github(context, "ref")
+    if not isinstance(ref, str) or not ref:
+        raise ContractError("the task's github context has no git ref (`github.ref`), which this pool's identity names")
+    return ref
 
 
 def environment_labels(assignment: Assignment, stream_seq: int | None = None) -> dict[str, str]:

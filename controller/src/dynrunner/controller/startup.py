@@ -46,6 +46,7 @@ def claim_settings(cfg: ControllerConfig, pool: PoolConfig, *, cache: CacheGrant
         request_timeout_s=cfg.gitea.request_timeout_s,
         default_timeout_minutes=pool.job_timeout_minutes,
         trust_domain=cfg.identity.trust_domain,
+        ref_in_spiffe_id=pool.ref_in_spiffe_id,
         executor=executor_options(cfg, pool),
         cache=cache,
     )

@@ -105,10 +105,10 @@ class StepEngine:
             if self.signals.halted() or (caller is not None and caller.reason is not None):
                 return
             index = step.index
-            started = (lambda i=index: reporter.step_started(i)) if scope.top else None
+            started = (lambda i=index: reporter.step_started(i)) if scope.step_rows else None
             result = await self.run(step, scope, on_start=started, caller=caller)
             scope.record(step, result.record())
-            if scope.top:
+            if scope.step_rows:
                 reporter.step_finished(index, Result.from_word(result.outcome))
             if result.post is not None:
                 self.actions.posts.append(result.post)

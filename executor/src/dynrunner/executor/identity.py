@@ -13,6 +13,7 @@ py-spiffe's client is blocking, so each attempt runs in a thread with its own de
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable
 
@@ -25,10 +26,20 @@ class IdentityError(Exception):
     """The identity was not issued in time; the message is for the job log."""
 
 
+SPIFFE_ENDPOINT_ENV = "SPIFFE_ENDPOINT_SOCKET"
+
+
 def _endpoint(socket: str) -> str:
     if "://" in socket or socket.startswith("unix:"):
         return socket
     return f"unix://{socket}"
+
+
+def workload_api_endpoint(configured: str) -> str:
+    """The Workload API address for py-spiffe: the assignment's socket, else
+    SPIFFE_ENDPOINT_SOCKET (set by a backend that knows where it is); "" when neither."""
+    socket = configured or os.environ.get(SPIFFE_ENDPOINT_ENV, "")
+    return _endpoint(socket) if socket else ""
 
 
 def _fetch_ids(endpoint: str, timeout_s: float) -> list[str]:

@@ -1,10 +1,11 @@
 """The job loop: one Gitea task's job, step by step, with GitHub's rules.
 
-Order of a job: refuse what this runner cannot run (a bad job key, a reusable-workflow
-call, `container:`/`services:` where there is no podman); evaluate the job's `if:` against
-`needs` (Gitea hands over a job whose needs failed when it has an `if:`); lay out the
-workspace; evaluate the workflow and job `env:`; start the job container and services
-(docs/containers.md); run the steps (`engine.StepEngine`), then the post steps
+Order of a job: refuse what this runner cannot run (a bad job key, `container:`/`services:`
+where there is no podman); lay out the workspace; evaluate the job's `if:` against `needs`
+(Gitea hands over a job whose needs failed when it has an `if:`); a job that calls a reusable
+workflow then runs the called jobs here, each a `JobRunner` with a `CallFrame` (`reusable`),
+and is done; any other job evaluates the workflow and job `env:`, starts its job container
+and services (docs/containers.md), runs the steps (`engine.StepEngine`), then the post steps
 their actions left; evaluate the job's `outputs:` and queue them with the artifact refs;
 return the result for the reporter.
 
@@ -46,8 +47,10 @@ from dynrunner.executor.contexts import (
 )
 from dynrunner.executor.engine import StepEngine
 from dynrunner.executor.expressions import ExpressionError
+from dynrunner.executor.idtokens import grant_of, open_id_tokens, workload_api_env
 from dynrunner.executor.masking import Masker
 from dynrunner.executor.reporter import OutputLimitError, Reporter
+from dynrunner.executor.reusable import Caller, CallFrame, run_call
 from dynrunner.executor.runtime import JobRuntime, RepositoryError
 from dynrunner.executor.runtime.artifacts.errors import ArtifactError
 from dynrunner.executor.runtime.outputs import OutputLimits
@@ -121,6 +124,7 @@ class JobRunner:
         settings: JobSettings = JobSettings(),
         *,
         shutdown: asyncio.Event | None = None,
+        frame: CallFrame | None = None,
     ) -> None:
         self.shutdown = shutdown or asyncio.Event()
         self.assignment = assignment
@@ -128,6 +132,9 @@ class JobRunner:
         self.reporter = reporter
         self.masker = masker
         self.settings = settings
+        self.frame = frame
+        """Set for a job of a called workflow (`reusable`): its needs, inputs, secrets and
+        workspace are the call's, its rows go to no step, its outputs to the caller."""
 
     def log(self, text: str) -> None:
         self.reporter.log(text)
@@ -148,7 +155,9 @@ class JobRunner:
         if problem:
             self.error(problem)
             return JobResult(Result.FAILURE)
-        root = Path(a.executor.workspace or Path.cwd())
+        frame = self.frame
+        root = frame.root if frame else Path(a.executor.workspace or Path.cwd())
+        needs = frame.needs if frame else a.task.needs
         try:
             runtime = JobRuntime.create(
                 root,
@@ -156,7 +165,7 @@ class JobRunner:
                 run_id=str((a.task.context or {}).get("run_id", "")),
                 job_key=job.key,
                 artifacts=a.executor.artifacts,
-                needs=a.task.needs,
+                needs=needs,
                 limits=OutputLimits(total_bytes=a.executor.outputs_total_limit_bytes or OutputLimits().total_bytes),
             )
         except (RepositoryError, ArtifactError, ValueError, OSError) as err:
@@ -172,24 +181,27 @@ class JobRunner:
             event_path=ws.runtime_dir / "event.json",
             version=self.settings.version,
         )
-        secrets = dict(a.task.secrets)
+        secrets = dict(frame.secrets if frame else a.task.secrets)
         variables = dict(a.task.vars)
         step_debug, runner_debug = debug_flags(secrets, variables)
         github = github_context(a.task.context, where, job.key)
+        if frame:
+            github["job"] = job.key
         write_event_file(github, where.event_path)
         strategy = job.strategy
         contexts = JobContexts(
             github=github,
-            needs=needs_context(a.task.needs),
+            needs=needs_context(needs),
             vars=variables,
             secrets=secrets,
             matrix=dict(strategy.matrix) if strategy else {},
             strategy=strategy_context(strategy),
-            inputs=inputs_context(self.workflow.on, github),
+            inputs=dict(frame.inputs) if frame else inputs_context(self.workflow.on, github),
             runner=runner_context(where, runner_debug),
-            status=_needs_status(a.task.needs),
+            status=_needs_status(needs),
         )
         scope = Scope.of_job(contexts, ws.path)
+        scope.reports = frame is None
         evaluator = Evaluator(scope)
         self._header(where, contexts, evaluator)
 
@@ -203,6 +215,8 @@ class JobRunner:
                 self.log(f"Skipping job '{job.name or job.key}': `if: {job.if_}` is false")
                 return JobResult(Result.SKIPPED, skipped=True)
         contexts.status = "success"
+        if job.uses:
+            return await self._call(contexts, runtime)
 
         try:
             contexts.env = evaluator.strings(WORKFLOW_ENV, self.workflow.env, env={})
@@ -348,10 +362,16 @@ class JobRunner:
         ws = runtime.workspace
         github = contexts.github
         id_request_token = str((a.task.context or {}).get("actions_id_token_request_token", ""))
+        id_tokens = await open_id_tokens(
+            a, grant_of(self.workflow.permissions, self.workflow.job.permissions), self.masker.add, self.log
+        )
         services = await open_services(a.executor.cache, _runtime_token(a), self.warning)
         environment = StepEnvironment(
             base_env,
-            runner_env(github, where, _runtime_token(a), runner_debug, id_request_token) | services.env(),
+            runner_env(github, where, _runtime_token(a), runner_debug, id_request_token)
+            | services.env()
+            | workload_api_env(a.executor.identity)
+            | (id_tokens.env() if id_tokens else {}),
             ws.bin_dir,
         )
         engine = StepEngine(
@@ -375,6 +395,8 @@ class JobRunner:
         finally:
             await engine.aclose()
             await close_services(services)
+            if id_tokens is not None:
+                await id_tokens.aclose()
         if signals.aborted:
             return JobResult(Result.CANCELLED if self.reporter.server_result == Result.CANCELLED else Result.FAILURE)
         outputs_ok = self._outputs(evaluator, contexts, runtime)
@@ -383,6 +405,31 @@ class JobRunner:
         if contexts.status == "failure" or not outputs_ok:
             return JobResult(Result.FAILURE)
         return JobResult(Result.SUCCESS)
+
+    async def _call(self, contexts: JobContexts, runtime: JobRuntime) -> JobResult:
+        """Run the reusable workflow this job calls, inside this task (`reusable.call`)."""
+        caller = Caller(
+            job=self.workflow.job,
+            contexts=contexts.values(),
+            chain=self.frame.chain if self.frame else (),
+            root=runtime.workspace.runtime_dir,
+            store=self.frame.store if self.frame and self.frame.store else self._actions(runtime, NodeRuntime()).store,
+            gitea_url=self.assignment.gitea_url,
+            log=self.log,
+            mask=self.masker.add,
+            stopped=lambda: self.reporter.cancelled.is_set() or self.shutdown.is_set(),
+            run_job=self._run_called,
+        )
+        called = await run_call(caller)
+        if called.result is Result.SUCCESS and called.outputs and not self._send_outputs(called.outputs):
+            return JobResult(Result.FAILURE)
+        return JobResult(called.result)
+
+    async def _run_called(self, workflow: Workflow, frame: CallFrame) -> Result:
+        runner = JobRunner(
+            self.assignment, workflow, self.reporter, self.masker, self.settings, shutdown=self.shutdown, frame=frame
+        )
+        return (await runner.run()).result
 
     def _actions(self, runtime: JobRuntime, node: NodeRuntime) -> Actions:
         """Where this job's actions come from: Gitea's default actions instance, fetched with the
@@ -414,10 +461,8 @@ class JobRunner:
                 f"The job id {job.key!r} cannot be used with this runner: a job id must match "
                 "[A-Za-z_][A-Za-z0-9_-]* (it names the job's workload identity). Rename the job."
             )
-        if key != job.key:
+        if key != job.key and self.frame is None:
             return f"The assignment is for job {key!r}, but the workflow Gitea sent holds job {job.key!r}."
-        if job.uses:
-            return f"The job calls the reusable workflow {job.uses!r}; this runner does not run reusable workflows yet."
         if not (job.container or job.services):
             return None
         what = "sets `container:`" if job.container else f"declares `services:` ({', '.join(sorted(job.services))})"
@@ -440,9 +485,12 @@ class JobRunner:
             name = evaluator.text(JOB_NAME, job.name) if job.name else job.key
         except ExpressionError:
             name = job.name or job.key
-        self.log(f"dynrunner executor {self.settings.version}")
-        self.log(f"Runner: {where.runner_name} (pool {a.pool or '-'}, backend {a.backend or '-'})")
-        self.log(f"Task {a.task.id}, job {job.key}: {name}")
+        if self.frame is None:
+            self.log(f"dynrunner executor {self.settings.version}")
+            self.log(f"Runner: {where.runner_name} (pool {a.pool or '-'}, backend {a.backend or '-'})")
+            self.log(f"Task {a.task.id}, job {job.key}: {name}")
+        else:
+            self.log(f"Job {job.key}: {name}, called by {self.frame.workflow}")
         self.log(f"Workspace: {where.workspace}")
         if contexts.matrix:
             self.log(f"Matrix: {json.dumps(contexts.matrix, sort_keys=True)}")
@@ -465,12 +513,19 @@ class JobRunner:
         outputs.update(runtime.job_outputs())
         if not outputs:
             return ok
+        return self._send_outputs(outputs) and ok
+
+    def _send_outputs(self, outputs: dict[str, str]) -> bool:
+        """To Gitea (the task's job), or to the calling job (a called workflow's job)."""
+        if self.frame is not None:
+            self.frame.outputs.update(outputs)
+            return True
         try:
             self.reporter.set_outputs(outputs)
         except OutputLimitError as err:
             self.error(f"Job outputs not sent: {err}")
-            ok = False
-        return ok
+            return False
+        return True
 
 
 def _needs_status(needs: Mapping[str, Need]) -> str:

@@ -145,6 +145,8 @@ class Scope:
     """A child scope: one of its steps failed (the action's status)."""
     cancelled: bool = False
     """A child scope: one of its steps was cancelled (so is the action)."""
+    reports: bool = True
+    """The job's steps are Gitea's step rows; not for a called workflow's job (Gitea has none)."""
 
     @classmethod
     def of_job(cls, job: JobContexts, workspace: Path, defaults: RunDefaults = RunDefaults()) -> Scope:  # noqa: B008
@@ -154,9 +156,14 @@ class Scope:
     def top(self) -> bool:
         return self.depth == 0
 
+    @property
+    def step_rows(self) -> bool:
+        """Whether this level's steps report their state as Gitea's step rows."""
+        return self.top and self.reports
+
     def row_index(self, step: Step) -> int | None:
         """Where the rows of `step` go: its own range at the top, its caller's range below."""
-        return step.index if self.top else self.rows
+        return step.index if self.step_rows else self.rows
 
     def env_context(self) -> dict[str, str]:
         return {**self.job.env, **self.env} if self.env else dict(self.job.env)

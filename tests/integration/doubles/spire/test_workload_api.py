@@ -255,3 +255,41 @@ def test_the_issue_delay_holds_back_new_entries(kube_cluster_factory):
         custom.create_cluster_custom_object(*CSE, body)
         wait_for(lambda: cluster.api.call(cluster.spire.entries.entries))
         assert time.monotonic() - started >= 0.5
+
+
+def test_jwt_svids_for_the_callers_identity_and_their_bundle(spire_cluster):
+    """FetchJWTSVID signs for the caller's entry and the audiences asked (py-spiffe validates it
+    with the JWKS from FetchJWTBundles); ValidateJWTSVID accepts it for that audience only; a
+    request without an audience, or for an identity the caller does not have, is refused."""
+    import os
+
+    from spiffe import TrustDomain
+    from spiffe.svid.jwt_svid import JwtSvid
+    from spiffe.workloadapi.errors import FetchJwtSvidError, ValidateJwtSvidError
+
+    me = "spiffe://example.org/ci/owner/repo/deploy"
+    add_entry(spire_cluster, me, {("unix", f"uid:{os.getuid()}")})
+    socket = f"unix://{spire_cluster.spire.agents['node-a'].socket_path}"
+    with WorkloadApiClient(socket_path=socket) as workload:
+        svid = workload.fetch_jwt_svid({"sts.example"}, subject=SpiffeId(me))
+        bundle = workload.fetch_jwt_bundles().get_bundle_for_trust_domain(TrustDomain("example.org"))
+        assert bundle is not None
+        checked = JwtSvid.parse_and_validate(svid.token, bundle, {"sts.example"})
+        assert str(checked.spiffe_id) == me and checked.audience == {"sts.example"}
+        assert 290 <= checked.expiry - time.time() <= 300, "SPIRE's default JWT-SVID TTL, 5 minutes"
+        assert str(workload.validate_jwt_svid(svid.token, "sts.example").spiffe_id) == me
+        with pytest.raises(ValidateJwtSvidError, match=r"Audience doesn't match"):
+            workload.validate_jwt_svid(svid.token, "vault.example")
+        with pytest.raises(FetchJwtSvidError, match="no identity issued"):
+            workload.fetch_jwt_svid({"sts.example"}, subject=SpiffeId("spiffe://example.org/ci/owner/repo/other"))
+    channel = grpc.insecure_channel(f"unix:{spire_cluster.spire.agents['node-a'].socket_path}")
+    call = channel.unary_unary(
+        "/SpiffeWorkloadAPI/FetchJWTSVID",
+        request_serializer=pb.JWTSVIDRequest.SerializeToString,
+        response_deserializer=pb.JWTSVIDResponse.FromString,
+    )
+    with pytest.raises(grpc.RpcError) as exc:
+        call(pb.JWTSVIDRequest(), metadata=(("workload.spiffe.io", "true"),), timeout=10)
+    channel.close()
+    assert exc.value.code() == grpc.StatusCode.INVALID_ARGUMENT and exc.value.details() == "audience must be specified"
+    assert spire_cluster.spire.agents["node-a"].jwt_svids_issued == 1

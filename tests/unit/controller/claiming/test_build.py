@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -53,6 +54,14 @@ def test_assignment_fields() -> None:
     assert a.executor.artifacts.driver == "Filesystem"
     assert a.task.secrets == {"S": "v"}
     assert a.version == 1
+
+
+def test_a_pool_with_ref_in_spiffe_id_names_the_ref() -> None:
+    settings = dataclasses.replace(SETTINGS, ref_in_spiffe_id=True)
+    a = build_assignment(task(ref="refs/heads/main"), assignment_id="a", claimed_at=NOW, runner=REG, settings=settings)
+    assert a.spiffe_id == "spiffe://example.org/ci/acme/web/build/refs/heads/main"
+    with pytest.raises(ContractError, match="no git ref"):
+        build_assignment(task(), assignment_id="a", claimed_at=NOW, runner=REG, settings=settings)
 
 
 def test_invalid_job_key_is_a_contract_error() -> None:

@@ -21,6 +21,7 @@ from dynrunner.controller.infra.sealing import (
     Sealer,
     SealingError,
     ensure_key_file,
+    key_file_exposure,
     key_id,
     read_key_file,
 )
@@ -258,9 +259,37 @@ def test_key_file_readable_by_others_is_warned_about(tmp_path: Path, caplog: pyt
     assert read_key_file(path) == KEY
     assert "is readable by other users (mode 644); make it 0600" in caplog.text
     caplog.clear()
+    path.chmod(0o640)
+    read_key_file(path)
+    assert "is readable by its group (mode 640); make it 0600" in caplog.text
+    caplog.clear()
     path.chmod(0o600)
     read_key_file(path)
     assert caplog.text == ""
+
+
+def _stat(mode: int, uid: int) -> os.stat_result:
+    return os.stat_result((stat.S_IFREG | mode, 1, 1, 1, uid, 1001, 44, 0, 0, 0))
+
+
+@pytest.mark.parametrize(
+    ("mode", "owner", "reader", "exposure"),
+    [
+        (0o600, 1001, 1001, ""),
+        (0o400, 1001, 1001, ""),
+        (0o440, 0, 1001, ""),  # a Secret the kubelet mounted for fsGroup 1001 (defaultMode 0440)
+        (0o440, 1001, 1001, "readable by its group"),  # the reader's own file: it can chmod it
+        (0o440, 0, 0, "readable by its group"),  # root reads: it can chmod it
+        (0o640, 5, 1001, "readable by its group"),  # owned by another user than root
+        (0o460, 0, 1001, "writable by its group"),
+        (0o444, 0, 1001, "readable by other users"),
+        (0o644, 1001, 1001, "readable by other users"),
+    ],
+)
+def test_key_file_exposure(mode: int, owner: int, reader: int, exposure: str) -> None:
+    """Group-readable is fine only where the reader cannot change it: the kubelet's Secret
+    volumes, root-owned and readable by the Pod's fsGroup (the Helm chart mounts them 0440)."""
+    assert key_file_exposure(_stat(mode, owner), reader) == exposure
 
 
 def test_missing_key_file(tmp_path: Path) -> None:

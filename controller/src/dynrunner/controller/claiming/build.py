@@ -44,6 +44,8 @@ class ClaimSettings:
     default_timeout_minutes: int = DEFAULT_TIMEOUT_MINUTES
     deadline_grace: timedelta = DEADLINE_GRACE
     trust_domain: str = DEFAULT_TRUST_DOMAIN
+    ref_in_spiffe_id: bool = False
+    """The pool's `refInSpiffeId`: the job's git ref follows the job key in its SPIFFE ID."""
     executor: ExecutorOptions = field(default_factory=ExecutorOptions)
     cache: CacheGrants | None = None
 
@@ -86,6 +88,7 @@ def build_assignment(
     be run under the contract (its message is what the user reads in the job log)."""
     job_key = contract.job_key_of(task)
     owner, repository = contract.repository_of(task)
+    ref = contract.ref_of(task) if settings.ref_in_spiffe_id else None
     minutes = job_timeout_minutes(task.workflow_payload, settings.default_timeout_minutes)
     deadline = claimed_at + timedelta(minutes=minutes) + settings.deadline_grace
     executor = settings.executor
@@ -103,7 +106,7 @@ def build_assignment(
         ),
         gitea_url=settings.gitea_url,
         job_key=job_key,
-        spiffe_id=contract.spiffe_id(settings.trust_domain, owner, repository, job_key),
+        spiffe_id=contract.spiffe_id(settings.trust_domain, owner, repository, job_key, ref),
         deadline=deadline,
         executor=executor,
     )

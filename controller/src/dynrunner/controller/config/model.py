@@ -314,6 +314,9 @@ class PoolConfig(_Model):
     backend: BackendConfig = Field(default_factory=LocalBackendConfig)
     max_concurrency: int = Field(default=4, ge=1, le=10000)
     job_timeout_minutes: int = Field(default=GITEA_ENDLESS_TASK_MINUTES, ge=1, le=7 * 24 * 60)
+    ref_in_spiffe_id: bool = False
+    """Put each job's git ref in its SPIFFE ID (`…/<job-key>/refs/heads/main`), so a trust
+    policy can allow one branch or tag by matching the ID exactly (docs/identity.md)."""
 
     @field_validator("name")
     @classmethod

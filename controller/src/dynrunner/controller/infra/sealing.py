@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import secrets
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -102,15 +103,32 @@ def key_id(key: bytes) -> str:
     return hashlib.sha256(_KEY_ID_DOMAIN + key).hexdigest()[:16]
 
 
+def key_file_exposure(info: os.stat_result, euid: int) -> str:
+    """Who besides its owner may use a key file with `info`, read by a process of `euid`; ""
+    when no one. A file owned by root, not by the reader, that its group may only read is how
+    the kubelet mounts a Secret into a non-root container (owner root, group the Pod's fsGroup,
+    mode 0440: the reader's access is that group's, and it cannot chmod what is not its own),
+    so it is accepted; group access to a file the reader owns (or when root reads) is not."""
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & 0o007:
+        return "readable by other users"
+    if mode & 0o030:
+        return "writable by its group"
+    if mode & 0o040 and (info.st_uid != 0 or euid == 0):
+        return "readable by its group"
+    return ""
+
+
 def read_key_file(path: Path) -> bytes:
     """A 256-bit key from `path`: 32 raw bytes, or the key as base64 or hex text."""
     try:
         data = path.read_bytes()
-        mode = path.stat().st_mode
+        info = path.stat()
     except OSError as err:
         raise SealingError(f"sealing key file {path} cannot be read: {err.strerror or err}") from None
-    if mode & 0o077:
-        log.warning("sealing key file %s is readable by other users (mode %o); make it 0600", path, mode & 0o777)
+    exposure = key_file_exposure(info, os.geteuid())
+    if exposure:
+        log.warning("sealing key file %s is %s (mode %o); make it 0600", path, exposure, stat.S_IMODE(info.st_mode))
     if len(data) == KEY_BYTES:
         return data
     text = data.strip()

@@ -29,6 +29,8 @@ from dynrunner.executor.runtime.repository import Repository
 
 RUNTIME_DIR_NAME = ".dynrunner"
 CLI_NAME = "dynrunner-executor"
+LAUNCHERS = {CLI_NAME: "dynrunner.executor.cli", "dynrunner-identity": "dynrunner.executor.identity_cli"}
+"""The commands every step finds on PATH (at its end), whatever the environment installed."""
 RUNTIME_DIR_ENV = "DYNRUNNER_RUNTIME_DIR"
 """Names the job's runtime directory to `dynrunner-executor artifact` running inside a step."""
 
@@ -45,7 +47,7 @@ class Workspace:
 
     @property
     def bin_dir(self) -> Path:
-        """Holds only a `dynrunner-executor` launcher, so steps find the artifact CLI on PATH
+        """Holds only the `dynrunner-executor` and `dynrunner-identity` launchers, so steps find them on PATH
         without the executor's own installation (its Python, pip, ...) shadowing the job's tools."""
         return self.runtime_dir / "bin"
 
@@ -68,9 +70,10 @@ class Workspace:
         os.chmod(ws.runtime_dir, 0o700)
         for directory in (ws.path, ws.temp_dir, ws.tool_cache, ws.runtime_dir / "steps", ws.bin_dir):
             directory.mkdir(parents=True, exist_ok=True)
-        launcher = ws.bin_dir / CLI_NAME
-        launcher.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m dynrunner.executor.cli "$@"\n')
-        launcher.chmod(0o755)
+        for name, module in LAUNCHERS.items():
+            launcher = ws.bin_dir / name
+            launcher.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m {module} "$@"\n')
+            launcher.chmod(0o755)
         return ws
 
     def step_files(self, step_index: int, attempt: str = "") -> StepFiles:

@@ -8,7 +8,9 @@ from dynrunner.executor.workflow.model import (
     Strategy,
     Workflow,
     WorkflowError,
+    load_workflow,
     parse_action_steps,
+    parse_document,
     parse_workflow,
 )
 
@@ -20,6 +22,8 @@ __all__ = [
     "Strategy",
     "Workflow",
     "WorkflowError",
+    "load_workflow",
     "parse_action_steps",
+    "parse_document",
     "parse_workflow",
 ]

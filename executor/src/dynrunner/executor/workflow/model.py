@@ -91,6 +91,13 @@ class Job:
     container: Any = None
     services: Mapping[str, Any] = field(default_factory=dict)
     uses: str | None = None
+    """A reusable workflow this job calls (`jobs.<id>.uses`); then `with_` and `secrets` apply."""
+    with_: Mapping[str, Any] = field(default_factory=dict)
+    """The call's `with:` values, typed as written (a YAML `true` is a boolean, `1` a number)."""
+    secrets: Any = None
+    """The call's `secrets:`: None, `inherit`, or a mapping of name → expression."""
+    permissions: Any = None
+    """The job's `permissions:` as written (None: not given); it replaces the workflow's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +107,8 @@ class Workflow:
     env: Mapping[str, Any]
     defaults: RunDefaults
     job: Job
+    permissions: Any = None
+    """The workflow's `permissions:` as written (None: not given)."""
 
 
 def _mapping(value: Any, where: str) -> dict[str, Any]:
@@ -324,6 +333,14 @@ def _int(value: Any, where: str) -> int:
     return value
 
 
+def _typed(value: Any) -> Any:
+    """A `with:` value of a workflow call: YAML booleans and numbers keep their type (the
+    called workflow's input types are checked against them); strings stay as written."""
+    if isinstance(value, Scalar):
+        return value.text if isinstance(value.value, str) or value.value is None else value.value
+    return plain(value)
+
+
 def _needs(raw: Any) -> tuple[str, ...]:
     value = plain(raw)
     if value is None:
@@ -335,14 +352,24 @@ def _needs(raw: Any) -> tuple[str, ...]:
     raise WorkflowError("needs must be a job id or a list of job ids")
 
 
-def parse_workflow(payload: bytes | str) -> Workflow:
-    """Parse Gitea's single-job workflow payload; raises WorkflowError with a readable reason."""
+def load_workflow(payload: bytes | str) -> dict[str, Any]:
+    """A workflow file as a mapping whose scalars keep their text (for `parse_document`)."""
     try:
         doc = load(payload, keep_text=True)
     except YamlError as err:
         raise WorkflowError(f"the workflow is not valid YAML: {err}") from err
     if not isinstance(doc, dict):
         raise WorkflowError("the workflow must be a YAML mapping")
+    return doc
+
+
+def parse_workflow(payload: bytes | str) -> Workflow:
+    """Parse Gitea's single-job workflow payload; raises WorkflowError with a readable reason."""
+    return parse_document(load_workflow(payload))
+
+
+def parse_document(doc: Mapping[str, Any]) -> Workflow:
+    """A loaded single-job workflow (`load_workflow`) as typed values; raises WorkflowError."""
     jobs = _mapping(doc.get("jobs"), "jobs")
     if len(jobs) != 1:
         raise WorkflowError(f"the workflow must contain exactly one job (Gitea sends one per task), found {len(jobs)}")
@@ -359,6 +386,11 @@ def parse_workflow(payload: bytes | str) -> Workflow:
     steps = _action_names(tuple(_step(i, s, seen) for i, s in enumerate(steps_raw)), seen)
     if not steps and uses is None:
         raise WorkflowError(f"{job_where} has no steps")
+    if uses is not None and steps:
+        raise WorkflowError(f"{job_where} has both `uses` (a reusable workflow) and `steps`")
+    with_raw = job_map.get("with")
+    if with_raw is not None and not isinstance(with_raw, dict):
+        raise WorkflowError(f"{job_where}.with must be a mapping")
     job = Job(
         key=str(key),
         name=_string(job_map.get("name"), f"{job_where}.name"),
@@ -375,6 +407,9 @@ def parse_workflow(payload: bytes | str) -> Workflow:
         container=plain(job_map.get("container")),
         services=plain(_mapping(job_map.get("services"), f"{job_where}.services")),
         uses=uses,
+        with_={str(k): _typed(v) for k, v in (with_raw or {}).items()},
+        secrets=plain(job_map.get("secrets")),
+        permissions=plain(job_map.get("permissions")),
     )
     return Workflow(
         name=_string(doc.get("name"), "name"),
@@ -382,4 +417,5 @@ def parse_workflow(payload: bytes | str) -> Workflow:
         env=_env(doc.get("env"), "env"),
         defaults=_defaults(doc.get("defaults"), "defaults"),
         job=job,
+        permissions=plain(doc.get("permissions")),
     )

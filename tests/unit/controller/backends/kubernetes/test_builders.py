@@ -4,6 +4,7 @@ of one job, compared as dictionaries."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 
 import pytest
 
@@ -231,6 +232,22 @@ def test_the_cluster_static_entry() -> None:
             "x509SVIDTTL": "900s",
         },
     }
+
+
+def test_an_entry_names_the_ref_when_the_claimer_put_it_in_the_id() -> None:
+    """A pool with refInSpiffeId: the ID is derived again from the task, ref included."""
+    base = claimed()
+    context = {**(base.task.context or {}), "ref": "refs/heads/main"}
+    with_ref = dataclasses.replace(
+        base,
+        task=dataclasses.replace(base.task, context=context),
+        spiffe_id=f"{base.spiffe_id}/refs/heads/main",
+    )
+    entry = builders.cluster_static_entry(with_ref, settings(), pod_uid="u", node_name="n", node_uid="nu")
+    assert entry["spec"]["spiffeID"] == "spiffe://example.org/ci/acme/widgets/build/refs/heads/main"
+    other_ref = dataclasses.replace(with_ref, spiffe_id=f"{base.spiffe_id}/refs/heads/release")
+    with pytest.raises(contract.ContractError, match=r"is not spiffe://example\.org/ci/acme/widgets/build "):
+        builders.cluster_static_entry(other_ref, settings(), pod_uid="u", node_name="n", node_uid="nu")
 
 
 def test_an_entry_for_an_invalid_job_key_is_refused() -> None:

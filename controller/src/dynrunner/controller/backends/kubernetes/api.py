@@ -352,23 +352,23 @@ class KubeApi:
 
     # -- cluster-wide --------------------------------------------------------------------
 
-    @requires("", "nodes", "get", namespaced=False)
+    @requires("", "nodes", "get", namespaced=False, identity=True)
     async def get_node(self, name: str) -> dict[str, Any]:
         return await self._call("get nodes", "GET", f"{CORE}/nodes/{name}")
 
-    @requires(CSE_GROUP, CSE_PLURAL, "create", namespaced=False)
+    @requires(CSE_GROUP, CSE_PLURAL, "create", namespaced=False, identity=True)
     async def create_entry(self, body: dict[str, Any]) -> dict[str, Any]:
         return await self._call("create clusterstaticentries", "POST", CSE_PATH, body=body)
 
-    @requires(CSE_GROUP, CSE_PLURAL, "get", namespaced=False)
+    @requires(CSE_GROUP, CSE_PLURAL, "get", namespaced=False, identity=True)
     async def get_entry(self, name: str) -> dict[str, Any]:
         return await self._call("get clusterstaticentries", "GET", f"{CSE_PATH}/{name}")
 
-    @requires(CSE_GROUP, CSE_PLURAL, "list", namespaced=False)
+    @requires(CSE_GROUP, CSE_PLURAL, "list", namespaced=False, identity=True)
     async def list_entries(self, label_selector: str) -> dict[str, Any]:
         return await self._call("list clusterstaticentries", "GET", CSE_PATH, {"labelSelector": label_selector})
 
-    @requires(CSE_GROUP, CSE_PLURAL, "delete", namespaced=False)
+    @requires(CSE_GROUP, CSE_PLURAL, "delete", namespaced=False, identity=True)
     async def delete_entry(self, name: str) -> None:
         await self._call("delete clusterstaticentries", "DELETE", f"{CSE_PATH}/{name}")
 
@@ -378,7 +378,14 @@ class KubeApi:
     async def get_namespace(self, name: str) -> dict[str, Any]:
         return await self._call("get namespaces", "GET", f"{CORE}/namespaces/{name}")
 
-    @requires("apiextensions.k8s.io", "customresourcedefinitions", "get", namespaced=False, resource_names=(CSE_CRD,))
+    @requires(
+        "apiextensions.k8s.io",
+        "customresourcedefinitions",
+        "get",
+        namespaced=False,
+        resource_names=(CSE_CRD,),
+        identity=True,
+    )
     async def get_entry_definition(self) -> dict[str, Any]:
         path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CSE_CRD}"
         return await self._call("get customresourcedefinitions", "GET", path)

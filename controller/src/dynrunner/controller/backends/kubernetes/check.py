@@ -41,7 +41,7 @@ async def check(api: KubeApi, namespace: str, *, identity: bool) -> list[Finding
 
 async def _permissions(api: KubeApi, namespace: str, identity: bool) -> Finding:
     missing = []
-    needed = [p for p in declared() if not p.granted_by_default and (identity or not _identity_only(p))]
+    needed = [p for p in declared() if not p.granted_by_default and (identity or not p.identity)]
     for permission in needed:
         names = [n.replace("{namespace}", namespace) for n in permission.resource_names] or [""]
         for name in names:
@@ -57,10 +57,6 @@ async def _permissions(api: KubeApi, namespace: str, identity: bool) -> Finding:
     if missing:
         return Finding(False, "RBAC", "not allowed: " + "; ".join(missing) + " — see docs/kubernetes.md, RBAC")
     return Finding(True, "RBAC", f"all {len(needed)} permissions the controller uses are granted")
-
-
-def _identity_only(permission: Permission) -> bool:
-    return permission.resource in ("clusterstaticentries", "customresourcedefinitions", "nodes")
 
 
 def _spell(permission: Permission, name: str) -> str:

@@ -65,6 +65,12 @@ def expected_spiffe_id(assignment: Assignment, trust_domain: str) -> str:
     owner, repository = contract.repository_of(assignment.task)
     derived = contract.spiffe_id(trust_domain, owner, repository, assignment.job_key)
     if assignment.spiffe_id and assignment.spiffe_id != derived:
+        # A pool with refInSpiffeId: the ID also names the task's own ref, derived again here.
+        with_ref = contract.spiffe_id(
+            trust_domain, owner, repository, assignment.job_key, contract.ref_of(assignment.task)
+        )
+        if assignment.spiffe_id == with_ref:
+            return with_ref
         raise contract.ContractError(
             f"the assignment's SPIFFE ID {assignment.spiffe_id} is not {derived} "
             "(the controller's identity.trustDomain changed since the job was claimed?)"

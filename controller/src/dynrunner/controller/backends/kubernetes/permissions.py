@@ -27,6 +27,9 @@ class Permission:
     """Restricted to these names; `{namespace}` stands for the pool's namespace."""
     granted_by_default: bool = False
     """Every authenticated user has it (the `system:basic-user` ClusterRole): no rule needed."""
+    identity: bool = False
+    """Needed only by a pool that issues identities (ClusterStaticEntries, the Nodes their
+    parent IDs name, the entries' CRD): not granted while no pool does."""
 
 
 def requires(
@@ -37,9 +40,10 @@ def requires(
     namespaced: bool = True,
     resource_names: tuple[str, ...] = (),
     granted_by_default: bool = False,
+    identity: bool = False,
 ) -> Callable[[F], F]:
     """Mark an API method with the permission its request needs."""
-    permission = Permission(group, resource, verb, namespaced, resource_names, granted_by_default)
+    permission = Permission(group, resource, verb, namespaced, resource_names, granted_by_default, identity)
 
     def mark(method: F) -> F:
         setattr(method, MARK, permission)

@@ -25,11 +25,14 @@ class Rules:
     cluster_role: list[dict[str, Any]] = field(default_factory=list)
 
 
-def rules(namespace: str = "{namespace}", permissions: Iterable[Permission] | None = None) -> Rules:
-    """The PolicyRules the controller needs, one per (group, resource, names), verbs merged."""
+def rules(
+    namespace: str = "{namespace}", permissions: Iterable[Permission] | None = None, *, identity: bool = True
+) -> Rules:
+    """The PolicyRules the controller needs, one per (group, resource, names), verbs merged;
+    without `identity`, less those only a pool that issues identities needs."""
     grouped: dict[tuple[bool, str, str, tuple[str, ...]], set[str]] = {}
     for permission in declared() if permissions is None else permissions:
-        if permission.granted_by_default:
+        if permission.granted_by_default or (permission.identity and not identity):
             continue
         names = tuple(name.replace("{namespace}", namespace) for name in permission.resource_names)
         key = (permission.namespaced, permission.group, permission.resource, names)

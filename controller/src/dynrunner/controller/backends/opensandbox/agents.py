@@ -17,19 +17,24 @@ did not make unless it runs with `entryIDPrefix` (docs/opensandbox.md says so).
 
 The controller reaches the server's admin API through its admin socket or with mTLS and an
 admin X509-SVID from files (rotated by whatever keeps them fresh, e.g. spiffe-helper: the
-channel is made again when a file changes).
+channel is made again when a file changes). With mTLS the server is verified by its SPIFFE ID,
+`spiffe://<the SVID's trust domain>/spire/server`, as SPIRE's agents do: its certificate
+names no host (spire_tls).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
+from cryptography import x509
 
 from dynrunner.controller.backends.opensandbox.config import SpireServerConfig
+from dynrunner.controller.backends.opensandbox.spire_tls import SpiffeTlsBridge, server_spiffe_id
 from dynrunner.proto.spire import SpireServerClient, SpireServerError
 
 log = logging.getLogger(__name__)
@@ -45,12 +50,26 @@ class JoinGrant:
     bundle_pem: bytes = field(default=b"", repr=False)
 
 
+def _trust_domain_of(cert_pem: bytes) -> str:
+    """The trust domain of the admin X509-SVID (the server's own: SPIRE signed it)."""
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    try:
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        sans = None
+    for uri in sans.get_values_for_type(x509.UniformResourceIdentifier) if sans else []:
+        if uri.startswith("spiffe://"):
+            return uri.removeprefix("spiffe://").partition("/")[0]
+    raise ValueError("the admin certificate is not an X509-SVID (no spiffe:// URI SAN)")
+
+
 class Agents:
     def __init__(self, config: SpireServerConfig) -> None:
         self._config = config
         self._channel: grpc.aio.Channel | None = None
         self._client: SpireServerClient | None = None
         self._files_seen: tuple[float, ...] = ()
+        self._bridge: SpiffeTlsBridge | None = None
         self.requests = 0
         """RPCs sent on channels already closed (the current client counts its own)."""
 
@@ -84,15 +103,20 @@ class Agents:
         else:
             assert cfg.cert_file and cfg.key_file and cfg.bundle_file, "SpireServerConfig checks them"
             try:
-                credentials = grpc.ssl_channel_credentials(
-                    root_certificates=cfg.bundle_file.read_bytes(),
-                    private_key=cfg.key_file.read_bytes(),
-                    certificate_chain=cfg.cert_file.read_bytes(),
+                server_id = server_spiffe_id(_trust_domain_of(cfg.cert_file.read_bytes()))
+                bridge = SpiffeTlsBridge(
+                    cfg.address,
+                    cert_file=cfg.cert_file,
+                    key_file=cfg.key_file,
+                    bundle_file=cfg.bundle_file,
+                    server_id=server_id,
+                    sni=cfg.server_name,
                 )
-            except OSError as err:
-                raise SpireServerError("UNAVAILABLE", f"the admin X509-SVID cannot be read: {err}", "connect") from None
-            options = [("grpc.ssl_target_name_override", cfg.server_name)] if cfg.server_name else []
-            channel = grpc.aio.secure_channel(cfg.address, credentials, options=options)
+                await bridge.start()
+            except (OSError, ValueError, ssl.SSLError) as err:
+                raise SpireServerError("UNAVAILABLE", f"the admin X509-SVID cannot be used: {err}", "connect") from None
+            self._bridge = bridge
+            channel = grpc.aio.insecure_channel(bridge.target)
         self._channel = channel
         self._client = SpireServerClient(channel, timeout_s=cfg.request_timeout_s)
         self._files_seen = stamp
@@ -107,7 +131,9 @@ class Agents:
             self.requests += self._client.requests
         if self._channel is not None:
             await self._channel.close()
-        self._channel, self._client = None, None
+        if self._bridge is not None:
+            await self._bridge.aclose()
+        self._channel, self._client, self._bridge = None, None, None
 
     async def grant(self, alias: str) -> JoinGrant:
         """A new join token whose agent gets the SPIFFE ID `alias` too."""

@@ -182,7 +182,8 @@ class SpireServerConfig(ConfigModel):
     bundle_file: ConfigPath | None = None
     """The trust bundle (PEM): verifies the server, and is delivered to each VM's agent."""
     server_name: str = ""
-    """The name to check the server's certificate for, when it is not the address's host."""
+    """The TLS server name (SNI) to send, when not the address's host. The certificate is
+    checked for the SPIFFE ID `spiffe://<trust domain>/spire/server`, never for a name."""
     join_token_ttl_s: int = Field(default=900, ge=60, le=7 * 24 * 3600)
     """How long a VM's join token is valid: from delivery to its agent's attestation."""
     request_timeout_s: float = Field(default=10.0, gt=0, le=300)

@@ -15,6 +15,9 @@ runner v1.0.8 that Gitea builds with (`GetMatrixes`, `Matrix`, `Needs`, `RunsOnF
 * `needs` is erased from the stored payload (`services/actions/run.go` `InsertRun` calls
   `job.EraseNeeds()`), but kept on the job row; needs naming no job are accepted (the job
   then only waits for the others);
+* a job calling a reusable workflow (`uses`, `with`, `secrets`, no steps) is kept as written:
+  Gitea 1.24–1.26 do not expand it, the runner runs the called workflow inside this one job's
+  task, and any runner may claim it (`runs-on: []`, no labels to match);
 * fields Gitea's structs do not know are dropped; fields they decode into Go strings
   (`timeout-minutes`, step `with` values, `outputs`, workflow `env`, ...) are written as
   the text as written, and a mapping or list where Gitea wants a string, or a step
@@ -96,11 +99,6 @@ def parse_workflow(source: str | Mapping[str, Any], *, context: Mapping[str, Any
             raise WorkflowError(f"needed job not found: {job_id!r}")
         if not isinstance(job, dict):
             raise WorkflowError(f"invalid jobs: job {job_id!r} must be a mapping")
-        if job.get("uses"):
-            raise WorkflowError(
-                f"job {job_id!r} calls a reusable workflow ({go_string(job['uses'])}); the Gitea double does not "
-                "expand reusable workflows"
-            )
         needs = _needs(job.get("needs"))
         for matrix in sorted(_matrixes(job_id, job), key=_matrix_name):
             parsed.append(_single(job_id, job, matrix, header, needs, ctx))
@@ -320,6 +318,8 @@ def _single(
     outputs = _string_map(job.get("outputs"), f"jobs.{job_id}.outputs")
     if outputs:
         out["outputs"] = outputs
+    if job.get("uses") is not None:
+        out["uses"] = _string(job.get("uses"), f"jobs.{job_id}.uses")
     if isinstance(job.get("with"), dict) and job["with"]:
         out["with"] = go_value(job["with"])
     if job.get("secrets") is not None:

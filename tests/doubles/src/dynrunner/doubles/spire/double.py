@@ -20,6 +20,7 @@ from dynrunner.doubles.spire.attestor import Caller, k8s_selectors, unix_selecto
 from dynrunner.doubles.spire.ca import TrustDomainCA
 from dynrunner.doubles.spire.controller_manager import ControllerManager
 from dynrunner.doubles.spire.entries import Agent, EntryStore, Selector
+from dynrunner.doubles.spire.jwt import JwtAuthority
 from dynrunner.doubles.spire.workload_api import WorkloadApi
 
 
@@ -35,6 +36,8 @@ class SpireOptions:
     socket_name: str = "spire-agent.sock"
     agent_namespace: str = "spire"
     agent_service_account: str = "spire-agent"
+    jwt_issuer: str = ""
+    """The server's `jwt_issuer`: the `iss` claim of JWT-SVIDs (none when empty)."""
 
 
 def k8s_psat_agent_id(trust_domain: str, cluster: str, node_uid: str) -> str:
@@ -45,6 +48,7 @@ class Spire:
     def __init__(self, store: Store, options: SpireOptions, containers: dict[int, ContainerRef]) -> None:
         self.options = options
         self.ca = TrustDomainCA(options.trust_domain)
+        self.jwt = JwtAuthority(options.trust_domain, issuer=options.jwt_issuer)
         self.entries = EntryStore(options.trust_domain)
         self.controller_manager = ControllerManager(
             store,
@@ -88,7 +92,7 @@ class Spire:
 
     async def _start(self, name: str, agent: Agent, attest: object) -> WorkloadApi:
         path = self.socket_root / name / self.options.socket_name
-        api = WorkloadApi(agent, self.entries, self.ca, path, attest)  # type: ignore[arg-type]
+        api = WorkloadApi(agent, self.entries, self.ca, path, attest, jwt_authority=self.jwt)  # type: ignore[arg-type]
         await api.start()
         self.agents[name] = api
         return api

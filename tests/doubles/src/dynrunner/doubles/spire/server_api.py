@@ -194,7 +194,11 @@ class AgentService(agent_pb2_grpc.AgentServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "ttl is required, you must provide one")
         token = request.token or str(uuid.uuid4())
         if token in self.state.tokens:
-            await context.abort(grpc.StatusCode.ALREADY_EXISTS, "failed to create token: token already exists")
+            # As SPIRE 1.13.3 on its SQL datastore: the unique index refuses it (not ALREADY_EXISTS).
+            await context.abort(
+                grpc.StatusCode.INTERNAL,
+                "failed to create token: datastore-sql: UNIQUE constraint failed: join_tokens.token",
+            )
         if request.HasField("agent_id"):
             alias = spiffe_id(request.agent_id)
             if request.agent_id.trust_domain != self.state.trust_domain or not request.agent_id.path:
@@ -232,7 +236,7 @@ class AgentService(agent_pb2_grpc.AgentServicer):
             )
         assert expires_at is not None
         if expires_at < dt.datetime.now(dt.UTC):
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "failed to attest: join token expired")
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "join token expired")  # SPIRE: no prefix
         agent_id = self.state.join_token_agent_id(token)
         known = self.state.agents.get(agent_id)
         if known is not None and known.banned:
@@ -296,10 +300,11 @@ def _page(items: list[Any], size: int, token: str, name: str) -> dict[str, Any]:
     if size <= 0:
         return {name: [i.to_proto() if hasattr(i, "to_proto") else i for i in items[start:]]}
     chunk = items[start : start + size]
-    more = start + size < len(items)
+    # As SPIRE's SQL datastore: a page with anything in it carries a token (its last row), even
+    # the last one; only an empty page ends the listing (one request more than needed).
     return {
         name: [i.to_proto() if hasattr(i, "to_proto") else i for i in chunk],
-        "next_page_token": str(start + size) if more else "",
+        "next_page_token": str(start + len(chunk)) if chunk else "",
     }
 
 
@@ -337,6 +342,14 @@ class EntryService(entry_pb2_grpc.EntryServicer):
         self, request: entry_pb2.ListEntriesRequest, context: Context
     ) -> entry_pb2.ListEntriesResponse:
         await _require_admin(self.state, self.caller_of(context), context)
+        wanted = request.filter.by_spiffe_id
+        if request.HasField("filter") and request.filter.HasField("by_spiffe_id") and wanted.path.startswith("/spire/"):
+            # SPIRE: TrustDomainWorkloadIDFromProto; only a workload's ID can be filtered for.
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f'malformed SPIFFE ID filter: "{spiffe_id(wanted)}" is not a workload in trust domain '
+                f'"{self.state.trust_domain}"; path is in the reserved namespace',
+            )
         found = sorted((e for e in self.state.entries.entries() if _matches(e, request)), key=lambda e: e.id)
         protos = [entry_to_proto(e) for e in found]
         return entry_pb2.ListEntriesResponse(**_page(protos, request.page_size, request.page_token, "entries"))

@@ -44,6 +44,7 @@ from dynrunner.doubles.spire._gen.api.types import types_pb2 as types
 from dynrunner.doubles.spire.attestor import unix_selectors
 from dynrunner.doubles.spire.ca import Svid
 from dynrunner.doubles.spire.entries import Agent, EntryStore
+from dynrunner.doubles.spire.jwt import JwtAuthority
 from dynrunner.doubles.spire.server_api import entry_from_proto, spiffe_id
 from dynrunner.doubles.spire.workload_api import WorkloadApi
 
@@ -161,6 +162,9 @@ async def run(config: dict[str, str], bundle_pem: bytes, token: str, mtls_port: 
             RemoteSigner(signing, entries, bundle_pem),  # type: ignore[arg-type]
             Path(config["socket_path"]),
             unix_selectors,
+            # The real agent has JWT-SVIDs signed by the server (SVID/NewJWTSVID); the server
+            # double has no JWT key, so this agent signs with a key of its own.
+            jwt_authority=JwtAuthority(entries.trust_domain),
         )
         async with grpc.aio.secure_channel(target, credentials) as channel:
             await api.start()

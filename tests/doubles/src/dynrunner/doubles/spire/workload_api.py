@@ -8,7 +8,10 @@ As SPIRE's handler does (pkg/agent/endpoints/workload/handler.go, middleware.go)
   "no identity issued" (also later, if its entries go away);
 - FetchX509SVID streams every matching SVID with the bundle, and again whenever the
   entries change or an SVID reaches half its lifetime (rotation);
-- JWT-SVIDs are not modelled (UNIMPLEMENTED).
+- FetchJWTSVID signs a JWT-SVID (jwt.py) for every matching entry, or only the one named by
+  `spiffe_id`, for the requested audiences (none → INVALID_ARGUMENT "audience must be
+  specified"); FetchJWTBundles streams the trust domain's JWKS; ValidateJWTSVID checks a token
+  against it. An agent built without a JWT authority answers UNIMPLEMENTED to all three.
 
 grpc-python does not expose a unix peer's credentials, so the socket is served by a small
 relay: it reads SO_PEERCRED of each accepted connection and forwards the bytes to the gRPC
@@ -33,6 +36,7 @@ from dynrunner.doubles.spire._gen import workload_pb2 as pb
 from dynrunner.doubles.spire.attestor import Caller
 from dynrunner.doubles.spire.ca import Svid, TrustDomainCA
 from dynrunner.doubles.spire.entries import Agent, Entry, EntryStore, Selector
+from dynrunner.doubles.spire.jwt import JwtAuthority, JwtValidationError
 
 SERVICE = "SpiffeWorkloadAPI"
 HEADER = "workload.spiffe.io"
@@ -63,8 +67,11 @@ class WorkloadApi:
         socket_path: Path,
         attest: Callable[[Caller], set[Selector]],
         federated: dict[str, bytes] | None = None,
+        jwt_authority: JwtAuthority | None = None,
     ) -> None:
         self.agent = agent
+        self.jwt = jwt_authority
+        self.jwt_svids_issued = 0
         self.socket_path = socket_path
         self._entries = entries
         self._ca = ca
@@ -91,17 +98,17 @@ class WorkloadApi:
                 response_serializer=pb.X509BundlesResponse.SerializeToString,
             ),
             "FetchJWTSVID": grpc.unary_unary_rpc_method_handler(
-                self._unimplemented,
+                self._fetch_jwt_svid if self.jwt else self._unimplemented,
                 request_deserializer=pb.JWTSVIDRequest.FromString,
                 response_serializer=pb.JWTSVIDResponse.SerializeToString,
             ),
             "FetchJWTBundles": grpc.unary_stream_rpc_method_handler(
-                self._unimplemented_stream,
+                self._fetch_jwt_bundles if self.jwt else self._unimplemented_stream,
                 request_deserializer=pb.JWTBundlesRequest.FromString,
                 response_serializer=pb.JWTBundlesResponse.SerializeToString,
             ),
             "ValidateJWTSVID": grpc.unary_unary_rpc_method_handler(
-                self._unimplemented,
+                self._validate_jwt_svid if self.jwt else self._unimplemented,
                 request_deserializer=pb.ValidateJWTSVIDRequest.FromString,
                 response_serializer=pb.ValidateJWTSVIDResponse.SerializeToString,
             ),
@@ -219,11 +226,63 @@ class WorkloadApi:
             if not self._entries.match(self.agent, selectors):
                 await context.abort(grpc.StatusCode.PERMISSION_DENIED, "no identity issued")
 
+    async def _fetch_jwt_svid(
+        self, request: pb.JWTSVIDRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.JWTSVIDResponse:
+        assert self.jwt is not None
+        if not request.audience:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "audience must be specified")
+        selectors = await self._check(context)
+        matched = self._entries.match(self.agent, selectors)
+        if request.spiffe_id:
+            matched = [entry for entry in matched if entry.spiffe_id == request.spiffe_id]
+        if not matched:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, "no identity issued")
+        self.jwt_svids_issued += len(matched)
+        return pb.JWTSVIDResponse(
+            svids=[
+                pb.JWTSVID(spiffe_id=e.spiffe_id, svid=self.jwt.sign(e.spiffe_id, list(request.audience)), hint=e.hint)
+                for e in matched
+            ]
+        )
+
+    async def _fetch_jwt_bundles(
+        self, _: pb.JWTBundlesRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[pb.JWTBundlesResponse]:
+        assert self.jwt is not None
+        selectors = await self._check(context)
+        if not self._entries.match(self.agent, selectors):
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, "no identity issued")
+        yield pb.JWTBundlesResponse(bundles={f"spiffe://{self.jwt.trust_domain}": self.jwt.jwks_bytes()})
+        while True:
+            version = self._entries.version
+            await self._entries.wait_changed(version, 3600.0)
+            if not self._entries.match(self.agent, selectors):
+                await context.abort(grpc.StatusCode.PERMISSION_DENIED, "no identity issued")
+
+    async def _validate_jwt_svid(
+        self, request: pb.ValidateJWTSVIDRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ValidateJWTSVIDResponse:
+        assert self.jwt is not None
+        if not request.audience:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "audience must be specified")
+        if not request.svid:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "svid must be specified")
+        await self._check(context)
+        try:
+            claims = self.jwt.validate(request.svid, request.audience)
+        except JwtValidationError as err:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+            raise
+        response = pb.ValidateJWTSVIDResponse(spiffe_id=str(claims["sub"]))
+        response.claims.update(claims)
+        return response
+
     async def _unimplemented(self, _: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "JWT-SVIDs are not modelled by the double")
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this agent double has no JWT authority")
 
     async def _unimplemented_stream(self, _: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "JWT-SVIDs are not modelled by the double")
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this agent double has no JWT authority")
         yield None
 
 

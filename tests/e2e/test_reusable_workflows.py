@@ -1,0 +1,131 @@
+"""Reusable workflows through the whole product: the controller claims the calling job from
+the Gitea double (a `uses:` job has no labels, so the pool's runner takes it, as Gitea 1.24–1.26
+hand it to any runner), the local backend runs the real executor, which fetches the called
+workflows from the double's git server with the task token — one of the run's own repository,
+one of another (public) repository at a tag — and runs their jobs inside the calling job's
+task. Inputs are typed, a secret passed explicitly and one inherited are masked in the stored
+log, and the called workflow's outputs reach a later job of the run through Gitea."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dynrunner.controller.config.model import ControllerConfig
+from dynrunner.doubles.gitea import GiteaDouble
+from tests.fixtures.gitea import GiteaFactory
+from tests.fixtures.harness import REAL_EXECUTOR, config_data, in_process, wait_run_done
+
+BUILD = """
+on:
+  workflow_call:
+    inputs:
+      target:
+        type: string
+        required: true
+      level:
+        type: number
+        default: 1
+      strip:
+        type: boolean
+        default: false
+    secrets:
+      signing-key:
+        required: true
+    outputs:
+      artifact:
+        value: ${{ jobs.build.outputs.name }}
+jobs:
+  build:
+    runs-on: [self-hosted, local]
+    outputs:
+      name: ${{ steps.b.outputs.name }}
+    steps:
+      - id: b
+        run: |
+          echo "building ${{ inputs.target }} at level ${{ inputs.level }}, strip=${{ inputs.strip }}"
+          echo "signing with ${{ secrets.signing-key }}"
+          echo "name=${{ inputs.target }}-${{ inputs.level }}.tar" >> "$GITHUB_OUTPUT"
+"""
+
+NOTIFY = """
+on:
+  workflow_call:
+    inputs:
+      what:
+        type: string
+    outputs:
+      sent:
+        value: ${{ jobs.send.outputs.sent }}
+jobs:
+  send:
+    runs-on: [self-hosted, local]
+    outputs:
+      sent: ${{ steps.s.outputs.sent }}
+    steps:
+      - id: s
+        run: |
+          echo "notifying about ${{ inputs.what }} with ${{ secrets.WEBHOOK }}"
+          echo "sent=yes" >> "$GITHUB_OUTPUT"
+"""
+
+PIPELINE = """
+on: push
+jobs:
+  build:
+    uses: ./.gitea/workflows/build.yml
+    with:
+      target: app
+      level: 3
+      strip: true
+    secrets:
+      signing-key: ${{ secrets.SIGNING_KEY }}
+  notify:
+    needs: build
+    uses: shared/ci/.gitea/workflows/notify.yml@v1
+    with:
+      what: ${{ needs.build.outputs.artifact }}
+    secrets: inherit
+  report:
+    needs: [build, notify]
+    runs-on: [self-hosted, local]
+    steps:
+      - run: echo "artifact ${{ needs.build.outputs.artifact }}, notified ${{ needs.notify.outputs.sent }}"
+"""
+
+
+def _config(gitea: GiteaDouble, nats_url: str, tmp_path: Path) -> ControllerConfig:
+    data = config_data(
+        gitea_url=gitea.url,
+        registration_token=gitea.registration_token,
+        state_dir=tmp_path / "state",
+        nats_url=nats_url,
+        executor_command=[REAL_EXECUTOR],
+    )
+    return ControllerConfig.model_validate(data)
+
+
+async def test_local_and_remote_reusable_workflows_with_inputs_secrets_and_outputs(
+    gitea_factory: GiteaFactory, nats_url: str, tmp_path: Path
+) -> None:
+    async with gitea_factory() as gitea:
+        gitea.create_repository("owner/app", private=True)
+        gitea.commit("owner/app", {".gitea/workflows/build.yml": BUILD})
+        gitea.create_repository("shared/ci")
+        gitea.commit("shared/ci", {".gitea/workflows/notify.yml": NOTIFY}, tags=["v1"])
+        async with in_process(_config(gitea, nats_url, tmp_path)):
+            run = gitea.submit(
+                "owner/app", PIPELINE, secrets={"SIGNING_KEY": "k3y-s3cret", "WEBHOOK": "https://hook/t0ken"}
+            )
+            done = await wait_run_done(gitea, run.id, within=120)
+        build, notify, report = (gitea.task(job.task_id) for job in done.jobs)
+    logs = [task.log_rows for task in (build, notify, report)]
+    assert done.status == "success", "\n\n".join("\n".join(rows) for rows in logs)
+    assert "building app at level 3, strip=true" in build.log_rows
+    assert "signing with ***" in build.log_rows
+    assert build.outputs == {"artifact": "app-3.tar"}
+    assert "notifying about app-3.tar with ***" in notify.log_rows
+    assert notify.outputs == {"sent": "yes"}
+    assert "artifact app-3.tar, notified yes" in report.log_rows
+    assert build.steps == [] and notify.steps == []  # Gitea has no step rows for a calling job
+    stored = "\n".join("\n".join(rows) for rows in logs)
+    assert "k3y-s3cret" not in stored and "t0ken" not in stored
