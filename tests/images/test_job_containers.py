@@ -435,3 +435,41 @@ jobs:
     assert view.result == Result.FAILURE
     assert "##[error]The action's image cannot be run: '--privileged' is not an image name." in view.log_rows
     assert leftovers(engine) == []
+
+
+async def test_a_called_workflows_job_runs_in_its_job_container_with_its_service(
+    self_hosted_actions: ExecutorHarness, job_images: JobImages, podman_env: dict[str, str], engine: Engine
+) -> None:
+    called = f"""
+on:
+  workflow_call:
+    outputs:
+      where:
+        value: ${{{{ jobs.inside.outputs.where }}}}
+jobs:
+  inside:
+    runs-on: self-hosted
+    container: {job_images.shell_only}
+    services:
+      cache:
+        image: {job_images.redis}
+        options: --health-cmd "redis-cli ping" --health-interval 2s --health-retries 10
+    outputs:
+      where: ${{{{ steps.w.outputs.where }}}}
+    steps:
+      - id: w
+        run: |
+          echo "called job in $(. /etc/os-release; echo $ID), bash=$(command -v bash || echo none)"
+          echo "where=container" >> "$GITHUB_OUTPUT"
+"""
+    gitea = self_hosted_actions.gitea
+    gitea.create_repository("owner/repo", private=True)
+    gitea.commit("owner/repo", {".gitea/workflows/called.yml": called})
+    caller = "on: push\njobs:\n  call:\n    uses: ./.gitea/workflows/called.yml\n"
+    task = await self_hosted_actions.run_job(caller)
+    rows = task.log_rows
+    assert task.result == Result.SUCCESS, "\n".join(rows)
+    assert "Service cache is healthy" in rows
+    assert "called job in debian, bash=none" in rows
+    assert task.outputs == {"where": "container"}
+    assert leftovers(engine) == []
