@@ -238,9 +238,8 @@ class JobContainers:
             name = f"{self.prefix}-net"
             publish = [f"--publish={p}" for s in services for p in s.ports]
             first = services[0].image
-            cid = await self._run(
-                name, None, [*labels, *hosts, *publish, *mounts, *agent, "--user=0"], [first, *socket], {}
-            )
+            holder = [*labels, *hosts, *publish, "--volume", f"{agent_dir}:{AGENT_MOUNT}", *agent, "--user=0"]
+            cid = await self._run(name, None, holder, [first, *socket], {})
             self.holder, self.holder_id = name, cid
         for spec in services:
             name = f"{self.prefix}-{spec.name}"
