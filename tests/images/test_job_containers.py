@@ -240,6 +240,8 @@ jobs:
     assert "action got [hello tester] input=tester extra=from-runs-env" in rows
     assert "after hello tester file=made" in rows
     assert leftovers(engine) == []
+    built = engine.check("images", "--format", "{{.Repository}}", "--filter", "reference=localhost/dynrunner-action/*")
+    assert built.split() == []  # the job's action image went with it
 
 
 async def test_a_cancel_stops_the_step_in_the_job_container_and_runs_always_steps(

@@ -297,6 +297,8 @@ class JobRunner:
                 node,
             )
         finally:
+            if images is not None:
+                await images.aclose()
             if containers is not None:
                 await containers.close()
 

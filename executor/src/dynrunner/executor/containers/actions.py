@@ -3,7 +3,8 @@
 `podman run --rm` in the job's network (its services are reachable), the job's root mounted
 at the same path and the workspace as working directory, the variables `stages.container_env`
 chose handed over by name only (`--env NAME`: values never on a command line). A Dockerfile is
-built once per job and content (tag `localhost/dynrunner-action/<digest>`). Output streams and
+built once per job and content (tag `localhost/dynrunner-action/<digest>`) and removed when
+the job ends. Output streams and
 cancellation are a local step's: podman forwards SIGINT/SIGTERM to the container.
 """
 
@@ -119,6 +120,13 @@ class PodmanImages:
         if code != 0 and not stopped:
             run.log(f"##[error]Process completed with exit code {code}.")
         return code == 0 and not stopped
+
+    async def aclose(self) -> None:
+        """Remove the images this job built: their tags hold the job's own path, so no later
+        job would use them, and a long-lived machine (a local pool) must not collect them."""
+        if self.built:
+            await self.podman.call("rmi", "--force", *sorted(self.built), limit_s=120)
+            self.built.clear()
 
     def _ulimits(self) -> list[str]:
         """`podman build` takes the run options' ulimits (its RUN steps need them on such machines)."""
