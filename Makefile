@@ -8,7 +8,7 @@ UV := $(BIN)/uv
 STAMP := $(VENV)/.installed
 PKGS := -e proto -e executor -e controller -e tests/doubles
 
-.PHONY: venv test test-fast soak-suite lint proto requirements clients clients-lock demo bench clean vm-validate vm-wheels \
+.PHONY: venv agent test test-fast soak-suite lint proto requirements clients clients-lock demo bench clean vm-validate vm-wheels \
 	images image-controller image-executor base-image chart chart-tools peers peers-clean
 
 venv: $(STAMP)
@@ -78,12 +78,14 @@ vm-validate:
 	else echo "vm-validate: SKIPPED: packer is not installed and apt-get could not install it"; fi
 
 # What the VM image installs (vm/dist), for `cd vm && packer build .`: the wheels, the executor's
-# pinned requirements, and Node as the executor image gets it.
+# pinned requirements, Node as the executor image gets it, and the container agent (podman runs
+# job containers and services inside the VM: docs/containers.md).
 vm-wheels: venv
 	$(UV) build -q --wheel -o vm/dist proto
 	$(UV) build -q --wheel -o vm/dist executor
 	cp executor/requirements.txt vm/dist/requirements.txt
 	cp images/executor-node.txt images/install-node.sh vm/dist/
+	$(MAKE) agent AGENT_OUT=vm/dist/dynrunner-agent
 
 proto: venv
 	$(BIN)/python proto/generate.py
@@ -125,6 +127,11 @@ image-controller image-executor: image-%:
 	$(CONTAINER_ENGINE) $(ENGINE_FLAGS) build $(CONTAINER_ULIMITS) -f images/$*.Containerfile \
 	  --build-arg BASE_IMAGE=$(BASE_IMAGE) $(if $(PIP_CA),--secret id=pip-ca$(comma)src=$(PIP_CA)) \
 	  -t $(IMAGE_PREFIX)/$*:$(IMAGE_VERSION) $(IMAGE_BUILD_FLAGS) .
+
+# The container agent (agent/, docs/containers.md): a static binary, no libc needed in job images.
+AGENT_OUT ?= build/dynrunner-agent
+agent:
+	cd agent && CGO_ENABLED=0 nice -n 19 go build -trimpath -ldflags='-s -w' -o $(abspath $(AGENT_OUT)) .
 
 # A plain Debian bookworm base made with debootstrap from this machine's Debian mirror, for
 # `make images BASE_IMAGE=$(DEBOOTSTRAP_IMAGE)` where no base image can be pulled.

@@ -18,6 +18,7 @@ pytest_plugins = [
     "tests.fixtures.opensandbox_backend",
     "tests.fixtures.cache",
     "tests.fixtures.images",
+    "tests.fixtures.job_images",
     "tests.fixtures.local_backend",
     "tests.fixtures.chart",
     "tests.fixtures.controller_nats",

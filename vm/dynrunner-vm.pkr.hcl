@@ -101,6 +101,9 @@ build {
     inline = [
       "set -eu",
       "apt-get update && apt-get install -y --no-install-recommends ca-certificates curl git util-linux && rm -rf /var/lib/apt/lists/*",
+      "apt-get update && apt-get install -y --no-install-recommends podman crun uidmap slirp4netns fuse-overlayfs && rm -rf /var/lib/apt/lists/*",
+      "install -m 0755 /tmp/dynrunner-dist/dynrunner-agent /usr/local/bin/dynrunner-agent",
+      "install -d -m 0755 /etc/containers && printf '[engine]\\ncgroup_manager = \"cgroupfs\"\\nevents_logger = \"file\"\\n' > /etc/containers/containers.conf",
       "pip install --no-cache-dir -r /tmp/dynrunner-dist/requirements.txt",
       "pip install --no-cache-dir --no-deps /tmp/dynrunner-dist/*.whl",
       "PIP=pip sh /tmp/dynrunner-dist/install-node.sh /tmp/dynrunner-dist/executor-node.txt /opt/node",
@@ -110,7 +113,8 @@ build {
       "install -d -m 0755 /etc/dynrunner && install -m 0644 /tmp/spire-agent.conf.template /etc/dynrunner/spire-agent.conf.template",
       "chmod 0755 /usr/local/bin/dynrunner-vm-entrypoint",
       "useradd --uid \"$EXECUTOR_UID\" --create-home --shell /bin/bash runner",
-      "dynrunner-executor --help >/dev/null && dynrunner-identity --help >/dev/null && node --version && spire-agent --version",
+      "usermod --add-subuids 100000-165535 --add-subgids 100000-165535 runner",
+      "dynrunner-executor --help >/dev/null && dynrunner-identity --help >/dev/null && node --version && spire-agent --version && podman --version && test -x /usr/local/bin/dynrunner-agent",
     ]
   }
 

@@ -200,8 +200,9 @@ async def test_a_job_not_run_because_gitea_was_unreachable_says_so(
 
 
 async def test_a_container_action_fails_its_step_saying_it_needs_a_container_runtime(
-    executor_harness: ExecutorHarness,
+    executor_harness: ExecutorHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("DYNRUNNER_PODMAN", "/nonexistent/podman")  # an environment without podman
     workflow = """
 on: push
 jobs:
@@ -222,13 +223,16 @@ jobs:
     first = view.log_rows[view.steps[0].log_index : view.steps[0].log_index + view.steps[0].log_length]
     assert first[:4] == ["##[group]Run docker://alpine:3.20", "with:", "  args: echo hi", "##[endgroup]"]
     assert first[4] == (
-        "##[error]The action docker://alpine:3.20 is a Docker container action, which needs a container runtime in "
-        "this environment, and this runner runs each job directly in its Pod or VM without one. Use a JavaScript or "
-        "composite action, or run the tool in a `run:` step."
+        "##[error]The action docker://alpine:3.20 is a Docker container action, which needs a container engine, and "
+        "this environment has none: container actions run in local and VM pools with podman installed "
+        "(docs/containers.md), not in Pods. Use a JavaScript or composite action, or run the tool in a `run:` step."
     )
 
 
-async def test_container_and_services_are_refused_clearly(executor_harness: ExecutorHarness) -> None:
+async def test_container_and_services_are_refused_clearly_without_podman(
+    executor_harness: ExecutorHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DYNRUNNER_PODMAN", "/nonexistent/podman")
     workflow = """
 on: push
 jobs:
@@ -246,7 +250,33 @@ jobs:
     view = executor_harness.gitea.task(claimed.task_id)
     assert view.result == Result.FAILURE
     (error,) = errors(view.log_rows)
-    assert "The job sets `container:`" in error
+    assert error == (
+        "##[error]The job sets `container:`, which needs podman in the job's environment, and this environment has "
+        "none: install podman (docs/containers.md), choose an image for the pool instead, or remove it."
+    )
+
+
+async def test_container_and_services_are_refused_in_pods(executor_harness: ExecutorHarness) -> None:
+    workflow = """
+on: push
+jobs:
+  build:
+    runs-on: self-hosted
+    services:
+      db:
+        image: postgres:16
+    steps:
+      - run: echo hi
+"""
+    claimed = await executor_harness.claim(workflow)
+    assignment = dataclasses.replace(claimed.assignment, backend="kubernetes")
+    assert await executor_harness.run(assignment) == 0
+    view = executor_harness.gitea.task(claimed.task_id)
+    assert view.result == Result.FAILURE
+    (error,) = errors(view.log_rows)
+    assert error.startswith(
+        "##[error]The job declares `services:` (db), which this runner does not run in Pod pools yet"
+    )
 
 
 async def test_disabled_commands_and_bad_env_files_fail_the_step(executor_harness: ExecutorHarness) -> None:

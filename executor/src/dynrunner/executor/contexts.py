@@ -234,11 +234,18 @@ class JobContexts:
     env: dict[str, str] = field(default_factory=dict)
     steps: dict[str, StepRecord] = field(default_factory=dict)
     status: str = "success"
+    container: dict[str, Any] | None = None
+    """`job.container` ({id, network}) while a job container runs."""
+    services: dict[str, Any] = field(default_factory=dict)
+    """`job.services.<id>` ({id, network, ports})."""
 
     def job(self) -> dict[str, Any]:
         # No `container` for a job without one: GitHub's (and act's) is empty there, and an action
         # that tests `job.container` picks its shell by it.
-        return {"status": self.status, "services": {}}
+        job: dict[str, Any] = {"status": self.status, "services": self.services}
+        if self.container is not None:
+            job["container"] = self.container
+        return job
 
     def values(
         self, *, env: Mapping[str, str] | None = None, github: Mapping[str, Any] | None = None

@@ -31,8 +31,9 @@ from dynrunner.executor.runtime.ahead import StepFilesPool
 from dynrunner.executor.scope import Evaluator, Scope
 from dynrunner.executor.stepenv import StepEnvironment
 from dynrunner.executor.steps import Handler, StepRun, form_of, handler_for
-from dynrunner.executor.steps.base import Stop, StopSignal
+from dynrunner.executor.steps.base import ContainerImages, Stop, StopSignal
 from dynrunner.executor.steps.files import read_step_files
+from dynrunner.executor.steps.processes import LOCAL, Processes
 from dynrunner.executor.supervise import JobSignals
 from dynrunner.executor.workflow import Step
 from dynrunner.proto.gitea import Result
@@ -73,8 +74,12 @@ class StepEngine:
         signals: JobSignals,
         step_debug: bool,
         actions: Actions | None = None,
+        processes: Processes = LOCAL,
+        images: ContainerImages | None = None,
     ) -> None:
         self.reporter = reporter
+        self.processes = processes
+        self.images = images
         self.masker = masker
         self.runtime = runtime
         self.environment = environment
@@ -277,6 +282,8 @@ class StepEngine:
             stop=stop,
             timings=self.signals.timings,
             backpressure=self.reporter.throttle,
+            processes=self.processes,
+            images=self.images,
             engine=self,
             scope=p.scope,
             stage=stage,

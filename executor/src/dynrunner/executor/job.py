@@ -1,10 +1,11 @@
 """The job loop: one Gitea task's job, step by step, with GitHub's rules.
 
-Order of a job: refuse what this runner cannot run (a bad job key, `container:`,
-`services:`); lay out the workspace; evaluate the job's `if:` against `needs` (Gitea hands
-over a job whose needs failed when it has an `if:`); a job that calls a reusable workflow
-then runs the called jobs here, each a `JobRunner` with a `CallFrame` (`reusable`), and is
-done; any other job evaluates the workflow and job `env:`, run the steps (`engine.StepEngine`), then the post steps
+Order of a job: refuse what this runner cannot run (a bad job key, `container:`/`services:`
+where there is no podman); lay out the workspace; evaluate the job's `if:` against `needs`
+(Gitea hands over a job whose needs failed when it has an `if:`); a job that calls a reusable
+workflow then runs the called jobs here, each a `JobRunner` with a `CallFrame` (`reusable`),
+and is done; any other job evaluates the workflow and job `env:`, starts its job container
+and services (docs/containers.md), runs the steps (`engine.StepEngine`), then the post steps
 their actions left; evaluate the job's `outputs:` and queue them with the artifact refs;
 return the result for the reporter.
 
@@ -28,6 +29,9 @@ from pathlib import Path
 from dynrunner.executor.actions import Actions, NodeRuntime
 from dynrunner.executor.actions.reference import GITHUB_URL
 from dynrunner.executor.actions.store import SEEDED_CACHE_ENV, ActionStore
+from dynrunner.executor.containers.actions import PodmanImages
+from dynrunner.executor.containers.podman import NODE_MOUNT, ContainerError, JobContainers, Podman, PodmanConfig
+from dynrunner.executor.containers.spec import ContainerSpec, SpecError, read_job_containers
 from dynrunner.executor.contexts import (
     Environment,
     JobContexts,
@@ -63,7 +67,9 @@ from dynrunner.executor.scope import (
 )
 from dynrunner.executor.services import close_services, open_services
 from dynrunner.executor.stepenv import StepEnvironment
+from dynrunner.executor.steps.base import ContainerImages
 from dynrunner.executor.steps.process import StopTimings
+from dynrunner.executor.steps.processes import LOCAL, Processes
 from dynrunner.executor.supervise import Deadlines, JobSignals
 from dynrunner.executor.workflow import RunDefaults, Workflow
 from dynrunner.proto.assignment import JOB_KEY_RE, Assignment
@@ -78,6 +84,20 @@ class JobSettings:
     timings: StopTimings = field(default_factory=StopTimings)
     cleanup_s: float = 300.0
     """How long steps may run, in total, after the job timed out."""
+
+
+@dataclass(frozen=True, slots=True)
+class _JobParts:
+    """What the job's set-up hands to its steps."""
+
+    where: Environment
+    contexts: JobContexts
+    evaluator: Evaluator
+    scope: Scope
+    runtime: JobRuntime
+    signals: JobSignals
+    debug: tuple[bool, bool]
+    """(step debug, runner debug)"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +233,52 @@ class JobRunner:
             self.error(str(err))
             return JobResult(Result.FAILURE)
 
+        node = NodeRuntime()
+        podman = PodmanConfig.from_env(os.environ)
+        containers: JobContainers | None = None
+        base_env = process_base_env()
+        processes: Processes = LOCAL
+        job_spec: ContainerSpec | None = None
+        service_specs: list[ContainerSpec] = []
+        if job.container or job.services:
+            assert podman is not None  # _refusal said so otherwise
+            try:
+                job_spec, service_specs = read_job_containers(job.container, job.services, evaluator.text)
+            except (SpecError, ExpressionError) as err:
+                self.error(str(err))
+                return JobResult(Result.FAILURE)
+        if podman is not None and (job_spec is not None or service_specs):
+            for spec in (job_spec, *service_specs):
+                if spec is not None and spec.credentials:
+                    self.masker.add(spec.credentials[1])
+            containers = JobContainers(
+                Podman(podman),
+                job_id=str(a.task.id),
+                root=ws.root,
+                runtime_dir=ws.runtime_dir,
+                log=self.log,
+                node=node.executable() if job_spec else "",
+            )
+            ended = await self._start(containers, job_spec, service_specs, timeout * 60, _when(a.deadline))
+            if ended is not None:
+                await containers.close()
+                return ended
+            contexts.container = containers.job_context()
+            contexts.services = containers.services_context()
+            if job_spec is not None and containers.processes is not None:
+                base_env = {**containers.image_env, **job_spec.env}
+                processes = containers.processes
+                node = NodeRuntime(mounted_at=NODE_MOUNT)
+        images = None
+        if podman is not None:
+            label = containers.prefix if containers else f"dynrunner-{a.task.id}"
+            images = PodmanImages(
+                Podman(podman),
+                root=ws.root,
+                workspace=ws.path,
+                label=label,
+                network=lambda: containers.network if containers else "",
+            )
         loop = asyncio.get_running_loop()
         signals = JobSignals(
             reporter=self.reporter,
@@ -222,13 +288,88 @@ class JobRunner:
             cleanup_s=self.settings.cleanup_s,
             shutdown=self.shutdown,
         )
+        try:
+            return await self._steps(
+                _JobParts(where, contexts, evaluator, scope, runtime, signals, (step_debug, runner_debug)),
+                base_env,
+                processes,
+                images,
+                node,
+            )
+        finally:
+            if images is not None:
+                await images.aclose()
+            if containers is not None:
+                await containers.close()
+
+    async def _start(
+        self,
+        containers: JobContainers,
+        job: ContainerSpec | None,
+        services: list[ContainerSpec],
+        limit_s: float,
+        hard_deadline: float | None,
+    ) -> JobResult | None:
+        """Start the job's containers; None once they run, else the job's result (logged why).
+        A cancel, the runner shutting down or the job's time running out stop a slow start
+        (a long pull, a service that takes its time to become healthy)."""
+        loop = asyncio.get_running_loop()
+        if hard_deadline is not None:
+            limit_s = min(limit_s, hard_deadline - loop.time())
+        start = asyncio.create_task(containers.start(job, services), name="job-containers-start")
+        cancelled = asyncio.create_task(self.reporter.cancelled.wait(), name="job-containers-cancel-watch")
+        shutdown = asyncio.create_task(self.shutdown.wait(), name="job-containers-shutdown-watch")
+        try:
+            await asyncio.wait({start, cancelled, shutdown}, timeout=max(limit_s, 0), return_when="FIRST_COMPLETED")
+        finally:
+            for task in (start, cancelled, shutdown):
+                task.cancel()
+            results = await asyncio.gather(start, cancelled, shutdown, return_exceptions=True)
+        if start.done() and not start.cancelled() and results[0] is None:
+            return None
+        error = results[0]
+        if isinstance(error, (ContainerError, OSError)):
+            self.error(str(error))
+        elif isinstance(error, BaseException) and not isinstance(error, asyncio.CancelledError):
+            raise error
+        elif self.reporter.cancelled.is_set():
+            self.log("The job was cancelled while its containers started.")
+            return JobResult(Result.CANCELLED)
+        elif self.shutdown.is_set():
+            self.error("The runner is shutting down: the job's containers were not started.")
+        else:
+            self.error(f"The job's containers did not start within the job's time ({limit_s / 60:.0f} minutes).")
+        return JobResult(Result.FAILURE)
+
+    async def _steps(
+        self,
+        parts: _JobParts,
+        base_env: dict[str, str],
+        processes: Processes,
+        images: ContainerImages | None,
+        node: NodeRuntime,
+    ) -> JobResult:
+        """The steps, the post stages and the job's outputs, once its environment is ready."""
+        a = self.assignment
+        job = self.workflow.job
+        where, contexts, evaluator, scope, runtime, signals = (
+            parts.where,
+            parts.contexts,
+            parts.evaluator,
+            parts.scope,
+            parts.runtime,
+            parts.signals,
+        )
+        step_debug, runner_debug = parts.debug
+        ws = runtime.workspace
+        github = contexts.github
         id_request_token = str((a.task.context or {}).get("actions_id_token_request_token", ""))
         id_tokens = await open_id_tokens(
             a, grant_of(self.workflow.permissions, self.workflow.job.permissions), self.masker.add, self.log
         )
         services = await open_services(a.executor.cache, _runtime_token(a), self.warning)
         environment = StepEnvironment(
-            process_base_env(),
+            base_env,
             runner_env(github, where, _runtime_token(a), runner_debug, id_request_token)
             | services.env()
             | workload_api_env(a.executor.identity)
@@ -242,7 +383,9 @@ class JobRunner:
             environment=environment,
             signals=signals,
             step_debug=step_debug,
-            actions=self._actions(runtime),
+            actions=self._actions(runtime, node),
+            processes=processes,
+            images=images,
         )
         engine.start()
         try:
@@ -272,7 +415,7 @@ class JobRunner:
             contexts=contexts.values(),
             chain=self.frame.chain if self.frame else (),
             root=runtime.workspace.runtime_dir,
-            store=self.frame.store if self.frame and self.frame.store else self._actions(runtime).store,
+            store=self.frame.store if self.frame and self.frame.store else self._actions(runtime, NodeRuntime()).store,
             gitea_url=self.assignment.gitea_url,
             log=self.log,
             mask=self.masker.add,
@@ -290,7 +433,7 @@ class JobRunner:
         )
         return (await runner.run()).result
 
-    def _actions(self, runtime: JobRuntime) -> Actions:
+    def _actions(self, runtime: JobRuntime, node: NodeRuntime) -> Actions:
         """Where this job's actions come from: Gitea's default actions instance, fetched with the
         task token only from Gitea itself (its URL here and its own ROOT_URL), an image's seeded
         cache, and Node for JavaScript actions."""
@@ -309,7 +452,7 @@ class JobRunner:
             workspace=runtime.workspace.path,
             default_actions_url=str(context.get("gitea_default_actions_url") or GITHUB_URL),
             gitea_urls=gitea_urls,
-            node=NodeRuntime(),
+            node=node,
         )
 
     def _refusal(self) -> str | None:
@@ -322,17 +465,18 @@ class JobRunner:
             )
         if key != job.key and self.frame is None:
             return f"The assignment is for job {key!r}, but the workflow Gitea sent holds job {job.key!r}."
-        if job.container:
+        if not (job.container or job.services):
+            return None
+        what = "sets `container:`" if job.container else f"declares `services:` ({', '.join(sorted(job.services))})"
+        if self.assignment.backend == "kubernetes":
             return (
-                "The job sets `container:`. This runner runs every job directly in its own environment "
-                "(a Pod or a VM built from the pool's image), so it cannot start a job container; "
-                "choose an image for the pool instead, or remove `container:`."
+                f"The job {what}, which this runner does not run in Pod pools yet: job and service containers "
+                "run in local and VM pools with podman (docs/containers.md). Use such a pool, or remove it."
             )
-        if job.services:
-            names = ", ".join(sorted(job.services))
+        if PodmanConfig.from_env(os.environ) is None:
             return (
-                f"The job declares `services:` ({names}). This runner cannot start service containers; "
-                "start the service in a step, or use a pool whose environment provides it."
+                f"The job {what}, which needs podman in the job's environment, and this environment has none: "
+                "install podman (docs/containers.md), choose an image for the pool instead, or remove it."
             )
         return None
 

@@ -49,6 +49,12 @@ class Manifest:
     post_if: str = ""
     steps: tuple[Step, ...] = ()
     image: str = ""
+    entrypoint: str = ""
+    """A docker action's `runs.entrypoint` (its image's own when empty)."""
+    args: tuple[str, ...] = ()
+    """A docker action's `runs.args`, as written (they may hold `${{ inputs.x }}`)."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """A docker action's `runs.env`."""
 
     @property
     def kind(self) -> str:
@@ -131,6 +137,17 @@ def parse_manifest(data: bytes | str, within: str = "") -> Manifest:
             fields[key.replace("-", "_")] = _text(runs.get(key), f"{within}runs.{key}")
     elif using == "docker":
         fields["image"] = _text(runs.get("image"), f"{within}runs.image")
+        if not fields["image"]:
+            raise ManifestError(f"{within}runs.image is required for a docker action")
+        fields["entrypoint"] = _text(runs.get("entrypoint"), f"{within}runs.entrypoint")
+        args = plain(runs.get("args")) or []
+        if not isinstance(args, list):
+            raise ManifestError(f"{within}runs.args must be a list")
+        fields["args"] = tuple(_text(arg, f"{within}runs.args") for arg in args)
+        env = plain(runs.get("env")) or {}
+        if not isinstance(env, dict):
+            raise ManifestError(f"{within}runs.env must be a mapping")
+        fields["env"] = {str(k): _text(v, f"{within}runs.env.{k}") for k, v in env.items()}
     else:
         raise ManifestError(
             f"{within}runs.using is {using!r}; this runner runs composite, node12, node16, node20, node24 "

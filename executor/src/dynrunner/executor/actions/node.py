@@ -14,7 +14,6 @@ from dynrunner.executor.actions import ActionCall
 from dynrunner.executor.actions.inputs import input_env
 from dynrunner.executor.actions.nodejs import NodeError, version_warning
 from dynrunner.executor.steps.base import StepRun
-from dynrunner.executor.steps.process import run_process
 
 STAGE_TITLES = {"pre": "Pre ", "main": "", "post": "Post "}
 
@@ -60,7 +59,7 @@ async def run_node(run: StepRun, call: ActionCall) -> bool:
     env.update({f"STATE_{key}": value for key, value in run.state.items()})
     env.update(call.action_vars())
     try:
-        code, stopped = await run_process(
+        code, stopped = await run.processes.run(
             [node.executable, str(path)],
             env=env,
             cwd=str(run.runtime.workspace.path),

@@ -37,10 +37,19 @@ class Node:
 
 
 class NodeRuntime:
-    def __init__(self, configured: str | None = None, path: str | None = None) -> None:
+    def __init__(self, configured: str | None = None, path: str | None = None, *, mounted_at: str = "") -> None:
         self.configured = configured if configured is not None else os.environ.get(NODE_ENV, "")
         self.path = path if path is not None else os.environ.get("PATH", os.defpath)
+        self.mounted_at = mounted_at
+        """Where the job container sees this Node (docs/containers.md); '' outside one."""
         self._found: asyncio.Task[Node] | None = None
+
+    def executable(self) -> str:
+        """This Node's path here, or '' when there is none (to mount it in a job container)."""
+        try:
+            return os.path.realpath(_locate(self.configured, self.path))
+        except NodeError:
+            return ""
 
     async def find(self) -> Node:
         if self._found is None:
@@ -56,7 +65,7 @@ class NodeRuntime:
         version = out.decode(errors="replace").strip()
         if process.returncode != 0 or not version.startswith("v"):
             raise NodeError(f"{executable} --version did not answer like Node.js does ({version!r})")
-        return Node(executable, version)
+        return Node(self.mounted_at or executable, version)
 
 
 def _locate(configured: str, path: str) -> str:

@@ -21,32 +21,91 @@ Gitea's step list is the workflow's: `pre` and `post` stages have no step state 
 from __future__ import annotations
 
 import asyncio
+import shlex
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from dynrunner.executor.actions import ActionCall, ActionError, Actions, LoadedAction
 from dynrunner.executor.actions.composite import run_composite
-from dynrunner.executor.actions.inputs import resolve_inputs
+from dynrunner.executor.actions.inputs import input_env, resolve_inputs
 from dynrunner.executor.actions.node import run_node
 from dynrunner.executor.actions.reference import LocalAction, RemoteAction
 from dynrunner.executor.actions.seam import Engine, Limits, Prepared
-from dynrunner.executor.expressions import ExpressionError
+from dynrunner.executor.expressions import EvalEnv, ExpressionError, interpolate
 from dynrunner.executor.scope import ACTION_INPUT_DEFAULT, ACTION_POST_IF, ACTION_PRE_IF, Scope
 from dynrunner.executor.steps.base import Handler, StepRun, StopSignal
 from dynrunner.executor.steps.native import with_block
 from dynrunner.executor.workflow import Step
 
 CONTAINER_RUNTIME_MISSING = (
-    "needs a container runtime in this environment, and this runner runs each job directly in its Pod or VM "
-    "without one. Use a JavaScript or composite action, or run the tool in a `run:` step."
+    "needs a container engine, and this environment has none: container actions run in local and VM pools "
+    "with podman installed (docs/containers.md), not in Pods. Use a JavaScript or composite action, or run the "
+    "tool in a `run:` step."
 )
+_PASSED = ("GITHUB_", "GITEA_", "RUNNER_", "ACTIONS_", "INPUT_", "STATE_")
+
+
+def container_env(run: StepRun, call: ActionCall) -> dict[str, str]:
+    """What a container action sees: the runner's and the step's variables, its inputs and
+    `runs.env` — not the executor's own environment (its PATH and HOME belong to another system)."""
+    env = {k: v for k, v in run.env.items() if k.startswith(_PASSED) or k == "CI"}
+    env.update(run.env_context)
+    env.update(run.step_env)
+    env.update(input_env(call.inputs))
+    if call.manifest is not None:
+        env.update(call.manifest.env)
+    env.update(call.action_vars())
+    return env
 
 
 async def run_container_action(run: StepRun, call: ActionCall) -> bool:
     with_block(run, f"Run {call.display}")
-    run.log(f"##[error]The action {call.display} is a Docker container action, which {CONTAINER_RUNTIME_MISSING}")
-    return False
+    if run.images is None:
+        run.log(f"##[error]The action {call.display} is a Docker container action, which {CONTAINER_RUNTIME_MISSING}")
+        return False
+    manifest = call.manifest
+    build_dir: Path | None = None
+    dockerfile = ""
+    if manifest is None:  # `uses: docker://image`: `with: args` / `entrypoint` as on GitHub
+        image = str(call.action.reference).removeprefix("docker://")
+        entrypoint = call.inputs.get("entrypoint", "")
+        try:
+            args = shlex.split(call.inputs.get("args", ""))
+        except ValueError as err:
+            run.log(f"##[error]`with: args` of {call.display} could not be split into words: {err}")
+            return False
+    else:
+        image = manifest.image
+        entrypoint = manifest.entrypoint
+        contexts = {"inputs": call.inputs, "env": dict(run.env_context)}
+        if run.scope is not None:
+            contexts["github"] = run.scope.github
+        try:
+            args = [interpolate(arg, EvalEnv(contexts=contexts)) for arg in manifest.args]
+        except ExpressionError as err:
+            run.log(f"##[error]runs.args of {call.display}: {err}")
+            return False
+        if image.startswith("docker://"):
+            image = image.removeprefix("docker://")
+        else:
+            assert call.directory is not None
+            build_dir, dockerfile = call.directory, image
+            if not (build_dir / dockerfile).is_file():
+                run.log(
+                    f"##[error]The action {call.display} names {dockerfile!r} in runs.image, which it does not have"
+                )
+                return False
+    return await run.images.run_image(
+        run,
+        image=image,
+        build_dir=build_dir,
+        dockerfile=dockerfile,
+        entrypoint=entrypoint,
+        args=args,
+        env=container_env(run, call),
+    )
 
 
 ActionHandler = Callable[[StepRun, ActionCall], Coroutine[Any, Any, bool]]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from dynrunner.executor.runtime import JobRuntime, StepFiles
 from dynrunner.executor.scope import Scope
 from dynrunner.executor.steps.process import StopTimings
+from dynrunner.executor.steps.processes import LOCAL, Processes
 from dynrunner.executor.workflow import Step
 
 
@@ -49,6 +50,22 @@ class StepsRunner(Protocol):
     async def run_steps(self, steps: tuple[Step, ...], scope: Scope, *, caller: StopSignal | None = None) -> None: ...
 
 
+class ContainerImages(Protocol):
+    """Runs a container action's image (podman in local and VM pools); absent in Pods."""
+
+    async def run_image(
+        self,
+        run: StepRun,
+        *,
+        image: str,
+        build_dir: Path | None,
+        dockerfile: str,
+        entrypoint: str,
+        args: Sequence[str],
+        env: Mapping[str, str],
+    ) -> bool: ...
+
+
 @dataclass(frozen=True, slots=True)
 class StepRun:
     step: Step
@@ -74,6 +91,10 @@ class StepRun:
     stop: StopSignal
     timings: StopTimings
     backpressure: Callable[[], Awaitable[None]] | None = None
+    processes: Processes = LOCAL
+    """Where its processes run: here, or in the job container."""
+    images: ContainerImages | None = None
+    """What runs container actions, where the pool has a container engine."""
     """Awaited after each chunk of output: waits while the log backlog is too large."""
     engine: StepsRunner | None = None
     scope: Scope | None = None

@@ -11,8 +11,7 @@ import os
 
 from dynrunner.executor.expressions import ExpressionError
 from dynrunner.executor.steps.base import StepRun
-from dynrunner.executor.steps.process import run_process
-from dynrunner.executor.steps.shell import ShellError, resolve_shell
+from dynrunner.executor.steps.shell import ShellError, resolve_shell, shell_programs
 
 SCRIPT_NAME = "run"
 """A step's script is `<its scripts directory>/run<extension>`."""
@@ -55,8 +54,10 @@ async def run_script(run: StepRun) -> bool:
         run.log(f"##[error]{err}")
         return False
     try:
-        shell = resolve_shell(run.shell, run.env.get("PATH", os.defpath))
-    except ShellError as err:
+        search = run.env.get("PATH", os.defpath)
+        found = await run.processes.which(shell_programs(run.shell), search)
+        shell = resolve_shell(run.shell, search, which=found.get, where=run.processes.where)
+    except (ShellError, OSError) as err:
         run.log(f"##[error]{err}")
         return False
     run.log("\n".join(header(title_of(script) or run.name, script, shell.display, dict(run.env_context))) + "\n")
@@ -70,7 +71,7 @@ async def run_script(run: StepRun) -> bool:
         )
         return False
     try:
-        code, stopped = await run_process(
+        code, stopped = await run.processes.run(
             shell.argv(str(path)),
             env=run.env,
             cwd=str(run.working_directory),

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 
 DEFAULT_ARGS = {
@@ -80,12 +81,25 @@ def _which(name: str, path: str) -> str | None:
     return shutil.which(name, path=path)
 
 
-def resolve_shell(shell: str | None, path: str) -> Shell:
-    """The shell for a step whose effective `shell:` is `shell` (None: the default)."""
+def shell_programs(shell: str | None) -> list[str]:
+    """The programs `resolve_shell` may look up for `shell` (to look them up elsewhere first)."""
+    return ["bash", "sh"] if not shell else [shell.strip().partition(" ")[0]]
+
+
+def resolve_shell(
+    shell: str | None,
+    path: str,
+    *,
+    which: Callable[[str], str | None] | None = None,
+    where: str = "this environment",
+) -> Shell:
+    """The shell for a step whose effective `shell:` is `shell` (None: the default); `which`
+    finds a program (by default on `path` here; a job container's agent answers for it)."""
+    lookup = which or (lambda name: _which(name, path))
     if not shell:
-        executable = _which("bash", path) or _which("sh", path)
+        executable = lookup("bash") or lookup("sh")
         if executable is None:
-            raise ShellError("neither bash nor sh was found on PATH; set `shell:` to an installed shell")
+            raise ShellError(f"neither bash nor sh was found on PATH in {where}; set `shell:` to an installed shell")
         return Shell("sh", executable, DEFAULT_ARGS["sh"])
     command, _, args = shell.strip().partition(" ")
     args = args.strip()
@@ -99,7 +113,7 @@ def resolve_shell(shell: str | None, path: str) -> Shell:
             f"Invalid shell option {shell!r}. Shell must be a valid built-in (bash, sh, cmd, powershell, pwsh) "
             "or a format string containing '{0}'"
         )
-    executable = command if os.path.isabs(command) and os.access(command, os.X_OK) else _which(command, path)
+    executable = lookup(command)
     if executable is None:
-        raise ShellError(f"shell `{command}` was not found on PATH in this environment")
+        raise ShellError(f"shell `{command}` was not found on PATH in {where}")
     return Shell(name, executable, args)

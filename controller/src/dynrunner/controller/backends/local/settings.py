@@ -26,6 +26,8 @@ from dynrunner.controller.config.model import ControllerConfig, LocalBackendConf
 PASSED_ENV = (
     "LANG", "LC_ALL", "LC_CTYPE", "TZ", "SSL_CERT_FILE", "SSL_CERT_DIR",
     "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
+    # How the executor runs job containers, services and container actions (docs/containers.md).
+    "DYNRUNNER_PODMAN", "DYNRUNNER_PODMAN_RUN_OPTIONS", "DYNRUNNER_AGENT",
 )  # fmt: skip
 # With an S3 artifact store, the executor needs credentials from boto3's standard chain; the
 # controller's own environment is otherwise not handed to jobs (its registration token is there).

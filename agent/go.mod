@@ -1,0 +1,3 @@
+module dynrunner/agent
+
+go 1.19

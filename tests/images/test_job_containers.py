@@ -1,0 +1,477 @@
+"""Job containers, services and container actions with podman (a local pool), end to end
+through the Gitea double: images built from the debootstrap base, the agent built from agent/.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from pathlib import Path
+
+import pytest
+
+from dynrunner.doubles.gitea import GiteaDouble
+from dynrunner.proto.gitea import Result
+from tests.fixtures.executor import ExecutorHarness
+from tests.fixtures.harness import in_process, real_executor_config, wait_run_done
+from tests.fixtures.images import Engine
+from tests.fixtures.job_images import JobImages, leftovers
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+
+
+def step_rows(view, index: int) -> list[str]:  # type: ignore[no-untyped-def]
+    step = view.steps[index]
+    return list(view.log_rows[step.log_index : step.log_index + step.log_length])
+
+
+async def test_steps_run_in_a_shell_only_job_container_with_a_node_and_a_composite_action(
+    executor_harness: ExecutorHarness, job_images: JobImages, podman_env: dict[str, str], engine: Engine
+) -> None:
+    workflow = f"""
+on: push
+jobs:
+  build:
+    runs-on: self-hosted
+    container:
+      image: {job_images.shell_only}
+      env:
+        FROM_CONTAINER: set-by-container-env
+    steps:
+      - name: where
+        run: |
+          echo "bash=$(command -v bash || echo none) os=$(. /etc/os-release; echo $ID)"
+          echo "env=$FROM_CONTAINER home=$HOME ws=$GITHUB_WORKSPACE pwd=$(pwd)"
+          echo "hello" > "$GITHUB_WORKSPACE/made-in-container"
+          echo "greeting=hi from the container" >> "$GITHUB_OUTPUT"
+          echo "LATER=from-github-env" >> "$GITHUB_ENV"
+        id: where
+      - uses: ./node-action
+        with:
+          who: ${{{{ steps.where.outputs.greeting }}}}
+      - uses: ./composite-action
+      - name: bash is not there
+        continue-on-error: true
+        shell: bash
+        run: echo never
+      - name: job context
+        run: echo "container id set=${{{{ job.container.id != '' }}}} later=$LATER"
+"""
+    files = {
+        "node-action/action.yml": "name: n\ninputs:\n  who: {}\nruns:\n  using: node20\n  main: main.js\n",
+        "node-action/main.js": (
+            "const fs = require('fs');\n"
+            "console.log(`node ${process.version} says ${process.env.INPUT_WHO}`);\n"
+            "console.log(`node sees ${fs.readFileSync('/etc/os-release','utf8').match(/^ID=(.*)$/m)[1]}`);\n"
+        ),
+        "composite-action/action.yml": (
+            "name: c\nruns:\n  using: composite\n  steps:\n"
+            '    - run: echo "composite in $(cat $GITHUB_WORKSPACE/made-in-container)"\n      shell: sh\n'
+        ),
+    }
+    claimed = await executor_harness.claim(workflow, files=files)
+    assert await executor_harness.run(claimed) == 0
+    view = executor_harness.gitea.task(claimed.task_id)
+    rows = "\n".join(view.log_rows)
+    assert view.result == Result.SUCCESS, rows
+    assert [s.status for s in view.steps] == ["success", "success", "success", "failure", "success"]
+    assert "shell: /usr/bin/sh -e {0}" in rows  # no bash in the image: the default shell is its sh
+    assert "bash=none os=debian" in rows
+    assert "env=set-by-container-env home=/root" in rows
+    assert "node v20" in rows and "says hi from the container" in rows and "node sees debian" in rows
+    assert "composite in hello" in rows
+    assert "##[error]shell `bash` was not found on PATH in the job container" in rows
+    assert "container id set=true later=from-github-env" in rows
+    assert leftovers(engine) == []
+
+
+async def test_a_redis_service_is_reachable_by_name_and_localhost_before_the_first_step(
+    executor_harness: ExecutorHarness, job_images: JobImages, podman_env: dict[str, str], engine: Engine
+) -> None:
+    probe = "exec 3<>/dev/tcp/$1/6379; printf 'PING\\r\\n' >&3; read -r answer <&3; echo \"$1 answered $answer\""
+    workflow = f"""
+on: push
+jobs:
+  build:
+    runs-on: self-hosted
+    container: {job_images.bash}
+    services:
+      redis:
+        image: {job_images.redis}
+        options: --health-cmd "redis-cli ping" --health-interval 2s --health-retries 10
+    steps:
+      - shell: bash
+        run: |
+          set -- redis; {probe}
+          set -- localhost; {probe}
+          echo "port in context: ${{{{ job.services.redis.id != '' }}}}"
+"""
+    claimed = await executor_harness.claim(workflow)
+    assert await executor_harness.run(claimed) == 0
+    view = executor_harness.gitea.task(claimed.task_id)
+    rows = "\n".join(view.log_rows)
+    assert view.result == Result.SUCCESS, rows
+    assert "Service redis is healthy" in rows
+    assert "redis answered +PONG\r" in rows or "redis answered +PONG" in rows
+    assert "localhost answered +PONG" in rows
+    assert leftovers(engine) == []
+
+
+async def test_an_unhealthy_service_fails_the_job_naming_it_with_its_last_output(
+    executor_harness: ExecutorHarness, job_images: JobImages, podman_env: dict[str, str], engine: Engine
+) -> None:
+    workflow = f"""
+on: push
+jobs:
+  build:
+    runs-on: self-hosted
+    services:
+      broken:
+        image: {job_images.redis}
+        options: --health-cmd "echo probe says no; exit 1" --health-interval 1s --health-retries 2
+    steps:
+      - run: echo never
+"""
+    claimed = await executor_harness.claim(workflow)
+    assert await executor_harness.run(claimed) == 0
+    view = executor_harness.gitea.task(claimed.task_id)
+    rows = "\n".join(view.log_rows)
+    assert view.result == Result.FAILURE
+    assert (
+        "##[error]Service 'broken' is unhealthy: its health check `echo probe says no; exit 1` still failed "
+        "after 2 s (exit code 1)." in rows
+    ), rows
+    assert "##[error]probe says no" in rows
+    assert "Ready to accept connections" in rows  # the service's own last output
+    assert [s.status for s in view.steps] != ["success"]
+    assert leftovers(engine) == []
+
+
+async def test_a_service_that_exits_fails_the_job_with_its_output(
+    executor_harness: ExecutorHarness, job_images: JobImages, podman_env: dict[str, str], engine: Engine
+) -> None:
+    workflow = f"""
+on: push
+jobs:
+  build:
+    runs-on: self-hosted
+    services:
+      crashing:
+        image: {job_images.bash}
+        options: >-
+          --entrypoint '["/bin/sh", "-c", "echo crashed: $WHY; exit 3"]' --health-cmd false
+          --health-interval 1s --health-retries 30 -e WHY=oops
+    steps:
+      - run: echo never
+"""
+    claimed = await executor_harness.claim(workflow)
+    assert await executor_harness.run(claimed) == 0
+    view = executor_harness.gitea.task(claimed.task_id)
+    rows = "\n".join(view.log_rows)
+    assert view.result == Result.FAILURE
+    assert "##[error]Service 'crashing' is unhealthy: it exited with code 3." in rows, rows
+    assert "##[error]crashed: oops" in rows
+    assert leftovers(engine) == []
+
+
+async def test_options_outside_the_subset_fail_the_job_naming_them(
+    executor_harness: ExecutorHarness, job_images: JobImages, podman_env: dict[str, str], engine: Engine
+) -> None:
+    workflow = f"""
+on: push
+jobs:
+  build:
+    runs-on: self-hosted
+    container:
+      image: {job_images.bash}
+      options: --privileged
+    steps:
+      - run: echo never
+"""
+    claimed = await executor_harness.claim(workflow)
+    assert await executor_harness.run(claimed) == 0
+    view = executor_harness.gitea.task(claimed.task_id)
+    assert view.result == Result.FAILURE
+    assert "##[error]`container`: `--privileged` is not supported in `options` (supported: --user," in "\n".join(
+        view.log_rows
+    )
+    assert leftovers(engine) == []
+
+
+async def test_container_actions_docker_image_and_dockerfile(
+    executor_harness: ExecutorHarness, job_images: JobImages, podman_env: dict[str, str], engine: Engine
+) -> None:
+    workflow = f"""
+on: push
+jobs:
+  build:
+    runs-on: self-hosted
+    steps:
+      - uses: docker://{job_images.shell_only}
+        with:
+          entrypoint: /bin/sh
+          args: -c "echo docker-uri in $(pwd) sees $GITHUB_WORKSPACE; echo out=1 >> $GITHUB_OUTPUT"
+      - uses: ./dockerfile-action
+        id: built
+        with:
+          who: tester
+      - run: echo "after ${{{{ steps.built.outputs.said }}}} file=$(cat made-by-action)"
+"""
+    files = {
+        "dockerfile-action/action.yml": (
+            "name: d\ninputs:\n  who: {}\noutputs:\n  said: {}\nruns:\n  using: docker\n  image: Dockerfile\n"
+            "  args: ['hello ${{ inputs.who }}']\n  env:\n    EXTRA: from-runs-env\n"
+        ),
+        "dockerfile-action/Dockerfile": (
+            f'FROM {job_images.shell_only}\nCOPY entry.sh /entry.sh\nENTRYPOINT ["/bin/sh", "/entry.sh"]\n'
+        ),
+        "dockerfile-action/entry.sh": (
+            'echo "action got [$1] input=$INPUT_WHO extra=$EXTRA"\n'
+            'echo "said=$1" >> "$GITHUB_OUTPUT"\n'
+            "echo made > made-by-action\n"
+        ),
+    }
+    claimed = await executor_harness.claim(workflow, files=files)
+    assert await executor_harness.run(claimed) == 0
+    view = executor_harness.gitea.task(claimed.task_id)
+    rows = "\n".join(view.log_rows)
+    assert view.result == Result.SUCCESS, rows
+    assert "docker-uri in /" in rows and "sees /" in rows
+    assert "action got [hello tester] input=tester extra=from-runs-env" in rows
+    assert "after hello tester file=made" in rows
+    assert leftovers(engine) == []
+    built = engine.check("images", "--format", "{{.Repository}}", "--filter", "reference=localhost/dynrunner-action/*")
+    assert built.split() == []  # the job's action image went with it
+
+
+async def test_a_cancel_stops_the_step_in_the_job_container_and_runs_always_steps(
+    executor_harness: ExecutorHarness, job_images: JobImages, podman_env: dict[str, str], engine: Engine
+) -> None:
+    workflow = f"""
+on: push
+jobs:
+  build:
+    runs-on: self-hosted
+    container: {job_images.bash}
+    steps:
+      - run: echo started; sleep 300
+      - if: always()
+        run: echo cleanup ran in $(. /etc/os-release; echo $ID)
+"""
+    claimed = await executor_harness.claim(workflow)
+    run = asyncio.create_task(executor_harness.run(claimed))
+    await executor_harness.wait_for_log(claimed.task_id, "started", timeout_s=120)
+    executor_harness.gitea.cancel_run(claimed.run.id)
+    assert await asyncio.wait_for(run, 120) == 0
+    view = executor_harness.gitea.task(claimed.task_id)
+    assert view.result == Result.CANCELLED
+    assert "cleanup ran in debian" in view.log_rows
+    assert leftovers(engine) == []
+
+
+async def test_steps_on_the_host_reach_a_service_through_its_published_port(
+    executor_harness: ExecutorHarness, job_images: JobImages, podman_env: dict[str, str], engine: Engine
+) -> None:
+    workflow = f"""
+on: push
+jobs:
+  build:
+    runs-on: self-hosted
+    services:
+      redis:
+        image: {job_images.redis}
+        ports: ["6379"]
+        options: --health-cmd "redis-cli ping" --health-interval 2s --health-retries 10
+    steps:
+      - shell: bash
+        run: |
+          port=${{{{ job.services.redis.ports['6379'] }}}}
+          exec 3<>/dev/tcp/127.0.0.1/$port; printf 'PING\\r\\n' >&3; read -r answer <&3
+          echo "host port $port answered ${{answer%$'\\r'}}"
+"""
+    claimed = await executor_harness.claim(workflow)
+    assert await executor_harness.run(claimed) == 0
+    view = executor_harness.gitea.task(claimed.task_id)
+    rows = "\n".join(view.log_rows)
+    assert view.result == Result.SUCCESS, rows
+    assert any(row.startswith("host port ") and row.endswith(" answered +PONG") for row in view.log_rows), rows
+    assert leftovers(engine) == []
+
+
+async def test_a_cancel_while_a_service_becomes_healthy_stops_the_job_and_removes_its_containers(
+    executor_harness: ExecutorHarness, job_images: JobImages, podman_env: dict[str, str], engine: Engine
+) -> None:
+    workflow = f"""
+on: push
+jobs:
+  build:
+    runs-on: self-hosted
+    container: {job_images.bash}
+    services:
+      slow:
+        image: {job_images.redis}
+        options: --health-cmd false --health-interval 10s --health-retries 60
+    steps:
+      - run: echo never
+"""
+    claimed = await executor_harness.claim(workflow)
+    run = asyncio.create_task(executor_harness.run(claimed))
+    await executor_harness.wait_for_log(claimed.task_id, "Waiting for service slow to be healthy", timeout_s=120)
+    executor_harness.gitea.cancel_run(claimed.run.id)
+    assert await asyncio.wait_for(run, 60) == 0
+    view = executor_harness.gitea.task(claimed.task_id)
+    assert view.result == Result.CANCELLED
+    assert "The job was cancelled while its containers started." in view.log_rows
+    assert "never" not in view.log_rows
+    assert leftovers(engine) == []
+
+
+async def test_credentials_are_masked_and_named_volumes_are_mounted(
+    executor_harness: ExecutorHarness, job_images: JobImages, podman_env: dict[str, str], engine: Engine
+) -> None:
+    volume = f"dynrunner-test-{secrets.token_hex(4)}"
+    workflow = f"""
+on: push
+jobs:
+  build:
+    runs-on: self-hosted
+    container:
+      image: {job_images.bash}
+      credentials:
+        username: robot
+        password: pull-password-123
+      volumes:
+        - {volume}:/cache
+    steps:
+      - run: |
+          echo "the password is pull-password-123"
+          echo cached > /cache/file
+      - uses: docker://{job_images.shell_only}
+        with:
+          entrypoint: /bin/sh
+          args: -c "echo the volume outlives steps"
+      - run: cat /cache/file
+"""
+    claimed = await executor_harness.claim(workflow)
+    try:
+        assert await executor_harness.run(claimed) == 0
+        code, out, _ = await engine.call("volume", "inspect", "--format", "{{.Name}}", volume)
+        assert (code, out.strip()) == (0, volume)  # a named volume is the user's: it stays
+    finally:
+        await engine.call("volume", "rm", "--force", volume)
+    view = executor_harness.gitea.task(claimed.task_id)
+    rows = "\n".join(view.log_rows)
+    assert view.result == Result.SUCCESS, rows
+    assert "the password is ***" in view.log_rows
+    assert "pull-password-123" not in rows
+    assert "cached" in view.log_rows
+    root = Path(claimed.assignment.executor.workspace)
+    assert not (root / ".dynrunner" / "containers" / "auth.json").exists()  # removed with the job
+    assert leftovers(engine) == []
+
+
+async def test_a_local_pool_runs_a_job_container_with_a_service_through_the_controller(
+    gitea: GiteaDouble, nats_url: str, tmp_path: Path, job_images: JobImages, podman_env: dict[str, str], engine: Engine
+) -> None:
+    """The whole path: the controller claims, the local backend starts the executor (passing
+    it the podman settings), the executor starts the job container and the service."""
+    workflow = f"""
+on: push
+jobs:
+  build:
+    runs-on: [self-hosted, local]
+    container: {job_images.shell_only}
+    services:
+      redis:
+        image: {job_images.redis}
+        options: --health-cmd "redis-cli ping" --health-interval 2s --health-retries 10
+    steps:
+      - run: echo "in $(. /etc/os-release; echo $ID) without bash=$(command -v bash || echo yes)"
+"""
+    cfg = real_executor_config(gitea, nats_url, tmp_path / "state")
+    async with in_process(cfg):
+        run = gitea.submit("acme/app", workflow)
+        done = await wait_run_done(gitea, run.id, within=300)
+        (job,) = done.jobs
+        rows = gitea.task(job.task_id).log_rows
+        assert done.status == "success", "\n".join(rows)
+        assert "Service redis is healthy" in rows
+        assert "in debian without bash=yes" in rows
+    assert leftovers(engine) == []
+
+
+async def test_a_container_image_that_evaluates_to_nothing_runs_the_job_on_the_runner(
+    executor_harness: ExecutorHarness, podman_env: dict[str, str], engine: Engine
+) -> None:
+    workflow = """
+on: push
+jobs:
+  build:
+    runs-on: self-hosted
+    container: ${{ github.event_name == 'never' && 'some/image' || '' }}
+    steps:
+      - run: echo "on the runner, container=${{ job.container == null }}"
+"""
+    claimed = await executor_harness.claim(workflow)
+    assert await executor_harness.run(claimed) == 0
+    view = executor_harness.gitea.task(claimed.task_id)
+    assert view.result == Result.SUCCESS, "\n".join(view.log_rows)
+    assert "on the runner, container=true" in view.log_rows
+    assert leftovers(engine) == []
+
+
+async def test_a_docker_uri_that_is_an_option_is_refused(
+    executor_harness: ExecutorHarness, podman_env: dict[str, str], engine: Engine
+) -> None:
+    workflow = """
+on: push
+jobs:
+  build:
+    runs-on: self-hosted
+    steps:
+      - uses: docker://--privileged
+"""
+    claimed = await executor_harness.claim(workflow)
+    assert await executor_harness.run(claimed) == 0
+    view = executor_harness.gitea.task(claimed.task_id)
+    assert view.result == Result.FAILURE
+    assert "##[error]The action's image cannot be run: '--privileged' is not an image name." in view.log_rows
+    assert leftovers(engine) == []
+
+
+async def test_a_called_workflows_job_runs_in_its_job_container_with_its_service(
+    self_hosted_actions: ExecutorHarness, job_images: JobImages, podman_env: dict[str, str], engine: Engine
+) -> None:
+    called = f"""
+on:
+  workflow_call:
+    outputs:
+      where:
+        value: ${{{{ jobs.inside.outputs.where }}}}
+jobs:
+  inside:
+    runs-on: self-hosted
+    container: {job_images.shell_only}
+    services:
+      cache:
+        image: {job_images.redis}
+        options: --health-cmd "redis-cli ping" --health-interval 2s --health-retries 10
+    outputs:
+      where: ${{{{ steps.w.outputs.where }}}}
+    steps:
+      - id: w
+        run: |
+          echo "called job in $(. /etc/os-release; echo $ID), bash=$(command -v bash || echo none)"
+          echo "where=container" >> "$GITHUB_OUTPUT"
+"""
+    gitea = self_hosted_actions.gitea
+    gitea.create_repository("owner/repo", private=True)
+    gitea.commit("owner/repo", {".gitea/workflows/called.yml": called})
+    caller = "on: push\njobs:\n  call:\n    uses: ./.gitea/workflows/called.yml\n"
+    task = await self_hosted_actions.run_job(caller)
+    rows = task.log_rows
+    assert task.result == Result.SUCCESS, "\n".join(rows)
+    assert "Service cache is healthy" in rows
+    assert "called job in debian, bash=none" in rows
+    assert task.outputs == {"where": "container"}
+    assert leftovers(engine) == []
