@@ -22,4 +22,5 @@ pytest_plugins = [
     "tests.fixtures.chart",
     "tests.fixtures.controller_nats",
     "tests.fixtures.real_gitea",
+    "tests.fixtures.real_kubernetes",
 ]
