@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
@@ -237,7 +238,7 @@ async def test_a_watch_cut_while_the_pod_ended_resumes_after_compaction_and_reap
                 within=60,
                 what="the Pod to end",
             )
-            real_kube.compact()
+            revision = real_kube.compact()
             compacted = time.time()
             gate.open()
             await wait_for(lambda: left(real_kube, namespace) == NOTHING, within=90, what="the ended Pod reaped")
@@ -246,8 +247,13 @@ async def test_a_watch_cut_while_the_pod_ended_resumes_after_compaction_and_reap
             )
         done = await wait_run_done(gitea, run.id, within=30)
         assert done.status == "success", _log(gitea, run.id)
-        after = [_what(e) for e in _requests(real_kube, compacted)]
-        assert "list pods" in after, after  # the list that followed the 410
+        events = [e for e in _requests(real_kube, compacted) if (e.get("objectRef") or {}).get("resource") == "pods"]
+        after = [_what(e) for e in events]
+        # The watch resumed from a version etcd compacted away (answered 410 Gone in its
+        # stream), then a new list, then the ended Pod deleted.
+        assert after[:3] == ["watch pods", "list pods", "delete pods"], after
+        resumed = parse_qs(urlsplit(events[0]["requestURI"]).query)["resourceVersion"][0]
+        assert int(resumed) < revision, (resumed, revision)
         assert cut < compacted
     finally:
         gate.stop()
