@@ -196,6 +196,38 @@ async def test_a_pod_deleted_by_hand_fails_its_job_with_the_reason(
         await wait_for(lambda: left(real_kube, namespace) == NOTHING, within=60, what="nothing left")
 
 
+async def test_an_image_that_cannot_be_pulled_fails_the_job_with_the_reason(
+    gitea: GiteaDouble, nats_url: str, real_kube: RealKube, namespace: str, tmp_path: Path
+) -> None:
+    data = config_data(
+        gitea, nats_url, real_kube, namespace, tmp_path, image="registry.example/nope:1", imagePullTimeoutSeconds=1
+    )
+    async with in_process(ControllerConfig.model_validate(data)):
+        run = gitea.submit("acme/app", SLEEPY.format(seconds=1))
+        done = await wait_run_done(gitea, run.id, within=90)
+        text = _log(gitea, run.id)
+        assert done.status == "failure", text
+        assert "[dynrunner] the job failed: the executor image registry.example/nope:1 could not be pulled (" in text
+        await wait_for(lambda: left(real_kube, namespace) == NOTHING, within=60, what="nothing left")
+
+
+async def test_an_oom_killed_job_is_finalized_with_the_reason(
+    gitea: GiteaDouble, nats_url: str, real_kube: RealKube, real_node: RemoteNode, namespace: str, tmp_path: Path
+) -> None:
+    data = config_data(gitea, nats_url, real_kube, namespace, tmp_path, resources={"limits": {"memory": "512Mi"}})
+    async with in_process(ControllerConfig.model_validate(data)):
+        run = gitea.submit("acme/app", SLEEPY.format(seconds=120))
+        await wait_for(lambda: "job started" in _log(gitea, run.id), within=90, what="the job to run")
+        pod = _pod_of(real_kube, namespace)
+        assert pod is not None
+        real_node.oom_kill(namespace, pod["metadata"]["name"])
+        done = await wait_run_done(gitea, run.id, within=90)
+        text = _log(gitea, run.id)
+        assert done.status == "failure", text
+        assert "the job ran out of memory (memory limit 512Mi): the executor was OOMKilled" in text, text
+        await wait_for(lambda: left(real_kube, namespace) == NOTHING, within=60, what="nothing left")
+
+
 async def test_the_secret_is_collected_by_the_garbage_collector_through_its_owner(
     gitea: GiteaDouble, nats_url: str, real_kube: RealKube, namespace: str, tmp_path: Path
 ) -> None:

@@ -324,6 +324,26 @@ class RemoteNode:
         ready.wait(10)
         return self
 
+    def oom_kill(self, namespace: str, name: str) -> None:
+        """The kernel's OOM killer takes the Pod's container: exit 137, reason OOMKilled (the
+        kubelet double's scripted failure, as `Cluster.oom_kill`)."""
+        assert self.kubelet is not None
+        kubelet = self.kubelet
+        done = threading.Event()
+        failure: list[BaseException] = []
+
+        def kill() -> None:
+            try:
+                kubelet.worker(namespace, name).terminate("", "", 0, "OOMKilled")
+            except BaseException as err:
+                failure.append(err)
+            done.set()
+
+        self.loop.call_soon_threadsafe(kill)
+        done.wait(10)
+        if failure:
+            raise failure[0]
+
     def stop(self) -> None:
         self.stopping.set()
         if self.kubelet is not None:
