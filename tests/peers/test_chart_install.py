@@ -34,6 +34,7 @@ MONITORING = {
     "ServiceMonitor": "servicemonitors",
     "PrometheusRule": "prometheusrules",
 }
+QUICK = "on: push\njobs:\n  build:\n    runs-on: [self-hosted, local]\n    steps:\n      - run: echo hi\n"
 EVERY_USER = {
     # What system:basic-user and system:discovery grant every authenticated user.
     ("authorization.k8s.io", "selfsubjectaccessreviews", "create", ""),
@@ -138,9 +139,39 @@ def _rules(review: dict[str, Any]) -> set[tuple[str, str, str, str]]:
     return out
 
 
-def _declared(namespace: str) -> set[tuple[str, str, str, str]]:
-    declared = yaml.safe_load(PERMISSIONS.read_text().replace("{namespace}", namespace))
+def _declared(*namespaces: str) -> set[tuple[str, str, str, str]]:
+    """The declared rules as a rules review of the first namespace shows them: its Role's,
+    and the ClusterRole's, whose `{namespace}` stands for every pool namespace."""
+    declared = yaml.safe_load(PERMISSIONS.read_text())
+    for rule in declared["clusterRole"]:
+        if rule.get("resourceNames") == ["{namespace}"]:
+            rule["resourceNames"] = list(namespaces)
     return _rules({"status": {"resourceRules": declared["role"] + declared["clusterRole"]}})
+
+
+def _token(kube: RealKube, namespace: str, account: str) -> str:
+    answer = kube.request(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
+        json={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}},
+    )
+    assert answer.status_code == 201, answer.text
+    return str(answer.json()["status"]["token"])
+
+
+def _granted(kube: RealKube, token: str, namespace: str) -> set[tuple[str, str, str, str]]:
+    review = kube.request(
+        "POST",
+        "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews",
+        token=token,
+        json={
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectRulesReview",
+            "spec": {"namespace": namespace},
+        },
+    )
+    assert review.status_code == 201, review.text
+    return _rules(review.json()) - EVERY_USER
 
 
 async def test_the_production_values_install_and_the_controller_runs_with_the_charts_token(
@@ -193,10 +224,7 @@ async def test_the_production_values_install_and_the_controller_runs_with_the_ch
     data["identity"] = {"trustDomain": "ci.example.com", "cluster": "production", "svidTimeoutSeconds": 5}
     started = time.time()
     async with in_process(ControllerConfig.model_validate(data)) as running:
-        run = gitea.submit(
-            "acme/app",
-            "on: push\njobs:\n  build:\n    runs-on: [self-hosted, local]\n    steps:\n      - run: echo hi\n",
-        )
+        run = gitea.submit("acme/app", QUICK)
         done = await wait_run_done(gitea, run.id, within=120)
         log = "\n".join(gitea.task(done.jobs[0].task_id).log_rows)
         # No SPIRE agent here: the executor ran in its Pod and waited for its SVID in vain.
@@ -267,3 +295,33 @@ def test_an_upgrade_keeps_the_generated_keys_and_uninstall_leaves_nothing(
     while (left := _ours(real_kube, "mini")) and time.monotonic() < deadline:
         time.sleep(1)
     assert left == [], left
+
+
+async def test_a_pod_pool_values_file_gives_each_pool_namespace_the_declared_rights(
+    cluster_ready: RemoteNode, helm_cli: Helm, real_kube: RealKube, gitea: GiteaDouble, nats_url: str, tmp_path: Path
+) -> None:
+    """ci/two-pools-values.yaml: a second Pod pool in a namespace of its own (made by the admin,
+    `restricted`), without identity. The chart's token has the declared rights in both pool
+    namespaces, and a job of the second pool runs with it there."""
+    ns, large = "pools", "ci-large"
+    real_kube.namespace(ns, enforce="restricted")
+    real_kube.namespace(large, enforce="restricted")
+    helm_cli("install", "pools", str(CHART), "-n", ns, "-f", str(CHART / "ci" / "two-pools-values.yaml"))
+    token = _token(real_kube, ns, "pools-dynrunner-controller")
+    for namespace in (f"{ns}-jobs", large):
+        granted = _granted(real_kube, token, namespace)
+        wanted = _declared(namespace, *({f"{ns}-jobs", large} - {namespace}))
+        assert granted == wanted, (namespace, sorted(granted ^ wanted))
+    kubeconfig = real_kube.kubeconfig(tmp_path / "sa.kubeconfig", token=token, namespace=large)
+    data = kube_controller_data(
+        gitea.url, gitea.registration_token, nats_url, kubeconfig, tmp_path / "state", namespace=large, identity=False
+    )
+    async with in_process(ControllerConfig.model_validate(data)) as running:
+        run = gitea.submit("acme/big", QUICK)
+        done = await wait_run_done(gitea, run.id, within=120)
+        assert done.status == "success", "\n".join(gitea.task(done.jobs[0].task_id).log_rows)
+        await wait_for(
+            lambda: not any(p.capacity.in_use for p in running.controller.pools.values()), within=60, what="reaped"
+        )
+    assert real_kube.request("GET", f"/api/v1/namespaces/{large}/pods").json()["items"] == []
+    helm_cli("uninstall", "pools", "-n", ns, "--wait", "--timeout", "120s")
