@@ -238,9 +238,18 @@ async def test_the_production_values_install_and_the_controller_runs_with_the_ch
     assert {("create", "pods"), ("create", "secrets"), ("create", "clusterstaticentries")} <= made, made
     refused = [(e["verb"], e["requestURI"]) for e in calls if (e.get("responseStatus") or {}).get("code") == 403]
     assert not refused, refused
-    left = real_kube.request("GET", "/apis/spire.spiffe.io/v1alpha1/clusterstaticentries").json()["items"]
-    assert left == []
-    assert real_kube.request("GET", f"/api/v1/namespaces/{jobs_ns}/pods").json()["items"] == []
+    await wait_for(lambda: _none_left(real_kube, jobs_ns), within=60, what="no Pod, Secret or entry left")
+
+
+def _none_left(kube: RealKube, namespace: str) -> bool:
+    """No Pod, no Secret of the controller in `namespace`, no ClusterStaticEntry (a Pod the
+    controller deleted stays until its kubelet ends it)."""
+    paths = [
+        f"/api/v1/namespaces/{namespace}/pods",
+        f"/api/v1/namespaces/{namespace}/secrets?labelSelector=app.kubernetes.io/managed-by%3Ddynrunner",
+        "/apis/spire.spiffe.io/v1alpha1/clusterstaticentries",
+    ]
+    return all(kube.request("GET", path).json()["items"] == [] for path in paths)
 
 
 def _iso(stamp: float) -> str:
@@ -323,5 +332,5 @@ async def test_a_pod_pool_values_file_gives_each_pool_namespace_the_declared_rig
         await wait_for(
             lambda: not any(p.capacity.in_use for p in running.controller.pools.values()), within=60, what="reaped"
         )
-    assert real_kube.request("GET", f"/api/v1/namespaces/{large}/pods").json()["items"] == []
+    await wait_for(lambda: _none_left(real_kube, large), within=60, what="no Pod or Secret left")
     helm_cli("uninstall", "pools", "-n", ns, "--wait", "--timeout", "120s")
