@@ -143,10 +143,11 @@ def _declared(*namespaces: str) -> set[tuple[str, str, str, str]]:
     """The declared rules as a rules review of the first namespace shows them: its Role's,
     and the ClusterRole's, whose `{namespace}` stands for every pool namespace."""
     declared = yaml.safe_load(PERMISSIONS.read_text())
-    for rule in declared["clusterRole"]:
+    cluster = declared["clusterRole"] + declared.get("identityClusterRole", [])  # a pool has identity
+    for rule in cluster:
         if rule.get("resourceNames") == ["{namespace}"]:
             rule["resourceNames"] = list(namespaces)
-    return _rules({"status": {"resourceRules": declared["role"] + declared["clusterRole"]}})
+    return _rules({"status": {"resourceRules": declared["role"] + cluster}})
 
 
 def _token(kube: RealKube, namespace: str, account: str) -> str:
