@@ -24,8 +24,8 @@ test: PEERS_FLAGS = --allow-missing --budget 2400
 test: lint clients chart-tools peers
 	$(BIN)/python tools/run_suite.py -q --durations=25
 
-# Real Gitea releases and SPIRE built from their Go modules into a cache outside the repository
-# (docs/real-peers.md), for tests/peers. Under `make test` one that cannot be built says why in
+# Real Gitea releases, SPIRE, etcd, Kubernetes and spire-controller-manager built from their Go
+# modules into a cache outside the repository (docs/real-peers.md), for tests/peers. Under `make test` one that cannot be built says why in
 # one line and its tests skip, and no build starts after 40 minutes (a cold CI); `make peers`
 # alone builds everything and fails when something is left unbuilt.
 peers: venv

@@ -24,4 +24,5 @@ pytest_plugins = [
     "tests.fixtures.controller_nats",
     "tests.fixtures.real_gitea",
     "tests.fixtures.gitea_contract",
+    "tests.fixtures.real_kubernetes",
 ]

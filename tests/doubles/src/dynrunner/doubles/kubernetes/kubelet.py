@@ -445,6 +445,10 @@ class Kubelet:
         self.registry = registry
         self.recorder = Recorder(store, "kubelet", node)
         self.workers: dict[str, tuple[PodWorker, asyncio.Task[None]]] = {}
+        # Pods whose worker ended (restartPolicy Never: never run again), as the kubelet's pod
+        # workers remember terminated pods: a stale event of one (a watch behind the
+        # kubelet's own writes, against a real API server) must not start it anew.
+        self.finished: set[str] = set()
         self.pulled: set[str] = set()
         self.lost = False
         self._ips = 1
@@ -507,11 +511,16 @@ class Kubelet:
         uid = pod["metadata"]["uid"]
         entry = self.workers.get(uid)
         if entry is None:
-            if pod["status"].get("phase") in ("Succeeded", "Failed"):
+            if pod["status"].get("phase") in ("Succeeded", "Failed") or uid in self.finished:
                 return
             worker = PodWorker(self, pod)
             task = asyncio.ensure_future(worker.run())
-            task.add_done_callback(lambda _t: self.workers.pop(uid, None))
+
+            def done(_t: asyncio.Task[None]) -> None:
+                self.workers.pop(uid, None)
+                self.finished.add(uid)
+
+            task.add_done_callback(done)
             self.workers[uid] = (worker, task)
             return
         if pod["metadata"].get("deletionTimestamp"):
