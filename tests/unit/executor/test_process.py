@@ -104,8 +104,12 @@ async def test_stop_signals_the_whole_group(tmp_path: Path) -> None:
         await asyncio.sleep(0.02)
     child = int(pidfile.read_text())
     stop.set()
+    signalled = time.monotonic()
     code, stopped, lines = await task
-    assert stopped and code == -signal.SIGINT  # SIGINT was enough: neither SIGTERM nor SIGKILL was sent
+    # SIGINT was enough: the group was gone before the SIGTERM grace began. Bash itself ends
+    # either by the SIGINT or, when it sees its `wait` child die of it first, with `wait`'s 0.
+    assert stopped and code in (0, -signal.SIGINT), code
+    assert time.monotonic() - signalled < patient.sigint_grace
     assert "started" in lines
     assert not _alive(child)
 
