@@ -23,6 +23,7 @@ from dynrunner.controller.coordination.capacity import Capacity
 from dynrunner.controller.infra.metrics import Metrics
 from dynrunner.controller.infra.sealing import Sealer
 from dynrunner.controller.launching.launcher import Launcher
+from dynrunner.controller.reporting.stagelog import Heartbeat
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.proto.assignment import Assignment, SealedAssignment
 from dynrunner.proto.gitea import GiteaClient, RunnerCredentials, TaskState
@@ -105,10 +106,11 @@ def launcher(
 
 @pytest.mark.parametrize("capabilities", [(), ("cancelling",)])
 async def test_a_run_cancelled_before_the_start_is_not_started(
-    gitea: GiteaDouble, tmp_path: Path, capabilities: tuple[str, ...]
+    gitea: GiteaDouble, tmp_path: Path, capabilities: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Without the cancelling capability Gitea ends the task and deletes the runner at once;
     with it, the task is cancelling and the launcher ends it (which deletes the runner)."""
+    noticed = heartbeat_ended(monkeypatch)
     sealed = await claimed_assignment(gitea, capabilities)
     gate = Gate(LocalBackend("local", tmp_path / "root", fake_executor_command()))
     capacity, metrics = Capacity("local", 2), Metrics()
@@ -118,7 +120,9 @@ async def test_a_run_cancelled_before_the_start_is_not_started(
     assert capacity.holds(sealed.assignment_id)
     [run] = gitea.runs()
     gitea.cancel_run(run.id)
-    await asyncio.sleep(0.3)  # the heartbeat notices
+    # The create is let go once the heartbeat learned of the cancel (a fixed 0.3 s was too
+    # short under load: the cancel came after the create, and the start was ended instead).
+    await asyncio.wait_for(noticed.wait(), 30)
     gate.open.set()
     await launching
     assert delivery.calls == ["ack"]
@@ -415,6 +419,20 @@ class SlowPull(DelegatingBackend):
                 yield event
 
 
+def heartbeat_ended(monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
+    """Set once a heartbeat learned from Gitea that its task is over."""
+    ended = asyncio.Event()
+    run = Heartbeat.run
+
+    async def watched(self: Heartbeat) -> None:
+        await run(self)
+        if self.ended is not None:
+            ended.set()
+
+    monkeypatch.setattr(Heartbeat, "run", watched)
+    return ended
+
+
 def count_update_tasks(monkeypatch: pytest.MonkeyPatch) -> dict[int, int]:
     """UpdateTask calls this process makes, by task id (the controller's heartbeats)."""
     calls: dict[int, int] = {}
@@ -437,14 +455,17 @@ async def test_a_slow_start_is_followed_with_stage_lines_and_heartbeats_but_hold
     capacity = Capacity("local", 2)
     launch = launcher(gitea, backend, capacity, Metrics())
     delivery = FakeDelivery(sealed)
-    await asyncio.wait_for(launch._launch(delivery), 5)  # type: ignore[arg-type]
+    await asyncio.wait_for(launch._launch(delivery), 30)  # type: ignore[arg-type]
     # The delivery is answered and the launch is over while the image is still being pulled.
     assert delivery.calls == ["ack"]
     assert launch.launching == set() and launch.busy() == {sealed.assignment_id}
     assert capacity.holds(sealed.assignment_id)
     await wait_for(lambda: len(gitea.task(sealed.task_id).log_rows) == 3, what="the progress lines")
-    await asyncio.sleep(0.5)
-    assert beats.get(sealed.task_id, 0) >= 5, beats  # every 0.05 s while it waits
+    # Beats go on while it waits (every 0.05 s: 0.5 s held only 4 of them on a loaded machine).
+    waiting = time.monotonic()
+    first = beats.get(sealed.task_id, 0)
+    await wait_for(lambda: beats.get(sealed.task_id, 0) >= first + 5, what="five more heartbeats")
+    print(f"5 heartbeats (interval 0.05 s) took {time.monotonic() - waiting:.2f} s")
     assert gitea.task(sealed.task_id).status == "running"
     backend.pulled.set()
     await wait_for(lambda: gitea.task(sealed.task_id).status == "success", what="the job ran")

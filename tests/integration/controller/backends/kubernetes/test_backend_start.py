@@ -6,9 +6,12 @@ and once for a start that ran out of time (the contract itself: tests/conformanc
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import threading
 
 from dynrunner.controller.backends.base import FailureReason, StartEvent, StartStage
 from dynrunner.doubles.kubernetes.cluster import Cluster
+from tests.fixtures.harness import wait_for
 from tests.fixtures.kubernetes_backend import IMAGE, BackendFactory, job
 
 
@@ -22,9 +25,26 @@ async def follow(backend: object, env: object, within: float = 20.0) -> list[Sta
 async def test_a_start_is_told_as_scheduled_pulling_pulled_then_started(
     kube_backend_factory: BackendFactory, pod_cluster: Cluster
 ) -> None:
+    # The Pod and its events come by two watches: with an instant pull the running Pod may
+    # come before the Pulling event (under load, it did), and the start is over with no pulling
+    # line. A real pull takes a while: here it lasts until the "pulling" line was told.
+    hold = threading.Event()
+    images = pod_cluster.kubelets["node-a"].options.images
+    images[IMAGE] = dataclasses.replace(images[IMAGE], pull_hold=hold)
     async with kube_backend_factory(imagePullPolicy="Always") as backend:
         env = await backend.create(job("hang"))
-        events = await follow(backend, env)
+        events: list[StartEvent] = []
+
+        async def collect() -> None:
+            async for event in backend.follow_start(env):
+                events.append(event)
+
+        following = asyncio.create_task(asyncio.wait_for(collect(), 60))
+        try:
+            await wait_for(lambda: len(events) >= 2 or following.done(), within=60, what="the pulling line")
+        finally:
+            hold.set()
+        await following
         lines = [e.line for e in events if e.stage is StartStage.PROGRESS]
         assert lines[:2] == ["pod scheduled on node node-a", f"pulling image {IMAGE}"], lines
         # The kubelet writes the Pulled event and the running container separately: a start seen

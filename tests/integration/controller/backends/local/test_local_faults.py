@@ -31,6 +31,10 @@ async def test_the_executor_outlives_its_wrapper_killed_alone(tmp_path: Path, ki
     wrapper = layout.read_int(layout.pid_file)
     assert wrapper is not None
     executor = await wait_for(lambda: children(wrapper), what="the executor started")
+    # The wrapper's child records its pid before it execs the executor: the backend knows the
+    # executor from then on. Killed before that (a forked child not yet run, on a loaded
+    # machine), the wrapper's end is all the backend can see, and it says "vanished".
+    await wait_for(lambda: layout.read_int(layout.executor_pid_file), what="the executor recorded its pid")
     os.kill(wrapper, signal.SIGKILL)  # the wrapper alone, not its group
     await wait_for(lambda: not alive(wrapper), what="the wrapper gone")
 

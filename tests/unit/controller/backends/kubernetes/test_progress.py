@@ -58,3 +58,15 @@ def test_a_pod_waiting_for_a_node_and_one_that_cannot_mount() -> None:
     ]
     present = [{"reason": "Pulled", "message": 'Container image "img:1" already present on machine'}]
     assert start_lines(mounting, present)[1] == "image img:1 already present on node n1"
+
+
+def test_the_nodes_events_wait_for_the_pod_seen_scheduled() -> None:
+    """The Pod and its events come by two watches: a Pulling event may be seen before the Pod's
+    node. Its line waits, so that the log never says "pulling" before "scheduled"."""
+    start = recorded("started")
+    unscheduled = {**start["pod"], "spec": {**start["pod"]["spec"], "nodeName": ""}}
+    assert start_lines(unscheduled, start["events"]) == []
+    assert start_lines(start["pod"], start["events"])[:2] == [
+        "pod scheduled on node node-a",
+        "pulling image registry.example/dynrunner/executor:1.0",
+    ]

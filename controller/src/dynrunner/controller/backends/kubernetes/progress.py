@@ -25,12 +25,15 @@ _PULLING = re.compile(r'Pulling image "(?P<image>[^"]+)"')
 def start_lines(pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> list[str]:
     """Every line the start deserves so far, oldest first (the caller writes the new ones).
 
-    `events` are the Pod's events (oldest first), as the API serves them."""
+    `events` are the Pod's events (oldest first), as the API serves them. They are its node's
+    (the kubelet's, a volume's attachment), so they wait for the Pod seen scheduled: the Pod
+    and its events come by two watches, and a Pulling event seen first told "pulling image"
+    before "pod scheduled on node" (under load)."""
     lines: list[str] = []
     node = (pod.get("spec") or {}).get("nodeName") or ""
     if node:
         lines.append(f"pod scheduled on node {node}")
-    for event in events:
+    for event in events if node else ():
         reason, message = event.get("reason"), str(event.get("message") or "")
         if reason == "Pulling" and (match := _PULLING.search(message)):
             lines.append(f"pulling image {match['image']}")

@@ -2,11 +2,13 @@
 
 An `Image` maps a reference (`registry.example/dynrunner/executor:1.0`) to the command its
 entrypoint runs on this host, its environment, and how pulling it behaves: a delay, or a
-failure with containerd's messages (as the kubelet reports them in ErrImagePull).
+failure with containerd's messages (as the kubelet reports them in ErrImagePull), or a hold
+the test releases.
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 
@@ -20,6 +22,9 @@ class Image:
     size: int = 52_428_800
     # "not-found", "unauthorized", or a containerd message of one's own; None pulls fine.
     pull_error: str | None = None
+    # A test's hand on the pull: it lasts (after pull_seconds) until this is set, so a test can
+    # see the "Pulling" stage before the container runs without betting on a duration.
+    pull_hold: threading.Event | None = None
 
 
 def this_environment(*entrypoint: str, pull_seconds: float = 0.0) -> Image:

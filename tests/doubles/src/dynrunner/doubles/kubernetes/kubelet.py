@@ -188,6 +188,8 @@ class PodWorker:
             started = time.monotonic()
             if image is not None:
                 await self.pause(image.pull_seconds)
+                while image.pull_hold is not None and not image.pull_hold.is_set():
+                    await self.pause(0.02)
             error = "not-found" if image is None else image.pull_error
             if error is None:
                 took = time.monotonic() - started
