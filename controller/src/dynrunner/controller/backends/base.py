@@ -277,3 +277,8 @@ class ReportsIsolation(Protocol):
 
 class BackendError(Exception):
     """Creating or handling an environment failed; the message is shown to the user."""
+
+
+class JobRefused(BackendError):
+    """The job itself cannot run in this pool (e.g. its `services:` cannot be built): no
+    attempt would do better, so the launcher finalizes the task at once with this message."""
