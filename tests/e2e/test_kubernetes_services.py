@@ -18,7 +18,13 @@ from dynrunner.doubles.kubernetes.cluster import Cluster
 from dynrunner.doubles.kubernetes.images import Image
 from tests.fixtures import redis_like
 from tests.fixtures.harness import in_process, wait_for, wait_run_done
-from tests.fixtures.kubernetes_backend import NOTHING_LEFT, executor_cluster_options, kube_controller_data, left_over
+from tests.fixtures.kubernetes_backend import (
+    NOTHING_LEFT,
+    ObjectLog,
+    executor_cluster_options,
+    kube_controller_data,
+    left_over,
+)
 from tests.fixtures.ports import reserve_port
 
 PROBE = f"python {redis_like.__file__} probe {{port}}"
@@ -111,3 +117,21 @@ async def test_an_unhealthy_service_fails_the_job_naming_it(
         assert "Ready to accept connections" in text, text  # the service's last output
         assert "service answered" not in text, text
         await nothing_left(services_cluster, running)
+
+
+async def test_two_services_on_one_port_fail_the_job_before_any_pod(
+    gitea: GiteaDouble, nats_url: str, services_cluster: Cluster, tmp_path: Path, service_port: int
+) -> None:
+    clash = workflow(service_port, "true").replace(
+        "    steps:", f"      cache:\n        image: redis:7\n        ports: ['{service_port}']\n    steps:", 1
+    )
+    with ObjectLog(services_cluster.api) as seen:
+        async with in_process(config(gitea, nats_url, services_cluster, tmp_path)) as running:
+            run = gitea.submit("acme/app", clash)
+            done = await wait_run_done(gitea, run.id, within=60)
+            text = log_of(gitea, run.id)
+            assert done.status == "failure", text
+            assert "the job failed: The job's `services:` cannot run in this pool: services `" in text, text
+            assert f"both listen on port {service_port}" in text and "`cache`" in text and "`redis`" in text, text
+            await nothing_left(services_cluster, running)
+    assert seen.pods == {}
