@@ -114,7 +114,7 @@ async def test_an_unhealthy_service_fails_the_job_naming_it(
         assert done.status == "failure", text
         assert "Service 'redis' is unhealthy: its startup probe (`--health-cmd`) kept failing" in text, text
         assert "Startup probe failed: not ready" in text, text
-        assert "Ready to accept connections" in text, text  # the service's last output
+        assert "last lines of service 'redis' output:\n[dynrunner] Ready to accept connections" in text, text
         assert "service answered" not in text, text
         await nothing_left(services_cluster, running)
 

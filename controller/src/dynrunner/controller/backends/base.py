@@ -78,6 +78,8 @@ class Diagnosis:
     """One or two sentences for the job log, saying what happened in the user's terms."""
     detail: str = ""
     """Extra evidence (e.g. the executor's last output lines); mask secrets before showing it."""
+    detail_heading: str = "last lines of the executor's output:"
+    """The line shown before `detail` (another container's evidence says whose it is)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,7 +70,8 @@ def test_a_failed_startup_probe_fails_the_job_naming_the_service_with_its_output
     assert observation.diagnosis.message == (
         "Service 'redis' is unhealthy: its startup probe (`--health-cmd`) kept failing: Startup probe failed: NOAUTH"
     )
-    assert observation.diagnosis.detail == "The service's last output:\nReady to accept connections"
+    assert observation.diagnosis.detail == "Ready to accept connections"
+    assert observation.diagnosis.detail_heading == "last lines of service 'redis' output:"
 
 
 def test_a_service_that_exits_fails_the_job_with_its_status() -> None:
@@ -104,3 +105,17 @@ def test_a_plain_init_container_is_not_a_service() -> None:
     setup = {"name": "setup", "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}
     assert "setup" not in str(essentials(pending(setup)))
     assert classify(facts(pending(setup))).phase is Phase.STARTING
+
+
+def test_a_service_stopped_gracefully_after_its_probe_failed_says_its_output_is_unknown() -> None:
+    """redis exits 0 on SIGTERM: the kubelet then keeps no log tail in its termination message."""
+    redis = {
+        "name": "redis",
+        "restartCount": 1,
+        "state": {"running": {}},
+        "lastState": {"terminated": {"exitCode": 0, "reason": "Completed"}},
+    }
+    diagnosis = classify(facts(pending(redis))).diagnosis
+    assert diagnosis is not None
+    assert diagnosis.message == "Service 'redis' is unhealthy: it exited with status 0 (Completed)"
+    assert diagnosis.detail.startswith("The service's output is not known: it exited with status 0 when stopped")

@@ -323,8 +323,17 @@ def _service_problem(facts: PodFacts) -> Diagnosis | None:
             else:
                 reason = f"it exited with status {last.get('exitCode')} ({last.get('reason') or 'no reason given'})"
             output = str(last.get("message") or "").rstrip()
-            detail = f"The service's last output:\n{output}" if output else "The service wrote no output."
-            return Diagnosis(FailureReason.START_FAILED, f"Service '{name}' is unhealthy: {reason}", detail)
+            if output:
+                detail = output
+            elif last.get("exitCode") == 0:
+                detail = (
+                    "The service's output is not known: it exited with status 0 when stopped, and the kubelet "
+                    "keeps a container's last output (FallbackToLogsOnError) only after a failed exit."
+                )
+            else:
+                detail = "The service wrote no output."
+            heading = f"last lines of service '{name}' output:" if output else f"service '{name}' output:"
+            return Diagnosis(FailureReason.START_FAILED, f"Service '{name}' is unhealthy: {reason}", detail, heading)
         waiting = state.get("waiting") or {}
         reason, message = waiting.get("reason") or "", str(waiting.get("message") or "")
         image = container.get("image") or ""
