@@ -307,3 +307,55 @@ jobs:
     assert any("Invalid format 'nameless value'" in row and "GITHUB_OUTPUT" in row for row in log)
     assert "##[error]Can't store NODE_OPTIONS output parameter using '$GITHUB_ENV' command." in log
     assert "X=allowed NODE_OPTIONS=unset" in log
+
+
+async def test_services_the_pod_provides_are_not_refused(
+    executor_harness: ExecutorHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a Pod whose controller made the services sidecars (DYNRUNNER_SERVICES_PROVIDED), the
+    executor starts none, gives `job.services` the ports, and masks the credentials."""
+    workflow = """
+on: push
+jobs:
+  build:
+    runs-on: self-hosted
+    services:
+      db:
+        image: registry.example.com/postgres:16
+        ports: ['5432']
+        credentials: {username: bot, password: pull-password-1}
+    steps:
+      - run: echo "port ${{ job.services.db.ports['5432'] }} with pull-password-1"
+"""
+    monkeypatch.setenv("DYNRUNNER_SERVICES_PROVIDED", "db")
+    claimed = await executor_harness.claim(workflow)
+    assignment = dataclasses.replace(claimed.assignment, backend="kubernetes")
+    assert await executor_harness.run(assignment) == 0
+    view = executor_harness.gitea.task(claimed.task_id)
+    assert view.result == Result.SUCCESS, view.log_rows
+    assert any(row.endswith("port 5432 with ***") for row in view.log_rows), view.log_rows
+    assert not any("pull-password-1" in row for row in view.log_rows)
+
+
+async def test_services_the_pod_does_not_provide_are_still_refused(
+    executor_harness: ExecutorHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    workflow = """
+on: push
+jobs:
+  build:
+    runs-on: self-hosted
+    services:
+      db:
+        image: postgres:16
+      cache:
+        image: redis:7
+    steps:
+      - run: echo hi
+"""
+    monkeypatch.setenv("DYNRUNNER_SERVICES_PROVIDED", "db")
+    claimed = await executor_harness.claim(workflow)
+    assignment = dataclasses.replace(claimed.assignment, backend="kubernetes")
+    assert await executor_harness.run(assignment) == 0
+    (error,) = errors(executor_harness.gitea.task(claimed.task_id).log_rows)
+    assert "does not run in Pod pools yet" in error

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from dynrunner.executor.actions import Actions, NodeRuntime
 from dynrunner.executor.actions.reference import GITHUB_URL
@@ -73,6 +74,7 @@ from dynrunner.executor.steps.processes import LOCAL, Processes
 from dynrunner.executor.supervise import Deadlines, JobSignals
 from dynrunner.executor.workflow import RunDefaults, Workflow
 from dynrunner.proto.assignment import JOB_KEY_RE, Assignment
+from dynrunner.proto.containers import SERVICES_PROVIDED_ENV
 from dynrunner.proto.gitea import Need, Result
 
 DEFAULT_TIMEOUT_MINUTES = 360.0
@@ -240,14 +242,21 @@ class JobRunner:
         processes: Processes = LOCAL
         job_spec: ContainerSpec | None = None
         service_specs: list[ContainerSpec] = []
+        provided = not job.container and bool(job.services) and _provided_services() == set(job.services)
         if job.container or job.services:
-            assert podman is not None  # _refusal said so otherwise
+            assert podman is not None or provided  # _refusal said so otherwise
             try:
                 job_spec, service_specs = read_job_containers(job.container, job.services, evaluator.text)
             except (SpecError, ExpressionError) as err:
                 self.error(str(err))
                 return JobResult(Result.FAILURE)
-        if podman is not None and (job_spec is not None or service_specs):
+        if provided:
+            for service in service_specs:
+                if service.credentials:
+                    self.masker.add(service.credentials[1])
+            contexts.services = _sidecar_context(service_specs)
+            self.log(f"Services: {', '.join(s.name for s in service_specs)} (sidecars of the job's Pod, healthy)")
+        elif podman is not None and (job_spec is not None or service_specs):
             for spec in (job_spec, *service_specs):
                 if spec is not None and spec.credentials:
                     self.masker.add(spec.credentials[1])
@@ -467,6 +476,8 @@ class JobRunner:
             return f"The assignment is for job {key!r}, but the workflow Gitea sent holds job {job.key!r}."
         if not (job.container or job.services):
             return None
+        if not job.container and _provided_services() == set(job.services):
+            return None  # the job's Pod runs them as sidecars (docs/kubernetes.md, "Services")
         what = "sets `container:`" if job.container else f"declares `services:` ({', '.join(sorted(job.services))})"
         if self.assignment.backend == "kubernetes":
             return (
@@ -544,3 +555,17 @@ def _needs_status(needs: Mapping[str, Need]) -> str:
 def _runtime_token(a: Assignment) -> str:
     context = a.task.context or {}
     return str(context.get("gitea_runtime_token") or context.get("token") or "")
+
+
+def _provided_services() -> set[str]:
+    """The services the job's Pod already runs as sidecars (set by the Kubernetes backend)."""
+    return {name for name in os.environ.get(SERVICES_PROVIDED_ENV, "").split(",") if name}
+
+
+def _sidecar_context(specs: list[ContainerSpec]) -> dict[str, Any]:
+    """`job.services` for sidecars: no container id the job could use, the Pod's network, and
+    each port as itself (reached on localhost or the service's name)."""
+    return {
+        spec.name: {"id": "", "network": "", "ports": {p.rsplit(":", 1)[-1]: p.rsplit(":", 1)[-1] for p in spec.ports}}
+        for spec in specs
+    }

@@ -78,6 +78,8 @@ class Diagnosis:
     """One or two sentences for the job log, saying what happened in the user's terms."""
     detail: str = ""
     """Extra evidence (e.g. the executor's last output lines); mask secrets before showing it."""
+    detail_heading: str = "last lines of the executor's output:"
+    """The line shown before `detail` (another container's evidence says whose it is)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,3 +279,8 @@ class ReportsIsolation(Protocol):
 
 class BackendError(Exception):
     """Creating or handling an environment failed; the message is shown to the user."""
+
+
+class JobRefused(BackendError):
+    """The job itself cannot run in this pool (e.g. its `services:` cannot be built): no
+    attempt would do better, so the launcher finalizes the task at once with this message."""

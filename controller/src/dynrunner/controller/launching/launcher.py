@@ -34,7 +34,7 @@ from typing import Protocol
 
 from dynrunner.controller.assignments.finalize_records import FinalizeRecord, FinalizeRecords, step_names
 from dynrunner.controller.assignments.launched import LaunchRecord
-from dynrunner.controller.backends.base import Backend
+from dynrunner.controller.backends.base import Backend, JobRefused
 from dynrunner.controller.coordination.capacity import Capacity
 from dynrunner.controller.infra.logs import log_context
 from dynrunner.controller.infra.loops import Backoff, Stopping
@@ -308,7 +308,9 @@ class Launcher:
         except Exception as err:
             await heartbeat.stop()
             self._metrics.errors.labels(pool=self.pool, kind="launch").inc()
-            if delivery.is_last_attempt:
+            if isinstance(err, JobRefused):
+                await self._give_up(delivery, assignment, client, str(err), claim)
+            elif delivery.is_last_attempt:
                 reason = (
                     f"the {self._backend.name} environment could not be created "
                     f"(attempt {delivery.num_delivered} of {delivery.max_deliver}): {_describe(err)}"

@@ -110,7 +110,7 @@ def failure_report(observation: Observation, masks: Sequence[str]) -> str:
         return "the job's environment ended without its executor reporting a result"
     text = f"{diagnosis.message} [{diagnosis.reason.value}]"
     if diagnosis.detail:
-        text += "\nlast lines of the executor's output:\n" + mask_secrets(diagnosis.detail, masks)
+        text += f"\n{diagnosis.detail_heading}\n" + mask_secrets(diagnosis.detail, masks)
     return text
 
 

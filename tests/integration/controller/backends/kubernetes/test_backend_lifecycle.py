@@ -5,14 +5,16 @@ nothing behind."""
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
+import pytest
 from kubernetes import client
 
-from dynrunner.controller.backends.base import Phase
+from dynrunner.controller.backends.base import JobRefused, Phase
 from dynrunner.doubles.kubernetes.cluster import Cluster
 from tests.fixtures.kubernetes import CSE, api_client
-from tests.fixtures.kubernetes_backend import NOTHING_LEFT, BackendFactory, job, left_over, until
+from tests.fixtures.kubernetes_backend import NOTHING_LEFT, BackendFactory, claimed, job, left_over, until
 
 NS = "ci-jobs"
 
@@ -100,3 +102,50 @@ async def test_a_pod_without_its_secret_gets_it(kube_backend_factory: BackendFac
         observation = await until(lambda: _finished(backend, env))
         assert observation.phase is Phase.SUCCEEDED
         await backend.delete(env)
+
+
+SERVICES_WORKFLOW = """on: push
+jobs:
+  build:
+    runs-on: [self-hosted, pod]
+    env:
+      FAKE_EXECUTOR: 'exit:0'
+    services:
+      cache:
+        image: registry.example.com/team/redis:7
+        ports: ['6379']
+        credentials: {username: bot, password: hunter2}
+        options: --health-cmd "redis-cli ping" --user 999
+"""
+
+
+async def test_services_get_a_pull_secret_owned_by_the_pod(
+    kube_backend_factory: BackendFactory, pod_cluster: Cluster
+) -> None:
+    """The API server accepts the Pod with its sidecar; the per-job pull secret belongs to the
+    Pod (garbage-collected with it) and is deleted with the job."""
+    assignment = claimed(workflow=SERVICES_WORKFLOW, assignment_id=str(uuid.uuid4()))
+    async with kube_backend_factory() as backend:
+        env = await backend.create(assignment)
+        pod = raw(pod_cluster, "pod", env.name)
+        assert [c["name"] for c in pod["spec"]["initContainers"]] == ["cache"]
+        assert pod["spec"]["imagePullSecrets"] == [{"name": f"{env.name}-pull"}]
+        pull = raw(pod_cluster, "secret", f"{env.name}-pull")
+        assert pull["type"] == "kubernetes.io/dockerconfigjson"
+        assert pull["metadata"]["ownerReferences"][0]["uid"] == pod["metadata"]["uid"]
+        await backend.delete(env)
+        await until(lambda: left_over(pod_cluster) == NOTHING_LEFT)
+
+
+async def test_services_that_cannot_run_fail_before_anything_is_made(
+    kube_backend_factory: BackendFactory, pod_cluster: Cluster
+) -> None:
+    clash = SERVICES_WORKFLOW + "      other:\n        image: valkey:8\n        ports: ['6379']\n"
+    assignment = claimed(workflow=clash, assignment_id=str(uuid.uuid4()))
+    async with kube_backend_factory() as backend:
+        with pytest.raises(JobRefused) as refused:
+            await backend.create(assignment)
+        assert str(refused.value) == (
+            "The job's `services:` cannot run in this pool: services `cache` and `other` both listen on port 6379"
+        )
+        assert left_over(pod_cluster) == NOTHING_LEFT

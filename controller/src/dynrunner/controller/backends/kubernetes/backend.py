@@ -28,13 +28,14 @@ from dynrunner.controller.backends.base import (
     Diagnosis,
     Environment,
     FailureReason,
+    JobRefused,
     Observation,
     Phase,
     StartEvent,
     StartStage,
     Wake,
 )
-from dynrunner.controller.backends.kubernetes import builders, identity
+from dynrunner.controller.backends.kubernetes import builders, identity, services
 from dynrunner.controller.backends.kubernetes.api import AlreadyExists, KubeApi, NotFound
 from dynrunner.controller.backends.kubernetes.builders import PodSettings
 from dynrunner.controller.backends.kubernetes.check import Finding, check
@@ -202,7 +203,11 @@ class KubernetesBackend:
             return
         kept = self._events.setdefault(name, {})
         kept.pop(event["metadata"]["name"], None)
-        kept[event["metadata"]["name"]] = {"reason": event.get("reason"), "message": event.get("message")}
+        kept[event["metadata"]["name"]] = {
+            "reason": event.get("reason"),
+            "message": event.get("message"),
+            "fieldPath": involved.get("fieldPath") or "",
+        }
         while len(kept) > EVENTS_KEPT:
             del kept[next(iter(kept))]
         pod = self.pods.cache.get(name)
@@ -218,31 +223,38 @@ class KubernetesBackend:
                 identity.expected_spiffe_id(assignment, self.settings.trust_domain)
             except contract.ContractError as err:
                 raise BackendError(str(err)) from err
-        handed = builders.handed(assignment, self.settings)
-        self._assignments[assignment.assignment_id] = handed
         name = contract.environment_name(assignment.assignment_id)
         labels = builders.job_labels(assignment, stream_seq)
+        try:
+            specs = services.job_services(assignment.task.workflow_payload)
+            spec = builders.pod(assignment, self.settings, stream_seq=stream_seq)
+        except services.ServicesError as err:
+            raise JobRefused(f"The job's `services:` cannot run in this pool: {err}") from None
+        pull = services.pull_secret(specs, name=name, namespace=self.namespace, labels=labels)
+        handed = builders.handed(assignment, self.settings)
+        self._assignments[assignment.assignment_id] = handed
         secret = builders.secret(encode(handed), name=name, namespace=self.namespace, labels=labels)
-        with contextlib.suppress(AlreadyExists):
-            await self.api.create_secret(self.namespace, secret)
+        for made in (secret, pull) if pull is not None else (secret,):
+            with contextlib.suppress(AlreadyExists):
+                await self.api.create_secret(self.namespace, made)
         pod = self.pods.cache.get(name)
         if pod is None:
             try:
-                pod = await self.api.create_pod(
-                    self.namespace, builders.pod(assignment, self.settings, stream_seq=stream_seq)
-                )
+                pod = await self.api.create_pod(self.namespace, spec)
                 self.pods.remember(pod)
                 log.info("Pod %s/%s created", self.namespace, name)
             except AlreadyExists:
                 pod = self.pods.cache.get(name) or await self.api.get_pod(self.namespace, name)
-        await self._own_secret(name, pod["metadata"]["uid"])
+        await self._own_secrets(name, pod["metadata"]["uid"], pull=pull is not None)
         return self._environment(pod)
 
-    async def _own_secret(self, name: str, pod_uid: str) -> None:
-        """The Secret belongs to the Pod from now on: Kubernetes deletes it with the Pod."""
+    async def _own_secrets(self, name: str, pod_uid: str, *, pull: bool) -> None:
+        """The Secrets belong to the Pod from now on: Kubernetes deletes them with the Pod."""
         if name in self._owned:
             return
         patch = {"metadata": {"ownerReferences": [builders.owner_reference(name, pod_uid)]}}
+        if pull:
+            await self.api.patch_secret(self.namespace, name + services.PULL_SECRET_SUFFIX, patch)
         await self.api.patch_secret(self.namespace, name, patch)
         self._owned.add(name)
 
@@ -353,6 +365,8 @@ class KubernetesBackend:
             if name not in self._owned:
                 with contextlib.suppress(NotFound):
                     await self.api.delete_secret(self.namespace, name)
+                with contextlib.suppress(NotFound):
+                    await self.api.delete_secret(self.namespace, name + services.PULL_SECRET_SUFFIX)
         except BaseException:
             self._deleted.discard(name)
             raise
@@ -376,7 +390,7 @@ class KubernetesBackend:
             name, labels = meta.get("name", ""), meta.get("labels") or {}
             created = parse_time(meta.get("creationTimestamp")) or now
             if (
-                name in self.pods.cache
+                name.removesuffix(services.PULL_SECRET_SUFFIX) in self.pods.cache
                 or meta.get("ownerReferences")
                 or labels.get(contract.LABEL_ASSIGNMENT_ID) in launching
                 or now - created < self.orphan_age

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from dynrunner.controller import contract
-from dynrunner.controller.backends.kubernetes import identity
+from dynrunner.controller.backends.kubernetes import identity, services
 from dynrunner.controller.backends.kubernetes.config import KubernetesBackendConfig
 from dynrunner.controller.backends.kubernetes.diagnosis import EXECUTOR_CONTAINER
 from dynrunner.controller.backends.kubernetes.merge import merge
@@ -160,6 +160,8 @@ def active_deadline_seconds(assignment: Assignment, grace_s: int = POD_DEADLINE_
 
 
 def pod(assignment: Assignment, settings: PodSettings, *, stream_seq: int | None = None) -> dict[str, Any]:
+    """The job's Pod: the executor, and one native sidecar per service of the job (raises
+    `services.ServicesError` for services that cannot run here)."""
     cfg = settings.backend
     name = contract.environment_name(assignment.assignment_id)
     env = [{"name": TERMINATION_MESSAGE_ENV, "value": TERMINATION_MESSAGE_PATH}]
@@ -189,6 +191,9 @@ def pod(assignment: Assignment, settings: PodSettings, *, stream_seq: int | None
         "terminationMessagePath": TERMINATION_MESSAGE_PATH,
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
+    specs = services.job_services(assignment.task.workflow_payload)
+    if specs:
+        env.append({"name": services.PROVIDED_ENV, "value": ",".join(s.name for s in specs)})
     if cfg.image_pull_policy:
         container["imagePullPolicy"] = cfg.image_pull_policy
     if cfg.resources:
@@ -205,6 +210,11 @@ def pod(assignment: Assignment, settings: PodSettings, *, stream_seq: int | None
         "containers": [container],
         "volumes": volumes,
     }
+    if specs:
+        spec["initContainers"] = services.sidecars(specs, cfg.service_pod_security)
+        spec["hostAliases"] = services.host_aliases(specs)
+        if any(s.credentials for s in specs):
+            spec["imagePullSecrets"] = [{"name": name + services.PULL_SECRET_SUFFIX}]
     deadline = active_deadline_seconds(assignment, settings.deadline_grace_s)
     if deadline is not None:
         spec["activeDeadlineSeconds"] = deadline

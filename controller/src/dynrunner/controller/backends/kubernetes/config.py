@@ -79,6 +79,10 @@ class KubernetesBackendConfig(ConfigModel):
     tolerations: list[dict[str, Any]] = Field(default_factory=list)
     service_account_name: str = ""
     pod_template: dict[str, Any] = Field(default_factory=dict)
+    service_pod_security: Literal["restricted", "baseline"] = "restricted"
+    """How a job's `services:` sidecars run (docs/kubernetes.md, "Services"): `restricted`
+    (runAsNonRoot: an image that starts as root needs a `--user`) or `baseline` (root inside
+    the sidecar allowed; still no privilege, no added capabilities, no host namespaces)."""
 
     @field_validator("namespace")
     @classmethod

@@ -73,11 +73,25 @@ def essentials(pod: Mapping[str, Any]) -> dict[str, Any]:
     statuses = [{key: c[key] for key in ("name", "state") if key in c} for c in status.get("containerStatuses") or []]
     kept_spec = {key: spec[key] for key in ("nodeName", "activeDeadlineSeconds") if key in spec}
     kept_status = {key: status[key] for key in KEPT_STATUS if key in status}
-    return {
+    found = {
         "metadata": {key: meta[key] for key in KEPT_METADATA if key in meta},
         "spec": {**kept_spec, "containers": containers},
         "status": {**kept_status, "containerStatuses": statuses},
     }
+    sidecars = [
+        {key: c[key] for key in ("name", "image", "restartPolicy") if key in c}
+        for c in spec.get("initContainers") or []
+        if c.get("restartPolicy") == "Always"
+    ]
+    if sidecars:
+        names = {c.get("name") for c in sidecars}
+        found["spec"]["initContainers"] = sidecars
+        found["status"]["initContainerStatuses"] = [
+            {key: c[key] for key in ("name", "state", "lastState", "restartCount", "started") if key in c}
+            for c in status.get("initContainerStatuses") or []
+            if c.get("name") in names
+        ]
+    return found
 
 
 def parse_time(value: Any) -> datetime | None:
@@ -131,7 +145,7 @@ def classify(facts: PodFacts) -> Observation:
         return Observation(Phase.FAILED, _removed(facts), ready_at=ready_at)
     if "running" in state:
         return Observation(Phase.RUNNING, ready_at=ready_at)
-    stuck = _not_starting(facts, state.get("waiting") or {})
+    stuck = _service_problem(facts) or _not_starting(facts, state.get("waiting") or {})
     if stuck is not None:
         return Observation(Phase.FAILED, stuck)
     return Observation(Phase.STARTING)
@@ -275,6 +289,80 @@ def _not_starting(facts: PodFacts, waiting: Mapping[str, Any]) -> Diagnosis | No
             f"({problem.get('reason')}): {problem.get('message')}",
         )
     return None
+
+
+def service_statuses(pod: Mapping[str, Any]) -> list[tuple[Mapping[str, Any], Mapping[str, Any]]]:
+    """The job's services (native sidecars: init containers with `restartPolicy: Always`)
+    with their statuses ({} before the kubelet reports one)."""
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    statuses = {s.get("name"): s for s in status.get("initContainerStatuses") or []}
+    return [
+        (c, statuses.get(c.get("name"), {}))
+        for c in spec.get("initContainers") or []
+        if c.get("restartPolicy") == "Always"
+    ]
+
+
+def _service_problem(facts: PodFacts) -> Diagnosis | None:
+    """A service that will not become healthy before the executor starts: one that exited or
+    was restarted (its startup probe failed for its whole budget, or it stopped by itself: a
+    sidecar is restarted, the job is not held for it), one whose container cannot be created
+    (an image that runs as root under `runAsNonRoot`), or whose image cannot be pulled."""
+    pod = facts.pod
+    assert pod is not None
+    started = parse_time((pod.get("status") or {}).get("startTime")) or facts.now
+    for container, status in service_statuses(pod):
+        name = str(container.get("name") or "")
+        state = status.get("state") or {}
+        terminated = state.get("terminated") or (status.get("lastState") or {}).get("terminated")
+        if terminated is not None or (status.get("restartCount") or 0) > 0:
+            last = terminated or {}
+            probe = _probe_failure(facts.events, name)
+            if probe:
+                reason = f"its startup probe (`--health-cmd`) kept failing: {probe}"
+            else:
+                reason = f"it exited with status {last.get('exitCode')} ({last.get('reason') or 'no reason given'})"
+            output = str(last.get("message") or "").rstrip()
+            if output:
+                detail = output
+            elif last.get("exitCode") == 0:
+                detail = (
+                    "The service's output is not known: it exited with status 0 when stopped, and the kubelet "
+                    "keeps a container's last output (FallbackToLogsOnError) only after a failed exit."
+                )
+            else:
+                detail = "The service wrote no output."
+            heading = f"last lines of service '{name}' output:" if output else f"service '{name}' output:"
+            return Diagnosis(FailureReason.START_FAILED, f"Service '{name}' is unhealthy: {reason}", detail, heading)
+        waiting = state.get("waiting") or {}
+        reason, message = waiting.get("reason") or "", str(waiting.get("message") or "")
+        image = container.get("image") or ""
+        if reason in FATAL_WAITING:
+            hint = ""
+            if "runAsNonRoot" in message:
+                hint = (
+                    " (the image starts as root: give the service a numeric `--user` in `options`, or run the "
+                    "job in a pool with `servicePodSecurity: baseline`, docs/kubernetes.md)"
+                )
+            return Diagnosis(
+                FailureReason.START_FAILED,
+                f"Service '{name}' could not be started ({reason}): {message}{hint}".rstrip(": "),
+            )
+        if reason in PULL_ERRORS and facts.now - started >= facts.image_pull_timeout:
+            return Diagnosis(
+                FailureReason.START_FAILED,
+                f"the image {image} of service '{name}' could not be pulled ({reason}; gave up after "
+                f"{_seconds(facts.image_pull_timeout)}): {message}".rstrip(": "),
+            )
+    return None
+
+
+def _probe_failure(events: Sequence[Mapping[str, Any]], container: str) -> str:
+    """The kubelet's last `Unhealthy` event about this container's startup probe (its output)."""
+    for event in reversed(events):
+        if event.get("reason") == "Unhealthy" and str(event.get("fieldPath") or "").endswith(f"{{{container}}}"):
+            return str(event.get("message") or "").strip()
+    return ""
 
 
 def waiting_line(pod: Mapping[str, Any]) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 from dynrunner.controller.backends.kubernetes.diagnosis import (
     START_PROBLEM_EVENTS,
     executor_status,
+    service_statuses,
     waiting_line,
 )
 
@@ -43,6 +44,9 @@ def start_lines(pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> 
             lines.append(f"image {match['image']} already present on node {node}")
         elif reason in START_PROBLEM_EVENTS:
             lines.append(f"the Pod cannot start yet ({reason}): {message}")
+    for container, status in service_statuses(pod):
+        if status.get("started") and not status.get("restartCount"):
+            lines.append(f"service {container.get('name')} started")
     waiting = waiting_line(pod)
     if waiting:
         lines.append(waiting)

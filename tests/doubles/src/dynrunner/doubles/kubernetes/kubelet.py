@@ -70,6 +70,8 @@ class PodWorker:
         self.procs: dict[str, asyncio.subprocess.Process] = {}
         self.started_at: dict[str, str] = {}
         self.container_ids: dict[str, str] = {}
+        self.sidecars: dict[str, asyncio.subprocess.Process] = {}
+        """Native sidecars (init containers with `restartPolicy: Always`) now running."""
 
     # --- store access -------------------------------------------------------------------
     def pod(self) -> Obj | None:
@@ -86,14 +88,22 @@ class PodWorker:
         with contextlib.suppress(status.ApiError):
             self.kubelet.store.update(resources.PODS, self.namespace, self.name, new, "status")
 
-    def event(self, type_: str, reason: str, message: str, container: str = "") -> None:
+    def event(self, type_: str, reason: str, message: str, container: str = "", kind: str = "containers") -> None:
         pod = self.pod()
         if pod is None or self.kubelet.lost:
             return
         presented = {**pod, "apiVersion": "v1", "kind": "Pod"}
         self.kubelet.recorder.event(
-            presented, type_, reason, message, f"spec.containers{{{container}}}" if container else ""
+            presented, type_, reason, message, f"spec.{kind}{{{container}}}" if container else ""
         )
+
+    def set_init_container(self, name: str, entry: dict[str, Any]) -> None:
+        def mutate(st: dict[str, Any]) -> None:
+            st["initContainerStatuses"] = [
+                entry if c["name"] == name else c for c in st.get("initContainerStatuses") or []
+            ]
+
+        self.write(mutate)
 
     def set_container(self, name: str, entry: dict[str, Any]) -> None:
         def mutate(st: dict[str, Any]) -> None:
@@ -115,6 +125,7 @@ class PodWorker:
             return
         specs = pod["spec"]["containers"]
         names = [c["name"] for c in specs]
+        sidecars = [c for c in pod["spec"].get("initContainers") or [] if c.get("restartPolicy") == "Always"]
         deadline = pod["spec"].get("activeDeadlineSeconds")
         node_ip = "127.0.0.1"
 
@@ -122,15 +133,22 @@ class PodWorker:
             st.update(hostIP=node_ip, hostIPs=[{"ip": node_ip}], podIP=self.kubelet.pod_ip(), startTime=now())
             st["podIPs"] = [{"ip": st["podIP"]}]
             podstatus.pending_conditions(st, names)
-            st["containerStatuses"] = [
-                podstatus.container_status(c["name"], c["image"], podstatus.waiting("ContainerCreating")) for c in specs
-            ]
+            main = podstatus.waiting("PodInitializing" if sidecars else "ContainerCreating")
+            st["containerStatuses"] = [podstatus.container_status(c["name"], c["image"], main) for c in specs]
+            if sidecars:
+                st["initContainerStatuses"] = [
+                    podstatus.container_status(c["name"], c["image"], podstatus.waiting("PodInitializing"))
+                    for c in sidecars
+                ]
 
         try:
             self.write(initial)
             timer = asyncio.get_running_loop().call_later(deadline, self._deadline) if deadline else None
             try:
                 await self._mount(pod)
+                for spec in sidecars:
+                    await self._pull(spec)
+                    await self._sidecar(pod, spec, await self._configure(pod, spec))
                 for spec in specs:
                     await self._pull(spec)
                 envs = {spec["name"]: await self._configure(pod, spec) for spec in specs}
@@ -139,8 +157,10 @@ class PodWorker:
                 self.write(podstatus.running_conditions)
                 self.write(lambda st: st.update(phase="Running"))
                 await self._wait_processes()
+                await self._stop_sidecars()
             except _Terminate:
                 await self._terminate()
+                await self._stop_sidecars()
             finally:
                 if timer is not None:
                     timer.cancel()
@@ -152,6 +172,110 @@ class PodWorker:
                 self.kubelet.registry.pop(proc.pid, None)
             if not self.kubelet.lost:
                 self._remove_if_deleted()
+
+    async def _sidecar(self, pod: Obj, spec: dict[str, Any], env: dict[str, str]) -> None:
+        """Start a native sidecar and return once it has started: running, and its startup
+        probe passed (the kubelet starts the next container only then). A probe failing
+        `failureThreshold` times, or an exit, restarts it: `restartCount`, `lastState` with the
+        log's tail (FallbackToLogsOnError), an `Unhealthy` event per failed probe."""
+        name, reference = spec["name"], spec["image"]
+        image = self.kubelet.options.images[reference]
+        restarts, last = 0, dict[str, Any]()
+        while True:
+            container_id = f"containerd://{uuid.uuid4().hex}{uuid.uuid4().hex}"
+            environment = {key: self.paths.rewrite(value) for key, value in env.items()}
+            command = [self.paths.rewrite(part) for part in containers.argv(spec, image, environment)]
+            workdir = self.root / "rootfs"
+            workdir.mkdir(parents=True, exist_ok=True)
+            logs = self.root / "logs"
+            logs.mkdir(parents=True, exist_ok=True)
+            self.event("Normal", "Created", f"Created container: {name}", name, "initContainers")
+            with (logs / f"{name}.log").open("ab") as log:
+                proc = await asyncio.create_subprocess_exec(
+                    *command,
+                    cwd=workdir,
+                    env=environment,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    start_new_session=True,
+                )
+            self.sidecars[name] = proc
+            started_at = now()
+            self.event("Normal", "Started", f"Started container {name}", name, "initContainers")
+            entry = podstatus.container_status(
+                name, reference, {"running": {"startedAt": started_at}}, image_id=image_id(reference)
+            )
+            entry.update(started=False, ready=False, restartCount=restarts, lastState=last, containerID=container_id)
+            self.set_init_container(name, entry)
+            if await self._probe(spec, environment, workdir, proc):
+                self.set_init_container(name, {**entry, "started": True, "ready": True})
+                return
+            if proc.returncode is None:
+                self.event("Normal", "Killing", f"Container {name} failed startup probe, will be restarted", name)
+                _signal(proc, signal.SIGTERM)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(proc.wait(), 2)
+                _signal(proc, signal.SIGKILL)
+            code = await proc.wait()
+            code = 128 - code if code < 0 else code
+            last = podstatus.terminated(
+                code, podstatus.exit_reason(code), started_at, container_id, self._log_tail(name) if code else ""
+            )
+            restarts += 1
+            waiting = podstatus.waiting("CrashLoopBackOff", f"back-off restarting failed container {name}")
+            self.set_init_container(name, {**entry, "state": waiting, "restartCount": restarts, "lastState": last})
+            await self.pause(self.kubelet.options.retry)
+
+    async def _probe(
+        self, spec: dict[str, Any], env: dict[str, str], workdir: Path, proc: asyncio.subprocess.Process
+    ) -> bool:
+        """The startup probe (exec only) until it passes (True) or fails `failureThreshold`
+        times or the container exits (False); without a probe, started once it runs."""
+        probe = spec.get("startupProbe")
+        if probe is None:
+            await self.pause(0.05)
+            return proc.returncode is None
+        command = [self.paths.rewrite(part) for part in probe["exec"]["command"]]
+        failures = 0
+        while True:
+            if proc.returncode is not None:
+                return False
+            check = await asyncio.create_subprocess_exec(
+                *command,
+                cwd=workdir,
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+            )
+            try:
+                output, _ = await asyncio.wait_for(check.communicate(), probe.get("timeoutSeconds", 1))
+                passed = check.returncode == 0
+            except TimeoutError:
+                _signal(check, signal.SIGKILL)
+                output, passed = f"command timed out after {probe.get('timeoutSeconds', 1)}s".encode(), False
+            if passed:
+                return True
+            failures += 1
+            message = f"Startup probe failed: {output.decode(errors='replace').strip()}"
+            self.event("Warning", "Unhealthy", message, spec["name"], "initContainers")
+            if failures >= probe.get("failureThreshold", 3):
+                return False
+            await self.pause(probe.get("periodSeconds", 10))
+
+    async def _stop_sidecars(self) -> None:
+        """The main containers ended: the kubelet stops the sidecars (SIGTERM, then SIGKILL)."""
+        alive = [p for p in self.sidecars.values() if p.returncode is None]
+        for proc in alive:
+            _signal(proc, signal.SIGTERM)
+        if alive:
+            _, late = await asyncio.wait([asyncio.ensure_future(p.wait()) for p in alive], timeout=5)
+            for proc in alive:
+                if proc.returncode is None:
+                    _signal(proc, signal.SIGKILL)
+            await asyncio.gather(*(p.wait() for p in alive), return_exceptions=True)
+            del late
 
     def _deadline(self) -> None:
         message = "Pod was active on the node longer than the specified deadline"

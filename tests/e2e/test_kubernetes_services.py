@@ -1,0 +1,137 @@
+"""End to end on the kubernetes backend, `services:`: the controller makes each service a
+native sidecar of the job's Pod; the kubelet double runs it (the image `redis:7` is a small
+Python server, tests/fixtures/redis_like.py) with its startup probe before the executor, so the
+first step reaches it; an unhealthy service fails the job naming it; nothing is left."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dynrunner.controller.config.model import ControllerConfig
+from dynrunner.doubles.gitea import GiteaDouble
+from dynrunner.doubles.kubernetes.cluster import Cluster
+from dynrunner.doubles.kubernetes.images import Image
+from tests.fixtures import redis_like
+from tests.fixtures.harness import in_process, wait_for, wait_run_done
+from tests.fixtures.kubernetes_backend import (
+    NOTHING_LEFT,
+    ObjectLog,
+    executor_cluster_options,
+    kube_controller_data,
+    left_over,
+)
+from tests.fixtures.ports import reserve_port
+
+PROBE = f"python {redis_like.__file__} probe {{port}}"
+
+
+@pytest.fixture
+def service_port() -> Iterator[int]:
+    port, lock = reserve_port()
+    with lock:
+        yield port
+
+
+@pytest.fixture
+def services_cluster(kube_cluster_factory: Any, tmp_path: Path, service_port: int) -> Iterator[Cluster]:
+    """The executor cluster, plus `redis:7`: a server that listens on `service_port` after 1.5 s."""
+    options = executor_cluster_options(tmp_path)
+    path = f"{Path(sys.executable).parent}:/usr/bin:/bin"
+    server = Image(entrypoint=(sys.executable, redis_like.__file__, str(service_port), "1.5"), env={"PATH": path})
+    options["images"] = {**options["images"], "redis:7": server}
+    with kube_cluster_factory(**options) as cluster:
+        yield cluster
+
+
+def config(gitea: GiteaDouble, nats_url: str, cluster: Cluster, tmp_path: Path) -> ControllerConfig:
+    kubeconfig = cluster.api.write_kubeconfig(tmp_path / "kubeconfig")
+    data = kube_controller_data(gitea.url, gitea.registration_token, nats_url, kubeconfig, tmp_path / "s")
+    return ControllerConfig.model_validate(data)
+
+
+def workflow(port: int, health: str) -> str:
+    return f"""
+on: push
+jobs:
+  build:
+    runs-on: [self-hosted, local]
+    services:
+      redis:
+        image: redis:7
+        ports: ['{port}']
+        options: >-
+          --health-cmd "{health}" --health-interval 1s --health-retries 10 --user 1000
+    steps:
+      - run: |
+          python - <<'PY'
+          import socket
+          with socket.create_connection(("localhost", {port}), 2) as s:
+              s.sendall(b"PING\\r\\n")
+              print("service answered", s.recv(64).decode().strip())
+          PY
+      - run: echo "port ${{{{ job.services.redis.ports['{port}'] }}}}"
+"""
+
+
+def log_of(gitea: GiteaDouble, run_id: int) -> str:
+    job = gitea.run(run_id).jobs[0]
+    return "\n".join(gitea.task(job.task_id).log_rows) if job.task_id else ""
+
+
+async def nothing_left(cluster: Cluster, running: Any) -> None:
+    await wait_for(
+        lambda: not any(p.capacity.in_use for p in running.controller.pools.values()), within=30, what="all reaped"
+    )
+    await wait_for(lambda: left_over(cluster) == NOTHING_LEFT, within=30, what="no Pod, Secret or entry left")
+
+
+async def test_a_step_reaches_a_healthy_service_started_before_it(
+    gitea: GiteaDouble, nats_url: str, services_cluster: Cluster, tmp_path: Path, service_port: int
+) -> None:
+    async with in_process(config(gitea, nats_url, services_cluster, tmp_path)) as running:
+        run = gitea.submit("acme/app", workflow(service_port, PROBE.format(port=service_port)))
+        done = await wait_run_done(gitea, run.id, within=90)
+        text = log_of(gitea, run.id)
+        assert done.status == "success", text
+        assert "service answered +PONG" in text, text
+        assert f"port {service_port}" in text, text
+        assert "service redis started" in text, text
+        await nothing_left(services_cluster, running)
+
+
+async def test_an_unhealthy_service_fails_the_job_naming_it(
+    gitea: GiteaDouble, nats_url: str, services_cluster: Cluster, tmp_path: Path, service_port: int
+) -> None:
+    async with in_process(config(gitea, nats_url, services_cluster, tmp_path)) as running:
+        run = gitea.submit("acme/app", workflow(service_port, "echo not ready; exit 1"))
+        done = await wait_run_done(gitea, run.id, within=90)
+        text = log_of(gitea, run.id)
+        assert done.status == "failure", text
+        assert "Service 'redis' is unhealthy: its startup probe (`--health-cmd`) kept failing" in text, text
+        assert "Startup probe failed: not ready" in text, text
+        assert "last lines of service 'redis' output:\n[dynrunner] Ready to accept connections" in text, text
+        assert "service answered" not in text, text
+        await nothing_left(services_cluster, running)
+
+
+async def test_two_services_on_one_port_fail_the_job_before_any_pod(
+    gitea: GiteaDouble, nats_url: str, services_cluster: Cluster, tmp_path: Path, service_port: int
+) -> None:
+    clash = workflow(service_port, "true").replace(
+        "    steps:", f"      cache:\n        image: redis:7\n        ports: ['{service_port}']\n    steps:", 1
+    )
+    with ObjectLog(services_cluster.api) as seen:
+        async with in_process(config(gitea, nats_url, services_cluster, tmp_path)) as running:
+            run = gitea.submit("acme/app", clash)
+            done = await wait_run_done(gitea, run.id, within=60)
+            text = log_of(gitea, run.id)
+            assert done.status == "failure", text
+            assert "the job failed: The job's `services:` cannot run in this pool: services `" in text, text
+            assert f"both listen on port {service_port}" in text and "`cache`" in text and "`redis`" in text, text
+            await nothing_left(services_cluster, running)
+    assert seen.pods == {}
