@@ -27,7 +27,7 @@ import pytest
 
 from dynrunner.controller.app import CLAIM_LOOPS
 from dynrunner.controller.backends.local.layout import Layout
-from dynrunner.proto.gitea import GiteaClient, RunnerCredentials
+from dynrunner.proto.gitea import GiteaClient, Result, RunnerCredentials
 from tests.fixtures.harness import Subprocess
 from tests.fixtures.peers import GITEA_LINES, built, why_not_built
 from tests.fixtures.real_gitea import RealGitea, Run, running_gitea
@@ -94,6 +94,11 @@ def running_with_log(gitea: RealGitea, repo: str, needle: str) -> Run | None:
     if run is None or not run.jobs or run.jobs[0].status != "running":
         return None
     return run if needle in gitea.job_log(repo, run.jobs[0].id) else None
+
+
+def first_step_accepted(layout: Layout) -> bool:
+    state = layout.reported()
+    return state is not None and bool(state.steps) and state.steps[0].result == Result.SUCCESS
 
 
 def finished(gitea: RealGitea, repo: str) -> Run | None:
@@ -187,6 +192,9 @@ async def test_an_executor_killed_mid_job_is_finalized_with_the_diagnosis(
         await eventually(lambda: running_with_log(gitea, repo, "working"), within=120, what="the second step")
         [env_dir] = list(root.iterdir())
         layout = Layout(env_dir)
+        # The log row reaches Gitea through UpdateLog, the first step's result through
+        # UpdateTask: kill only once Gitea accepted that result (what the controller keeps).
+        await eventually(lambda: first_step_accepted(layout), within=60, what="the first step's result accepted")
         executor = layout.read_int(layout.executor_pid_file)
         assert executor is not None
         killed = time.monotonic()

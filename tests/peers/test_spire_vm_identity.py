@@ -115,9 +115,12 @@ async def watching(spire: RealSpire) -> AsyncIterator[Seen]:
             await task
 
 
-def image_env(spire: RealSpire, state: Path, spoil: str = "") -> dict[str, str]:
+def image_env(spire: RealSpire, state: Path, programs: Path, spoil: str = "") -> dict[str, str]:
     agent = str(spire.peer.binary("spire-agent"))
     env = {
+        # The executor's user must be able to run it: this checkout's venv may lie where it
+        # cannot (a clone in `mktemp -d`), the session's installation never does.
+        "DYNRUNNER_EXECUTOR_COMMAND": str(programs / "dynrunner-executor"),
         "DYNRUNNER_SPIRE_AGENT_COMMAND": f"{agent} run",
         "SPIRE_SERVER_ADDRESS": "127.0.0.1",
         "SPIRE_SERVER_PORT": str(spire.port),
@@ -186,9 +189,9 @@ def executor_dirs(spire: RealSpire) -> tuple[Path, str]:
 
 
 async def run_vm_job(
-    gitea: GiteaDouble, nats_url: str, spire: RealSpire, state: Path, spoil: str = ""
+    gitea: GiteaDouble, nats_url: str, spire: RealSpire, state: Path, programs: Path, spoil: str = ""
 ) -> tuple[Any, list[str], Seen, float]:
-    images = {VM_IMAGE: vm_image(**image_env(spire, state, spoil))}
+    images = {VM_IMAGE: vm_image(**image_env(spire, state, programs, spoil))}
     shared, agent = await asyncio.to_thread(executor_dirs, spire)
     workspace = shared / "work"
     async with OpenSandboxDouble.start(state / "opensandbox", images=images) as osb:
@@ -216,9 +219,9 @@ async def run_vm_job(
 
 
 async def test_a_vm_job_gets_exactly_its_svid_from_the_real_spire_and_leaves_nothing(
-    gitea: GiteaDouble, nats_url: str, real_spire: RealSpire, tmp_path: Path
+    gitea: GiteaDouble, nats_url: str, real_spire: RealSpire, tmp_path: Path, installed_programs: Path
 ) -> None:
-    done, rows, seen, took = await run_vm_job(gitea, nats_url, real_spire, tmp_path)
+    done, rows, seen, took = await run_vm_job(gitea, nats_url, real_spire, tmp_path, installed_programs)
     assert done.status == "success", "\n".join(rows)
     issued = [row for row in rows if row.startswith(f"Workload identity {JOB_ID} issued after")]
     assert issued, rows[-30:]
@@ -235,9 +238,9 @@ async def test_a_vm_job_gets_exactly_its_svid_from_the_real_spire_and_leaves_not
 
 @pytest.mark.parametrize("spoil", ["wrong", "reused"])
 async def test_a_wrong_or_reused_token_fails_the_job_with_the_agents_reason(
-    gitea: GiteaDouble, nats_url: str, real_spire: RealSpire, tmp_path: Path, spoil: str
+    gitea: GiteaDouble, nats_url: str, real_spire: RealSpire, tmp_path: Path, installed_programs: Path, spoil: str
 ) -> None:
-    done, rows, seen, _ = await run_vm_job(gitea, nats_url, real_spire, tmp_path, spoil)
+    done, rows, seen, _ = await run_vm_job(gitea, nats_url, real_spire, tmp_path, installed_programs, spoil)
     assert done.status == "failure", rows[-30:]
     text = "\n".join(rows)
     assert "The SPIRE agent in the VM did not come up" in text, rows[-30:]
