@@ -36,6 +36,7 @@ class Replicas:
         self.live: dict[str, str] = {}
         self.over: set[str] = set()
         self._running: list[asyncio.Task[None]] = []
+        self._ledgers: list[PermitLedger] = []
 
     async def incarnation_of(self, name: str) -> str | None:
         return self.live.get(name)
@@ -56,10 +57,15 @@ class Replicas:
             adopt_grace_s=kwargs.get("grace", 0.2),
             collect_interval_s=kwargs.get("collect", 3600),
         )
+        self._ledgers.append(ledger)
         self._running.append(asyncio.create_task(ledger.run()))
         return ledger
 
     async def close(self) -> None:
+        """Stop as the controller does: the flag first, as a cancellation alone can be lost
+        in 3.11's `wait_for` (this teardown once hung for the whole test timeout)."""
+        for ledger in self._ledgers:
+            ledger.stop()
         for task in self._running:
             task.cancel()
         for task in self._running:
