@@ -46,7 +46,17 @@ async def test_a_controller_killed_twice_mid_run_ends_every_job_once(
                 controller.kill()
                 controller.start()
             done = await wait_run_done(gitea, run.id, within=120)
-            await wait_for(lambda: left_over(executor_cluster) == NOTHING_LEFT, within=30, what="nothing left")
+            left: dict[str, list[str]] = {}
+
+            def nothing_left() -> bool:
+                left.update(left_over(executor_cluster))
+                return left == NOTHING_LEFT
+
+            try:
+                await wait_for(nothing_left, within=30, what="nothing left")
+            except TimeoutError:
+                # Say what was left (the soak suite once saw this fail without knowing what).
+                raise AssertionError(f"left over: {left}\n{controller.log()[-3000:]}") from None
             assert await controller.terminate() == 0
         finally:
             if controller.proc is not None and controller.proc.poll() is None:
