@@ -119,7 +119,7 @@ def image_env(spire: RealSpire, state: Path, programs: Path, spoil: str = "") ->
     agent = str(spire.peer.binary("spire-agent"))
     env = {
         # The executor's user must be able to run it: this checkout's venv may lie where it
-        # cannot (a clone in `mktemp -d`), the session's installation never does.
+        # cannot (a clone in `mktemp -d`), the session's installation can (the VM has its own /run).
         "DYNRUNNER_EXECUTOR_COMMAND": str(programs / "dynrunner-executor"),
         "DYNRUNNER_SPIRE_AGENT_COMMAND": f"{agent} run",
         "SPIRE_SERVER_ADDRESS": "127.0.0.1",
@@ -219,9 +219,9 @@ async def run_vm_job(
 
 
 async def test_a_vm_job_gets_exactly_its_svid_from_the_real_spire_and_leaves_nothing(
-    gitea: GiteaDouble, nats_url: str, real_spire: RealSpire, tmp_path: Path, installed_programs: Path
+    gitea: GiteaDouble, nats_url: str, real_spire: RealSpire, tmp_path: Path, programs_outside_run: Path
 ) -> None:
-    done, rows, seen, took = await run_vm_job(gitea, nats_url, real_spire, tmp_path, installed_programs)
+    done, rows, seen, took = await run_vm_job(gitea, nats_url, real_spire, tmp_path, programs_outside_run)
     assert done.status == "success", "\n".join(rows)
     issued = [row for row in rows if row.startswith(f"Workload identity {JOB_ID} issued after")]
     assert issued, rows[-30:]
@@ -238,9 +238,9 @@ async def test_a_vm_job_gets_exactly_its_svid_from_the_real_spire_and_leaves_not
 
 @pytest.mark.parametrize("spoil", ["wrong", "reused"])
 async def test_a_wrong_or_reused_token_fails_the_job_with_the_agents_reason(
-    gitea: GiteaDouble, nats_url: str, real_spire: RealSpire, tmp_path: Path, installed_programs: Path, spoil: str
+    gitea: GiteaDouble, nats_url: str, real_spire: RealSpire, tmp_path: Path, programs_outside_run: Path, spoil: str
 ) -> None:
-    done, rows, seen, _ = await run_vm_job(gitea, nats_url, real_spire, tmp_path, installed_programs, spoil)
+    done, rows, seen, _ = await run_vm_job(gitea, nats_url, real_spire, tmp_path, programs_outside_run, spoil)
     assert done.status == "failure", rows[-30:]
     text = "\n".join(rows)
     assert "The SPIRE agent in the VM did not come up" in text, rows[-30:]
