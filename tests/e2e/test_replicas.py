@@ -34,6 +34,7 @@ import nats
 import nats.js.errors
 import pytest
 
+from dynrunner.controller.assignments.log import bucket_keys
 from dynrunner.controller.claiming.claimer import PUBLISH_CONCURRENCY
 from dynrunner.controller.claiming.registrations_store import RegistrationStore
 from dynrunner.controller.coordination.permits import COLLECT_INTERVAL_S
@@ -84,11 +85,12 @@ class Slots:
     async def run(self, stop: asyncio.Event) -> None:
         nc = await nats.connect(self.nats_url)
         try:
-            kv = await nc.jetstream().key_value("DYNRUNNER_PERMITS")
+            js = nc.jetstream()
+            kv = await js.key_value("DYNRUNNER_PERMITS")
             while not stop.is_set():
                 statuses = Counter(job.status for run in self.gitea.runs() for job in run.jobs)
                 self.max_running = max(self.max_running, statuses["running"])
-                bound = sum(p["assignment"] is not None for p in (await _permits_of(kv)).values())
+                bound = sum(p["assignment"] is not None for p in (await _permits_of(js, kv)).values())
                 now = time.monotonic()
                 if statuses["waiting"] and bound < LIMIT:
                     self._since = self._since if self._since is not None else now
@@ -235,7 +237,8 @@ async def _permits(nats_url: str) -> dict[str, dict[str, Any]]:
     """The pool's permits taken, by key."""
     nc = await nats.connect(nats_url)
     try:
-        return await _permits_of(await nc.jetstream().key_value("DYNRUNNER_PERMITS"))
+        js = nc.jetstream()
+        return await _permits_of(js, await js.key_value("DYNRUNNER_PERMITS"))
     finally:
         await nc.close()
 
@@ -250,11 +253,8 @@ async def _unbound_permits(nats_url: str, *, within: float) -> dict[str, dict[st
         await asyncio.sleep(0.2)
 
 
-async def _permits_of(kv: Any) -> dict[str, dict[str, Any]]:
-    try:
-        keys = await kv.keys()
-    except nats.js.errors.NoKeysError:
-        return {}
+async def _permits_of(js: Any, kv: Any) -> dict[str, dict[str, Any]]:
+    keys = await bucket_keys(js, "DYNRUNNER_PERMITS")
     found = {}
     for key in keys:
         with contextlib.suppress(nats.js.errors.KeyNotFoundError):
@@ -267,8 +267,9 @@ async def _permits_of(kv: Any) -> dict[str, dict[str, Any]]:
 async def _stored_owners(nats_url: str, key_file: Path) -> dict[int, str]:
     nc = await nats.connect(nats_url)
     try:
-        kv = await nc.jetstream().key_value("DYNRUNNER_REGISTRATIONS")
-        store = RegistrationStore(kv, Sealer.from_key_file(key_file), "DYNRUNNER_REGISTRATIONS")
+        js = nc.jetstream()
+        kv = await js.key_value("DYNRUNNER_REGISTRATIONS")
+        store = RegistrationStore(kv, Sealer.from_key_file(key_file), "DYNRUNNER_REGISTRATIONS", js=js)
         return {s.registration.id: s.owner for s in await store.listing("local")}
     finally:
         await nc.close()

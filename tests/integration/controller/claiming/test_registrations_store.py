@@ -3,8 +3,11 @@ still there after a NATS restart."""
 
 from __future__ import annotations
 
+import nats.js.errors
 import pytest
+from nats.js.kv import KeyValue
 
+from dynrunner.controller.assignments.log import bucket_keys
 from dynrunner.controller.claiming.registrations_store import RegistrationStore
 from dynrunner.controller.config.model import NatsConfig
 from dynrunner.controller.infra.sealing import Sealer, SealingError
@@ -118,3 +121,35 @@ async def test_delete_if_leaves_a_registration_stored_after_its_read(
     assert await store.delete_if("pod", 1)
     store.entry = entry  # type: ignore[method-assign]
     assert await store.get("pod") == registration(2)
+
+
+async def test_listing_does_not_trust_the_key_watcher(
+    nats_server_module: NatsServer,
+    nats_config: NatsConfig,
+    open_log: LogFactory,
+    sealer: Sealer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """nats-py's `keys()` can answer "no keys" when its watcher's end marker overtakes the
+    entries already pushed to the client (seen as a replica with no stored runner while Gitea
+    listed six); the listing reads the stream's subjects instead, deletes included."""
+    log = await open_log(nats_server_module.url, nats_config)
+    store = await RegistrationStore.open(log, sealer)
+    for n in (1, 2, 3):
+        await store.add("pod", registration(n), owner=f"controller-{n}")
+    await store.add("vm", registration(4), owner="controller-1")
+    gone = await store.add("pod", registration(5), owner="controller-1")
+    await store.remove(gone)
+
+    async def no_keys(*args: object, **kwargs: object) -> list[str]:
+        raise nats.js.errors.NoKeysError
+
+    monkeypatch.setattr(KeyValue, "keys", no_keys)
+    listed = await store.listing("pod")
+    assert sorted((s.registration.id, s.owner) for s in listed) == [
+        (1, "controller-1"),
+        (2, "controller-2"),
+        (3, "controller-3"),
+    ]
+    assert [s.key for s in await store.listing("vm")] == ["vm.r4"]
+    assert await bucket_keys(log.js, store.bucket) == ["pod.r1", "pod.r2", "pod.r3", "pod.r5", "vm.r4"]

@@ -150,6 +150,17 @@ async def stored(kv: KeyValue, key: str) -> tuple[bytes, int] | None:
     return (entry.value, int(entry.revision or 0)) if entry.value is not None else None
 
 
+async def bucket_keys(js: JetStreamContext, bucket: str) -> list[str]:
+    """Every key the bucket holds a message for (values and delete markers alike).
+
+    nats-py's `KeyValue.keys()` can answer "no keys" for a bucket that has some: its watcher
+    signals the end when the server has nothing left to push while the client has not yet
+    handled what was pushed. The stream's subject list has no such window."""
+    prefix = f"$KV.{bucket}."
+    info = await js.stream_info(f"KV_{bucket}", subjects_filter=prefix + ">")
+    return sorted(subject[len(prefix) :] for subject in info.state.subjects or {})
+
+
 async def open_bucket(js: JetStreamContext, config: KeyValueConfig) -> KeyValue:
     """The key-value bucket `config.bucket`, created as configured if it does not exist."""
     try:

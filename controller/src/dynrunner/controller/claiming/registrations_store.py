@@ -25,7 +25,7 @@ from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
-from dynrunner.controller.assignments.log import AssignmentLog, open_bucket, stored
+from dynrunner.controller.assignments.log import AssignmentLog, bucket_keys, open_bucket, stored
 from dynrunner.controller.coordination.leases import wrong_last_sequence
 from dynrunner.controller.infra.sealing import Sealer, SealingError, dump_sealed, load_sealed
 
@@ -102,8 +102,18 @@ def _aad(pool: str) -> str:
 
 
 class RegistrationStore:
-    def __init__(self, kv: KeyValue, sealer: Sealer, bucket: str, connected: Callable[[], bool] = lambda: True) -> None:
+    def __init__(
+        self,
+        kv: KeyValue,
+        sealer: Sealer,
+        bucket: str,
+        connected: Callable[[], bool] = lambda: True,
+        js: JetStreamContext | None = None,
+    ) -> None:
+        """With `js` the listing reads the bucket's stream (`bucket_keys`); without it (an
+        in-memory bucket) it asks the bucket for its keys."""
         self._kv = kv
+        self._js = js
         self._sealer = sealer
         self.bucket = bucket
         self._connected = _always if connected is None else connected
@@ -146,7 +156,7 @@ class RegistrationStore:
                 replicas=replicas or 1,
             ),
         )
-        return cls(kv, sealer, bucket, connected)
+        return cls(kv, sealer, bucket, connected, js)
 
     async def get(self, key: str) -> ArmedRegistration | None:
         """The registration stored at `key`, None if there is none. SealingError if it cannot be
@@ -171,7 +181,7 @@ class RegistrationStore:
     async def listing(self, pool: str) -> list[StoredRegistration]:
         """Every registration of the pool (one that cannot be opened is logged and left alone)."""
         try:
-            keys = await self._kv.keys()
+            keys = await bucket_keys(self._js, self.bucket) if self._js is not None else await self._kv.keys()
         except nats.js.errors.NoKeysError:
             return []
         found: list[StoredRegistration] = []
