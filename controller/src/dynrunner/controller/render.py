@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from dynrunner.controller.backends.kubernetes import builders
+from dynrunner.controller.backends.kubernetes import builders, services
 from dynrunner.controller.backends.kubernetes.config import KubernetesBackendConfig
 from dynrunner.controller.claiming.registrations_store import ArmedRegistration
 from dynrunner.controller.config.model import ControllerConfig
@@ -109,7 +109,17 @@ def render(cfg: ControllerConfig, pool_name: str, task: Task) -> str:
         key: f"<redacted: {size} bytes, the job's assignment with its credentials>" for key in secret["data"]
     }
     secret["metadata"]["ownerReferences"] = [builders.owner_reference(name, POD_UID)]
-    documents = [secret, builders.pod(assignment, settings)]
+    try:
+        found = builders.job_containers(assignment)
+        pod = builders.pod(assignment, settings, containers=found)
+    except services.ServicesError as err:
+        raise RenderError(f"the job's `{err.key}:` cannot run in this pool: {err}") from None
+    documents = [secret, pod]
+    pull = services.pull_secret(found.all, name=name, namespace=settings.namespace, labels=secret["metadata"]["labels"])
+    if pull is not None:
+        pull["metadata"]["ownerReferences"] = [builders.owner_reference(name, POD_UID)]
+        pull["data"] = {key: "<redacted: the registry logins of the job's `credentials`>" for key in pull["data"]}
+        documents.insert(1, pull)
     if settings.backend.identity:
         documents.append(
             builders.cluster_static_entry(assignment, settings, pod_uid=POD_UID, node_name=NODE_NAME, node_uid=NODE_UID)

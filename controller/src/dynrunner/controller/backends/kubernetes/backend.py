@@ -226,11 +226,11 @@ class KubernetesBackend:
         name = contract.environment_name(assignment.assignment_id)
         labels = builders.job_labels(assignment, stream_seq)
         try:
-            specs = services.job_services(assignment.task.workflow_payload)
-            spec = builders.pod(assignment, self.settings, stream_seq=stream_seq)
+            found = builders.job_containers(assignment)
+            spec = builders.pod(assignment, self.settings, stream_seq=stream_seq, containers=found)
         except services.ServicesError as err:
-            raise JobRefused(f"The job's `services:` cannot run in this pool: {err}") from None
-        pull = services.pull_secret(specs, name=name, namespace=self.namespace, labels=labels)
+            raise JobRefused(f"The job's `{err.key}:` cannot run in this pool: {err}") from None
+        pull = services.pull_secret(found.all, name=name, namespace=self.namespace, labels=labels)
         handed = builders.handed(assignment, self.settings)
         self._assignments[assignment.assignment_id] = handed
         secret = builders.secret(encode(handed), name=name, namespace=self.namespace, labels=labels)

@@ -30,6 +30,10 @@ from dynrunner.controller.backends.base import Diagnosis, FailureReason, Observa
 from dynrunner.proto import accepted
 
 EXECUTOR_CONTAINER = "executor"
+JOB_CONTAINER = "job"
+"""The job's `container:` (docs/kubernetes.md, "Job containers")."""
+AGENT_INSTALL_CONTAINER = "dynrunner-agent-install"
+"""The init container that puts the agent (and Node) where the job container finds them."""
 PULL_ERRORS = (
     "ErrImagePull",
     "ImagePullBackOff",
