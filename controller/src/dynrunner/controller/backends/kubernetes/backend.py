@@ -44,6 +44,7 @@ from dynrunner.controller.backends.kubernetes.diagnosis import (
     classify,
     essentials,
     executor_ran,
+    job_container_waits,
     parse_time,
 )
 from dynrunner.controller.backends.kubernetes.entries import Entries
@@ -145,9 +146,11 @@ class KubernetesBackend:
             self._wake = None
 
     def _look_at_starts(self) -> None:
-        """Starts can fail by time alone (an image pull or a start that took too long)."""
+        """Starts can fail by time alone (an image pull or a start that took too long; the job
+        container's image is pulled after the executor started)."""
         for name, pod in list(self.pods.cache.items()):
-            if self._phases.get(name, Phase.STARTING) is Phase.STARTING:
+            phase = self._phases.get(name, Phase.STARTING)
+            if phase is Phase.STARTING or (phase is Phase.RUNNING and job_container_waits(pod)):
                 self._wake_on_change(name, pod)
 
     def _notify(self, pod: dict[str, Any], *, deleted: bool = False) -> None:
