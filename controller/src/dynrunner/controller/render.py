@@ -1,5 +1,6 @@
-"""`dynrunner-controller render --config FILE --pool NAME --task FILE`: the Secret, Pod and
-ClusterStaticEntry a kubernetes pool would create for a task, as YAML, touching no cluster.
+"""`dynrunner-controller render --config FILE --pool NAME --task FILE`: the Secret, the pull
+Secret (for `credentials`), the Pod and the ClusterStaticEntry a kubernetes pool would create
+for a task, as YAML, touching no cluster.
 
 The assignment is built as the claimer builds it (the same validation: a job key the contract
 refuses is the same error), with placeholders where only a running system knows the value:
