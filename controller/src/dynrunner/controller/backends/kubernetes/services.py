@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import yaml
 
-from dynrunner.controller.backends.kubernetes.diagnosis import EXECUTOR_CONTAINER
+from dynrunner.controller.backends.kubernetes.diagnosis import AGENT_INSTALL_CONTAINER, EXECUTOR_CONTAINER
 from dynrunner.proto.containers import (
     SERVICES_PROVIDED_ENV,
     ContainerSpec,
@@ -133,10 +133,10 @@ def where(spec: ContainerSpec) -> str:
 
 def _host_name_problem(name: str) -> str:
     host = name.lower()
-    if not HOST_NAME_RE.fullmatch(host) or host == EXECUTOR_CONTAINER:
+    if not HOST_NAME_RE.fullmatch(host) or host in (EXECUTOR_CONTAINER, AGENT_INSTALL_CONTAINER):
         return (
             f"service `{name}`: in Pod pools a service name is a host name and a container name: letters, "
-            f"digits and '-' (not `{EXECUTOR_CONTAINER}`)"
+            f"digits and '-' (not `{EXECUTOR_CONTAINER}` or `{AGENT_INSTALL_CONTAINER}`)"
         )
     return ""
 
