@@ -267,3 +267,13 @@ def test_a_template_job_entry_without_an_image_only_tunes_job_containers() -> No
     kubernetes_validate.validate(plain, "1.32", strict=True)
     with_job = builders.pod(claimed(workflow=workflow("      image: node:20\n")), settings(pod_template=template))
     assert named(with_job["spec"]["containers"], "job")["resources"] == {"limits": {"memory": "2Gi"}}
+
+
+def test_the_executors_mounts_keep_their_order() -> None:
+    executor = pod_of("      image: node:20\n")["spec"]["containers"][0]
+    assert [m["mountPath"] for m in executor["volumeMounts"]] == [
+        "/var/run/dynrunner",
+        "/workspace",
+        "/spiffe-workload-api",
+        "/__dynrunner",
+    ]

@@ -314,9 +314,13 @@ def _reassert(pod: dict[str, Any], generated: dict[str, Any]) -> dict[str, Any]:
 
 
 def _keep_mount(container: dict[str, Any], mount: dict[str, Any]) -> None:
-    """`mount` first among the container's mounts, and nothing else at its path."""
-    others = [m for m in container.get("volumeMounts") or [] if m.get("name") != mount["name"]]
-    container["volumeMounts"] = [mount, *(m for m in others if m.get("mountPath") != mount["mountPath"])]
+    """`mount` among the container's mounts (first, when it had to be put back), and nothing
+    else of its volume or at its path."""
+    mounts = container.get("volumeMounts") or []
+    clashing = [m for m in mounts if m.get("name") == mount["name"] or m.get("mountPath") == mount["mountPath"]]
+    if clashing == [mount]:
+        return
+    container["volumeMounts"] = [mount, *(m for m in mounts if m not in clashing)]
 
 
 def _reassert_job_container(
