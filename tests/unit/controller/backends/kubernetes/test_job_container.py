@@ -219,6 +219,13 @@ def test_two_logins_for_one_registry_are_refused() -> None:
     with pytest.raises(services.JobContainerError) as raised:
         builders.pod(claimed(workflow=text), settings())
     assert "`container` and service `cache` give different `credentials` for the registry ghcr.io" in str(raised.value)
+    two_services = (
+        "      a:\n        image: ghcr.io/team/a:1\n        credentials: {username: x, password: a}\n"
+        "      b:\n        image: ghcr.io/team/b:1\n        credentials: {username: y, password: b}\n"
+    )
+    with pytest.raises(services.ServicesError) as raised:
+        builders.pod(claimed(workflow=workflow("      image: node:20\n", two_services)), settings())
+    assert raised.value.key == "services" and "service `a` and service `b` give different" in str(raised.value)
 
 
 def test_root_is_allowed_as_a_user_in_a_baseline_pool() -> None:

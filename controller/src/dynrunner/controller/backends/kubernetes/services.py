@@ -106,7 +106,14 @@ def job_containers(payload: bytes | None, text: Text) -> JobContainers:
     found = JobContainers(container, tuple(specs))
     logins = _login_clashes(found.all)
     if logins:
-        raise (JobContainerError if container is not None else ServicesError)("; ".join(logins))
+        job_involved = any(not spec.is_service for pair in logins for spec in pair)
+        raise (JobContainerError if job_involved else ServicesError)(
+            "; ".join(
+                f"{where(first)} and {where(second)} give different `credentials` for the registry "
+                f"{registry(second.image)}: a Pod pulls with one login per registry"
+                for first, second in logins
+            )
+        )
     return found
 
 
@@ -317,7 +324,7 @@ def registry(image: str) -> str:
     return DOCKER_HUB
 
 
-def _login_clashes(specs: Sequence[ContainerSpec]) -> list[str]:
+def _login_clashes(specs: Sequence[ContainerSpec]) -> list[tuple[ContainerSpec, ContainerSpec]]:
     """One pull Secret holds one login per registry: two containers of the job that log in
     to one registry differently cannot both be pulled with it."""
     seen: dict[str, ContainerSpec] = {}
@@ -325,13 +332,9 @@ def _login_clashes(specs: Sequence[ContainerSpec]) -> list[str]:
     for spec in specs:
         if spec.credentials is None:
             continue
-        host = registry(spec.image)
-        first = seen.setdefault(host, spec)
+        first = seen.setdefault(registry(spec.image), spec)
         if first.credentials != spec.credentials:
-            clashes.append(
-                f"{where(first)} and {where(spec)} give different `credentials` for the registry {host}: "
-                "a Pod pulls with one login per registry"
-            )
+            clashes.append((first, spec))
     return clashes
 
 
