@@ -5,12 +5,13 @@ image (the executor's) not pulled, is diagnosed although the executor waits `Pod
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from dynrunner.controller.backends.base import FailureReason, Phase
+from dynrunner.controller.backends.kubernetes.backend import KubernetesBackend
 from dynrunner.controller.backends.kubernetes.diagnosis import (
     PodFacts,
     classify,
@@ -19,6 +20,7 @@ from dynrunner.controller.backends.kubernetes.diagnosis import (
     parse_time,
     waiting_line,
 )
+from tests.fixtures.kubernetes_backend import settings
 
 CREATED = "2026-12-01T17:30:29Z"
 EXECUTOR_IMAGE = "registry.example/dynrunner/executor:1.0"
@@ -175,3 +177,21 @@ def test_a_pod_that_ended_before_its_executor_ran_is_not_left_starting() -> None
     observation = observe(p)
     assert observation.phase is Phase.FAILED and observation.diagnosis is not None
     assert observation.diagnosis.message == "the job's Pod ended (Failed) before its executor ran"
+
+
+def test_the_pools_tick_looks_at_a_running_pod_whose_job_container_waits() -> None:
+    """The job image is pulled after the executor started: its pull timing out changes
+    nothing in the Pod, so the one-second tick (not only starting Pods) notices it."""
+    backend = KubernetesBackend(settings(imagePullTimeoutSeconds=60), api=None)  # type: ignore[arg-type]
+    woken: list[str | None] = []
+    backend._wake = woken.append
+    long_ago = (datetime.now(UTC) - timedelta(minutes=5)).isoformat()
+    for name, job in (("dr-a", {"waiting": {"reason": "ImagePullBackOff"}}), ("dr-b", {"running": {}})):
+        p = pod(RUNNING, job)
+        p["metadata"].update(name=name, labels={"dynrunner.io/assignment-id": name, "dynrunner.io/task-id": "1"})
+        p["metadata"]["creationTimestamp"] = p["status"]["startTime"] = long_ago
+        backend.pods.cache[name] = essentials(p)
+        backend._phases[name] = Phase.RUNNING
+    backend._look_at_starts()
+    assert woken == ["dr-a"]
+    assert backend._phases == {"dr-a": Phase.FAILED, "dr-b": Phase.RUNNING}
