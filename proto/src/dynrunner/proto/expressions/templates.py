@@ -17,11 +17,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dynrunner.executor.expressions.errors import ExpressionError
-from dynrunner.executor.expressions.evaluator import EvalEnv, Scope
-from dynrunner.executor.expressions.functions import STATUS_FUNCTIONS
-from dynrunner.executor.expressions.nodes import Call, Node, walk
-from dynrunner.executor.expressions.values import (
+from dynrunner.proto.expressions.errors import ExpressionError
+from dynrunner.proto.expressions.evaluator import EvalEnv, Scope
+from dynrunner.proto.expressions.functions import STATUS_FUNCTIONS
+from dynrunner.proto.expressions.nodes import Call, Node, walk
+from dynrunner.proto.expressions.values import (
     dotnet_strip,
     format_number,
     is_array,
