@@ -12,7 +12,13 @@ from dynrunner.proto.expressions.availability import ALLOWED_CONTEXTS
 from dynrunner.proto.expressions.errors import ExpressionError
 from dynrunner.proto.expressions.evaluation import HashFiles
 from dynrunner.proto.expressions.evaluator import EvalEnv, evaluate
-from dynrunner.proto.expressions.templates import evaluate_if, interpolate, interpolate_tree, is_single_expression
+from dynrunner.proto.expressions.templates import (
+    evaluate_if,
+    interpolate,
+    interpolate_tree,
+    is_single_expression,
+    named_values,
+)
 from dynrunner.proto.expressions.values import is_truthy, to_display_string
 
 __all__ = [
@@ -26,5 +32,6 @@ __all__ = [
     "interpolate_tree",
     "is_single_expression",
     "is_truthy",
+    "named_values",
     "to_display_string",
 ]
