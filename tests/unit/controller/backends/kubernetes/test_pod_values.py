@@ -244,3 +244,14 @@ def test_without_matrix_or_dispatch_the_contexts_are_githubs_defaults() -> None:
     assert values.contexts["inputs"] == {}
     assert values.contexts["github"]["job"] == "build"
     assert "gitea_runtime_token" not in values.contexts["github"]
+
+
+@pytest.mark.parametrize("on_key", ["on", '"on"'])
+def test_dispatch_inputs_whether_on_is_quoted_or_not(on_key: str) -> None:
+    """Gitea's jobparser (go-yaml) may quote `on`; YAML 1.1 reads it bare as `true`."""
+    a = claimed(
+        workflow=f"{on_key}:\n  workflow_dispatch:\n    inputs:\n      n: {{type: number}}\n"
+        "jobs:\n  b:\n    services:\n      db: postgres\n",
+        context={"event_name": "workflow_dispatch", "event": {"inputs": {"n": "2.5"}}},
+    )
+    assert pod_values.PodValues.of(a).contexts["inputs"] == {"n": 2.5}
