@@ -188,7 +188,7 @@ def test_an_env_name_that_is_no_secret_key_uses_its_index() -> None:
     [
         (
             "      db:\n        image: postgres:${{ matrix.pg\n",
-            "`jobs.<job_id>.services`: postgres:${{ matrix.pg: The expression is not closed",
+            "service `db`: `jobs.<job_id>.services`: postgres:${{ matrix.pg: The expression is not closed",
         ),
         (
             "      db:\n        image: ${{ fromJSON('not json') }}\n",
@@ -196,7 +196,7 @@ def test_an_env_name_that_is_no_secret_key_uses_its_index() -> None:
         ),
         (
             "      db:\n        image: postgres:${{ env.PG }}\n",
-            "`jobs.<job_id>.services`: postgres:${{ env.PG }}: Unrecognized named-value: 'env'",
+            "service `db`: `jobs.<job_id>.services`: postgres:${{ env.PG }}: Unrecognized named-value: 'env'",
         ),
         (
             "      db:\n        image: postgres\n        env:\n          X: ${{ steps.a.outputs.x }}\n",

@@ -48,6 +48,11 @@ _SECRET_KEY_RE = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]{0,200}$")
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+class UnevaluableValue(SpecError):
+    """A value whose `${{ }}` cannot be evaluated where it stands; the message names the key,
+    the value and the reason (the caller adds which container)."""
+
+
 class SecretText(str):
     """A value made from the job's secrets (or showing one): it never enters the Pod spec."""
 
@@ -74,7 +79,7 @@ def evaluator(assignment: Assignment) -> Text:
     """THE callback for `proto.containers.read_job_containers`: `(place, value) -> str` with
     `${{ }}` evaluated where `place` (a key of GitHub's context-availability table) allows;
     raises `SpecError` naming the key and the value on an expression that cannot be evaluated
-    there. A result made from a secret is a `SecretText`."""
+    there (`UnevaluableValue`, a `SpecError`). A result made from a secret is a `SecretText`."""
     return PodValues.of(assignment).evaluate
 
 
@@ -139,7 +144,7 @@ class PodValues:
                 contexts = {**contexts, "env": self._env_context(place, value)}
             result = interpolate(value, EvalEnv(contexts, allowed))
         except ExpressionError as err:
-            raise SpecError(f"`{place}`: {value.strip()}: {_explained(err, place)}") from None
+            raise UnevaluableValue(f"`{place}`: {value.strip()}: {_explained(err, place)}") from None
         from_env = "env" in names and _shows_secret_env(result, self._env or {})
         return self._marked(result, made_from_secrets="secrets" in names or from_env)
 
@@ -161,7 +166,9 @@ class PodValues:
                         break
             self._env = env
         if self._env_error:
-            raise SpecError(f"`{place}`: {value.strip()} uses `env`, which cannot be evaluated: {self._env_error}")
+            raise UnevaluableValue(
+                f"`{place}`: {value.strip()} uses `env`, which cannot be evaluated: {self._env_error}"
+            )
         assert self._env is not None
         return self._env
 

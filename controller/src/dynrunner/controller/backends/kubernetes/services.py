@@ -58,10 +58,15 @@ def job_services(assignment: Assignment) -> list[ContainerSpec]:
     services = job["services"]
     if not isinstance(services, Mapping):
         raise ServicesError("`services` must be a mapping of service names to containers")
-    try:
-        _, specs = read_job_containers(None, services, pod_values.evaluator(assignment))
-    except SpecError as err:
-        raise ServicesError(str(err)) from None
+    evaluate = pod_values.evaluator(assignment)
+    specs: list[ContainerSpec] = []
+    for name, raw in services.items():
+        try:
+            specs += read_job_containers(None, {name: raw}, evaluate)[1]
+        except pod_values.UnevaluableValue as err:
+            raise ServicesError(f"service `{name}`: {err}") from None
+        except SpecError as err:
+            raise ServicesError(str(err)) from None
     problems = [problem for spec in specs if (problem := _host_name_problem(spec.name))]
     listening = {spec.name: {container_port(p).split("/")[0] for p in spec.ports} for spec in specs}
     problems += port_clashes(listening)
