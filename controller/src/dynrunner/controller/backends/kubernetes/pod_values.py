@@ -154,35 +154,31 @@ class PodValues:
         return text
 
     def _env_context(self, place: str, value: str) -> dict[str, str]:
-        """The workflow's `env:` then the job's, evaluated once, where GitHub evaluates them."""
-        if self._env is None and not self._env_error:
+        """The workflow's `env:` then the job's, evaluated once, where GitHub evaluates them
+        (neither may name `env`, so their order does not matter)."""
+        if self._env is None:
             env: dict[str, str] = {}
-            for where, raw in zip((WORKFLOW_ENV, JOB_ENV), self._env_raw, strict=True):
-                for key, item in raw.items():
-                    try:
-                        env[str(key)] = self._env_value(where, item, env)
-                    except ExpressionError as err:
-                        self._env_error = f"`{where}` {key}: {err}"
-                        break
+            try:
+                for where, raw in zip((WORKFLOW_ENV, JOB_ENV), self._env_raw, strict=True):
+                    for key, item in raw.items():
+                        self._env_error = f"`{where}` {key}"
+                        env[str(key)] = self._env_value(where, item)
+                self._env_error = ""
+            except ExpressionError as err:
+                self._env_error = f"{self._env_error}: {err}"
             self._env = env
         if self._env_error:
             raise UnevaluableValue(
                 f"`{place}`: {value.strip()} uses `env`, which cannot be evaluated: {self._env_error}"
             )
-        assert self._env is not None
         return self._env
 
-    def _env_value(self, where: str, item: Any, env: Mapping[str, str]) -> str:
-        if not isinstance(item, str):
+    def _env_value(self, where: str, item: Any) -> str:
+        if not isinstance(item, str) or "${{" not in item:
             return self.evaluate(where, item)
-        if "${{" not in item:
-            return self._marked(item, made_from_secrets=False)
-        allowed = ALLOWED_CONTEXTS[where]
-        contexts = {**self.contexts, "env": dict(env)}
-        names = named_values(item, EvalEnv(contexts, allowed))
-        result = interpolate(item, EvalEnv(contexts, allowed))
-        from_env = "env" in names and _shows_secret_env(result, env)
-        return self._marked(result, made_from_secrets="secrets" in names or from_env)
+        env = EvalEnv(self.contexts, ALLOWED_CONTEXTS[where])
+        result = interpolate(item, env)
+        return self._marked(result, made_from_secrets="secrets" in named_values(item, env))
 
 
 def _shows_secret_env(text: str, env: Mapping[str, str]) -> bool:
