@@ -102,19 +102,26 @@ def render(cfg: ControllerConfig, pool_name: str, task: Task) -> str:
     )
     name = f"dr-{PLACEHOLDER_ASSIGNMENT_ID}"
     handed = builders.handed(assignment, settings)
-    secret = builders.secret(
-        encode(handed), name=name, namespace=settings.namespace, labels=builders.job_labels(assignment)
-    )
-    size = len(encode(handed))
-    secret["data"] = {
-        key: f"<redacted: {size} bytes, the job's assignment with its credentials>" for key in secret["data"]
-    }
-    secret["metadata"]["ownerReferences"] = [builders.owner_reference(name, POD_UID)]
     try:
         found = builders.job_containers(assignment)
         pod = builders.pod(assignment, settings, containers=found)
     except services.ServicesError as err:
         raise RenderError(f"the job's `{err.key}:` cannot run in this pool: {err}") from None
+    secret = builders.secret(
+        encode(handed),
+        name=name,
+        namespace=settings.namespace,
+        labels=builders.job_labels(assignment),
+        env=services.secret_env(found.all),
+    )
+    size = len(encode(handed))
+    secret["data"] = {
+        key: f"<redacted: {size} bytes, the job's assignment with its credentials>"
+        if key == builders.ASSIGNMENT_KEY
+        else "<redacted: an env value made from the job's secrets>"
+        for key in secret["data"]
+    }
+    secret["metadata"]["ownerReferences"] = [builders.owner_reference(name, POD_UID)]
     documents = [secret, pod]
     pull = services.pull_secret(found.all, name=name, namespace=settings.namespace, labels=secret["metadata"]["labels"])
     if pull is not None:

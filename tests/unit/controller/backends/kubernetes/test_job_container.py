@@ -181,7 +181,7 @@ def test_a_job_without_container_has_no_agent() -> None:
 
 
 def test_an_empty_image_means_no_job_container() -> None:
-    found = services.job_containers(workflow("      image: ''\n").encode(), services.literal)
+    found = builders.job_containers(claimed(workflow=workflow("      image: ''\n")))
     assert found.job is None
 
 
@@ -192,8 +192,11 @@ def test_an_empty_image_means_no_job_container() -> None:
         ("      image: node:20\n      options: --entrypoint /bin/bash\n", "its command is the runner's agent"),
         ("      image: node:20\n      options: --health-cmd true\n", "health options are for services"),
         ("      image: node:20\n      options: --privileged\n", "`--privileged` is not supported in `options`"),
-        ("      image: node:${{ matrix.node }}\n", "`jobs.<job_id>.container` uses an expression"),
-        ("      image: node:20\n      env: {A: '${{ secrets.A }}'}\n", "which Pod pools do not evaluate"),
+        (
+            "      image: node:${{ env.NODE }}\n",
+            "`container`: `jobs.<job_id>.container`: node:${{ env.NODE }}: Unrecognized named-value: 'env'",
+        ),
+        ("      image: node:20\n      env: {A: '${{ job.status }}'}\n", "builds the job's containers before the job"),
         ("      image: node:20\n      volumes: ['/srv:/srv']\n", "only named volumes are mounted"),
         ("      image: node:20\n      volumes: ['ws:/workspace']\n", "would overlap /workspace"),
         ("      image: node:20\n      volumes: ['x:/__dynrunner/x']\n", "would overlap /__dynrunner"),
@@ -284,3 +287,26 @@ def test_the_executors_mounts_keep_their_order() -> None:
         "/spiffe-workload-api",
         "/__dynrunner",
     ]
+
+
+def test_values_are_evaluated_and_secret_env_values_stay_out_of_the_pod() -> None:
+    text = (
+        "name: ci\non: push\njobs:\n  build:\n    runs-on: pod\n"
+        "    strategy:\n      matrix:\n        node: ['22']\n"
+        "    container:\n      image: node:${{ matrix.node }}\n"
+        "      env: {TOKEN: '${{ secrets.API_KEY }}', PLAIN: '${{ matrix.node }}'}\n"
+        "    steps:\n      - run: node --version\n"
+    )
+    assignment = claimed(workflow=text)
+    found = builders.job_containers(assignment)
+    pod = builders.pod(assignment, settings(), containers=found)
+    kubernetes_validate.validate(pod, "1.32", strict=True)
+    name = pod["metadata"]["name"]
+    job = named(pod["spec"]["containers"], "job")
+    assert job["image"] == "node:22"
+    assert job["env"] == [
+        {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": name, "key": "env.job.TOKEN"}}},
+        {"name": "PLAIN", "value": "22"},
+    ]
+    assert "s3cret" not in json.dumps(pod)
+    assert services.secret_env(found.all) == {"env.job.TOKEN": "s3cret"}

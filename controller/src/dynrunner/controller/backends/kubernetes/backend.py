@@ -236,7 +236,9 @@ class KubernetesBackend:
         pull = services.pull_secret(found.all, name=name, namespace=self.namespace, labels=labels)
         handed = builders.handed(assignment, self.settings)
         self._assignments[assignment.assignment_id] = handed
-        secret = builders.secret(encode(handed), name=name, namespace=self.namespace, labels=labels)
+        secret = builders.secret(
+            encode(handed), name=name, namespace=self.namespace, labels=labels, env=services.secret_env(found.all)
+        )
         for made in (secret, pull) if pull is not None else (secret,):
             with contextlib.suppress(AlreadyExists):
                 await self.api.create_secret(self.namespace, made)

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from dynrunner.controller import contract
-from dynrunner.controller.backends.kubernetes import identity, job_container, services
+from dynrunner.controller.backends.kubernetes import identity, job_container, pod_values, services
 from dynrunner.controller.backends.kubernetes.config import KubernetesBackendConfig
 from dynrunner.controller.backends.kubernetes.diagnosis import (
     AGENT_INSTALL_CONTAINER,
@@ -139,16 +139,27 @@ def job_name(assignment: Assignment) -> str:
     return assignment.job_key
 
 
-def secret(assignment_bytes: bytes, *, name: str, namespace: str, labels: Mapping[str, str]) -> dict[str, Any]:
+def secret(
+    assignment_bytes: bytes,
+    *,
+    name: str,
+    namespace: str,
+    labels: Mapping[str, str],
+    env: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
     """The assignment as a Secret the Pod mounts (immutable: nobody rewrites a job's
-    credentials, and the kubelet does not watch it)."""
+    credentials, and the kubelet does not watch it). `env` holds the `env:` values of the
+    job's containers made from secrets (`pod_values.secret_env`), which they read through
+    `secretKeyRef`; the executor mounts only the assignment's key."""
+    data = {ASSIGNMENT_KEY: base64.b64encode(assignment_bytes).decode("ascii")}
+    data.update({key: base64.b64encode(value.encode()).decode("ascii") for key, value in (env or {}).items()})
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
         "type": "Opaque",
         "immutable": True,
-        "data": {ASSIGNMENT_KEY: base64.b64encode(assignment_bytes).decode("ascii")},
+        "data": data,
     }
 
 
@@ -164,9 +175,9 @@ def active_deadline_seconds(assignment: Assignment, grace_s: int = POD_DEADLINE_
 
 
 def job_containers(assignment: Assignment) -> services.JobContainers:
-    """The job's `container:` and `services:` as its Pod runs them (raises
-    `services.ServicesError`). The one place that says how their values are evaluated."""
-    return services.job_containers(assignment.task.workflow_payload, services.literal)
+    """The job's `container:` and `services:` as its Pod runs them, their `${{ }}` evaluated
+    (raises `services.ServicesError`). The one place that says how their values are evaluated."""
+    return services.job_containers(assignment.task.workflow_payload, pod_values.evaluator(assignment))
 
 
 def pod(
@@ -220,13 +231,15 @@ def pod(
     pod_containers: list[dict[str, Any]] = [container]
     init: list[dict[str, Any]] = []
     if found.job is not None:
-        job = job_container.job_container(found.job, pod_security=cfg.service_pod_security, shared_mounts=shared_mounts)
+        job = job_container.job_container(
+            found.job, pod_security=cfg.service_pod_security, shared_mounts=shared_mounts, secret_name=name
+        )
         env.extend(job_container.executor_env())
         mounts.append(job_container.agent_mount())
         volumes.append(job_container.agent_volume())
         init.append(job_container.agent_install(container, cfg.executor_command))
         pod_containers.append(job)
-    init.extend(services.sidecars(found.services, cfg.service_pod_security))
+    init.extend(services.sidecars(found.services, cfg.service_pod_security, secret_name=name))
     volumes.extend(services.named_volumes(found.all))
     spec: dict[str, Any] = {
         "restartPolicy": "Never",

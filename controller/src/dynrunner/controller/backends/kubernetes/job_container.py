@@ -21,6 +21,7 @@ import posixpath
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+from dynrunner.controller.backends.kubernetes import pod_values
 from dynrunner.controller.backends.kubernetes.diagnosis import AGENT_INSTALL_CONTAINER, JOB_CONTAINER
 from dynrunner.controller.backends.kubernetes.services import (
     VOLUME_PREFIX,
@@ -80,13 +81,15 @@ def job_container(
     *,
     pod_security: Literal["restricted", "baseline"],
     shared_mounts: Sequence[Mapping[str, Any]],
+    secret_name: str,
 ) -> dict[str, Any]:
     """The `job` container: the job image running the agent, with the agent's directory, the
     executor's `shared_mounts` (the workspace, the Workload API) at the same paths, and the
     job's named volumes. Its security follows the pool's `servicePodSecurity`, as services'
     does: `restricted` runs no root and drops every capability; `baseline` lets the image's
     root keep the runtime's default capabilities (a root without them could not read the
-    executor's runtime files); never privilege or escalation."""
+    executor's runtime files); never privilege or escalation. `env:` values made from secrets
+    are read from the job's Secret (`secret_name`), never written in the spec."""
     refused = [
         f"`{option}` is not supported for the job container in Pod pools: {why}"
         for option, given, why in (
@@ -114,7 +117,7 @@ def job_container(
         "name": JOB_CONTAINER,
         "image": spec.image,
         "command": [AGENT, AGENT_SOCKET],
-        "env": [{"name": key, "value": value} for key, value in spec.env.items()],
+        "env": pod_values.env_entries(JOB_CONTAINER, spec.env, secret_name=secret_name),
         "volumeMounts": mounts,
         "securityContext": security,
         "terminationMessagePolicy": "FallbackToLogsOnError",

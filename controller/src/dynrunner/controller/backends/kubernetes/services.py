@@ -2,9 +2,10 @@
 what services and the job container (`job_container`) share: reading both from the workflow,
 named volumes, limits, users and the per-job pull Secret.
 
-Pure functions of the single-job workflow Gitea sent and the pool's settings: the controller
-reads `container:` and `services:` with the parser the executor uses
-(`dynrunner.proto.containers`), so both see the same specs. Each service becomes an init
+Pure functions of the assignment and the pool's settings: the controller reads `container:`
+and `services:` with the parser the executor uses (`dynrunner.proto.containers`), so both see
+the same specs, and evaluates their `${{ }}` with the executor's expression language
+(`pod_values`, the callback `builders.job_containers` passes). Each service becomes an init
 container with `restartPolicy: Always` (a native sidecar: the kubelet starts the executor only
 once every sidecar has started, i.e. passed its startup probe), reachable on `localhost` (one
 network namespace per Pod) and by its name (a `hostAliases` entry to 127.0.0.1). What cannot
@@ -22,8 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import yaml
-
+from dynrunner.controller.backends.kubernetes import pod_values
 from dynrunner.controller.backends.kubernetes.diagnosis import AGENT_INSTALL_CONTAINER, EXECUTOR_CONTAINER
 from dynrunner.proto.containers import (
     SERVICES_PROVIDED_ENV,
@@ -38,7 +38,6 @@ from dynrunner.proto.containers import (
 PROVIDED_ENV = SERVICES_PROVIDED_ENV
 PULL_SECRET_SUFFIX = "-pull"
 HOST_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
-_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _MEMORY_RE = re.compile(r"^(\d+)([bkmg]?)$")
 _MEMORY_UNITS = {"": "", "b": "", "k": "Ki", "m": "Mi", "g": "Gi"}
 DOCKER_HUB = "https://index.docker.io/v1/"
@@ -60,7 +59,8 @@ class JobContainerError(ServicesError):
 @dataclass(frozen=True, slots=True)
 class JobContainers:
     """What the job's Pod runs besides the executor: its `container:` (None without one) and
-    its `services:`, in the workflow's order."""
+    its `services:`, in the workflow's order. An `env:` value made from a secret is a
+    `pod_values.SecretText` (`pod_values.env_entries`, `secret_env`)."""
 
     job: ContainerSpec | None = None
     services: tuple[ContainerSpec, ...] = ()
@@ -71,32 +71,31 @@ class JobContainers:
 
 
 def job_containers(payload: bytes | None, text: Text) -> JobContainers:
-    """The job container and services of the single-job workflow.
-
-    `text` evaluates each value (`literal` refuses expressions, naming them); the caller
-    chooses it (`builders.job_containers`), so an evaluator with the job's contexts replaces
-    it in one place."""
+    """The job container and services of the single-job workflow, their values evaluated by
+    `text` (`pod_values.evaluator`; the caller, `builders.job_containers`, chooses it)."""
     if not payload or (b"services" not in payload and b"container" not in payload):
         return JobContainers()
-    try:
-        doc = yaml.load(payload, Loader=_Loader)  # a safe loader (C or Python)
-    except yaml.YAMLError:
+    read = pod_values.single_job(payload)
+    job = read[1] if read is not None else None
+    if job is None:
         return JobContainers()  # the executor reports a workflow it cannot read
-    jobs = doc.get("jobs") if isinstance(doc, dict) else None
-    job = next(iter(jobs.values())) if isinstance(jobs, dict) and len(jobs) == 1 else None
-    if not isinstance(job, dict):
-        return JobContainers()
     raw_services = job.get("services") or {}
     if not isinstance(raw_services, Mapping):
         raise ServicesError("`services` must be a mapping of service names to containers")
     try:
         container, _ = read_job_containers(job.get("container"), {}, text)
+    except pod_values.UnevaluableValue as err:
+        raise JobContainerError(f"`container`: {err}") from None
     except SpecError as err:
         raise JobContainerError(str(err)) from None
-    try:
-        _, specs = read_job_containers(None, raw_services, text)
-    except SpecError as err:
-        raise ServicesError(str(err)) from None
+    specs: list[ContainerSpec] = []
+    for name, raw in raw_services.items():
+        try:
+            specs += read_job_containers(None, {name: raw}, text)[1]
+        except pod_values.UnevaluableValue as err:
+            raise ServicesError(f"service `{name}`: {err}") from None
+        except SpecError as err:
+            raise ServicesError(str(err)) from None
     problems = [problem for spec in specs if (problem := _host_name_problem(spec.name))]
     listening = {spec.name: {container_port(p).split("/")[0] for p in spec.ports} for spec in specs}
     problems += port_clashes(listening)
@@ -115,22 +114,6 @@ def job_containers(payload: bytes | None, text: Text) -> JobContainers:
             )
         )
     return found
-
-
-def literal(place: str, value: Any) -> str:
-    """A value as written (the `Text` the parser takes); an expression is refused, naming it:
-    the controller has not the contexts the executor builds."""
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    text = str(value)
-    if "${{" in text:
-        raise SpecError(
-            f"`{place}` uses an expression ({text.strip()}), which Pod pools do not evaluate in `container:` "
-            "and `services:` yet: write the value itself, or run the job in a local or VM pool"
-        )
-    return text
 
 
 def where(spec: ContainerSpec) -> str:
@@ -152,14 +135,19 @@ def container_name(spec: ContainerSpec) -> str:
     return spec.name.lower()
 
 
-def sidecars(specs: Sequence[ContainerSpec], pod_security: Literal["restricted", "baseline"]) -> list[dict[str, Any]]:
-    return [sidecar(spec, pod_security) for spec in specs]
+def sidecars(
+    specs: Sequence[ContainerSpec], pod_security: Literal["restricted", "baseline"], *, secret_name: str
+) -> list[dict[str, Any]]:
+    return [sidecar(spec, pod_security, secret_name=secret_name) for spec in specs]
 
 
-def sidecar(spec: ContainerSpec, pod_security: Literal["restricted", "baseline"]) -> dict[str, Any]:
+def sidecar(
+    spec: ContainerSpec, pod_security: Literal["restricted", "baseline"], *, secret_name: str
+) -> dict[str, Any]:
     """One service as a native sidecar: no privilege, capabilities dropped, and under
     `restricted` `runAsNonRoot` (an image that starts as root then fails to start, naming the
-    service: set `--user`, or the pool's `servicePodSecurity: baseline`)."""
+    service: set `--user`, or the pool's `servicePodSecurity: baseline`). Its `env:` values
+    made from secrets are read from the job's Secret (`secret_name`), never written here."""
     security: dict[str, Any] = {
         "allowPrivilegeEscalation": False,
         "privileged": False,
@@ -174,7 +162,7 @@ def sidecar(spec: ContainerSpec, pod_security: Literal["restricted", "baseline"]
         "name": container_name(spec),
         "image": spec.image,
         "restartPolicy": "Always",
-        "env": [{"name": key, "value": value} for key, value in spec.env.items()],
+        "env": pod_values.env_entries(container_name(spec), spec.env, secret_name=secret_name),
         "securityContext": security,
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
@@ -307,6 +295,12 @@ def named_volumes(specs: Sequence[ContainerSpec]) -> list[dict[str, Any]]:
     that names it, deleted with the Pod (Docker's named volumes outlive a job; a Pod's cannot)."""
     names = dict.fromkeys(pod_volume_name(_volume_parts(v)[0]) for spec in specs for v in spec.volumes)
     return [{"name": name, "emptyDir": {}} for name in names]
+
+
+def secret_env(specs: Sequence[ContainerSpec]) -> dict[str, str]:
+    """The `env:` values made from secrets of the job's containers (the job container's and
+    the services'): data for the job's Secret."""
+    return pod_values.secret_env((container_name(spec), spec.env) for spec in specs)
 
 
 def host_aliases(specs: Sequence[ContainerSpec]) -> list[dict[str, Any]]:
