@@ -51,6 +51,7 @@ class PodContainerConfig:
         try:
             wait_s = float(env.get(WAIT_ENV, "") or DEFAULT_WAIT_S)
         except ValueError:
+            log.warning("%s=%r is not a number of seconds: waiting %.0f s", WAIT_ENV, env[WAIT_ENV], DEFAULT_WAIT_S)
             wait_s = DEFAULT_WAIT_S
         return cls(
             socket=Path(path),
