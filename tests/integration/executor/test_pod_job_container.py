@@ -275,3 +275,26 @@ jobs:
         assert api.jwt_requests == [(spiffe_id, ("sts.example",))]
         assert token.count(".") == 2 and not any(token in row for row in task.log_rows)
         assert rows_of(task, 1)[-1] == f"socket unix://{api_socket} parent {job_container.process.pid}"
+
+
+async def test_a_called_workflows_job_container_is_refused_in_a_pod(
+    self_hosted_actions: ExecutorHarness, job_container: PodJobContainer
+) -> None:
+    """The Pod has one job container, built for the calling job: a called job's own
+    `container:` cannot run there (and the Pod's agent is still shut down at the end)."""
+    gitea = self_hosted_actions.gitea
+    gitea.create_repository("owner/repo", private=True)
+    called = "on: workflow_call\njobs:\n  inner:\n    runs-on: x\n    container: alpine:3\n"
+    called += "    steps:\n      - run: echo no\n"
+    gitea.commit("owner/repo", {".gitea/workflows/called.yml": called})
+    claimed = in_pod(
+        await self_hosted_actions.claim("on: push\njobs:\n  call:\n    uses: ./.gitea/workflows/called.yml\n")
+    )
+    assert await self_hosted_actions.run(claimed.assignment) == 0
+    task = self_hosted_actions.gitea.task(claimed.task_id)
+    assert task.result == Result.FAILURE
+    assert (
+        "##[error]The job sets `container:` in a called workflow, which this runner does not run in Pod pools: "
+        "the job's Pod has one job container, the calling job's. Run the called job in a local or VM pool."
+    ) in task.log_rows, task.log_rows
+    assert await job_container.exited() == 0
