@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from dynrunner.controller.backends.kubernetes import builders
+from dynrunner.controller.backends.kubernetes import builders, services
 from dynrunner.controller.backends.kubernetes.config import KubernetesBackendConfig
 from dynrunner.controller.claiming.registrations_store import ArmedRegistration
 from dynrunner.controller.config.model import ControllerConfig
@@ -102,11 +102,18 @@ def render(cfg: ControllerConfig, pool_name: str, task: Task) -> str:
     name = f"dr-{PLACEHOLDER_ASSIGNMENT_ID}"
     handed = builders.handed(assignment, settings)
     secret = builders.secret(
-        encode(handed), name=name, namespace=settings.namespace, labels=builders.job_labels(assignment)
+        encode(handed),
+        name=name,
+        namespace=settings.namespace,
+        labels=builders.job_labels(assignment),
+        env=services.secret_env(services.job_services(assignment)),
     )
     size = len(encode(handed))
     secret["data"] = {
-        key: f"<redacted: {size} bytes, the job's assignment with its credentials>" for key in secret["data"]
+        key: f"<redacted: {size} bytes, the job's assignment with its credentials>"
+        if key == builders.ASSIGNMENT_KEY
+        else "<redacted: an env value made from the job's secrets>"
+        for key in secret["data"]
     }
     secret["metadata"]["ownerReferences"] = [builders.owner_reference(name, POD_UID)]
     documents = [secret, builders.pod(assignment, settings)]

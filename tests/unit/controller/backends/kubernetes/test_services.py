@@ -80,7 +80,7 @@ def test_a_job_without_services_gets_no_sidecar() -> None:
 
 def test_a_job_with_container_gets_no_sidecar_the_executor_refuses_it() -> None:
     payload = workflow("      redis: redis:7\n", extra="    container: node:20\n")
-    assert services.job_services(payload.encode()) == []
+    assert services.job_services(claimed(workflow=payload)) == []
 
 
 def test_baseline_lets_a_service_run_as_root_without_privilege() -> None:
@@ -99,8 +99,7 @@ def test_credentials_become_a_pull_secret_the_pod_names() -> None:
         "      cache:\n        image: registry.example.com/team/redis:7\n"
         "        credentials: {username: bot, password: hunter2}\n"
     )
-    payload = workflow(services_yaml).encode()
-    specs = services.job_services(payload)
+    specs = services.job_services(claimed(workflow=workflow(services_yaml)))
     secret = services.pull_secret(specs, name="dr-x", namespace="ci-jobs", labels={"a": "b"})
     assert secret is not None
     assert secret["type"] == "kubernetes.io/dockerconfigjson"
@@ -128,7 +127,7 @@ def test_credentials_become_a_pull_secret_the_pod_names() -> None:
         ("      my_db: postgres\n", "service `my_db`: in Pod pools a service name is a host name"),
         ("      executor: postgres\n", "(not `executor`)"),
         ("      db:\n        image: postgres\n        options: --user postgres\n", "a user is numeric"),
-        ("      db:\n        image: postgres:${{ matrix.v }}\n", "which Pod pools do not evaluate"),
+        ("      db:\n        image: postgres:${{ secrets.V }}\n", "Unrecognized named-value: 'secrets'"),
         ("      db:\n        image: postgres\n        volumes: ['data:/var/lib']\n", "`volumes` are not supported"),
         ("      db:\n        image: postgres\n        options: --memory lots\n", "`--memory lots`"),
     ],

@@ -226,14 +226,16 @@ class KubernetesBackend:
         name = contract.environment_name(assignment.assignment_id)
         labels = builders.job_labels(assignment, stream_seq)
         try:
-            specs = services.job_services(assignment.task.workflow_payload)
+            specs = services.job_services(assignment)
             spec = builders.pod(assignment, self.settings, stream_seq=stream_seq)
         except services.ServicesError as err:
             raise JobRefused(f"The job's `services:` cannot run in this pool: {err}") from None
         pull = services.pull_secret(specs, name=name, namespace=self.namespace, labels=labels)
         handed = builders.handed(assignment, self.settings)
         self._assignments[assignment.assignment_id] = handed
-        secret = builders.secret(encode(handed), name=name, namespace=self.namespace, labels=labels)
+        secret = builders.secret(
+            encode(handed), name=name, namespace=self.namespace, labels=labels, env=services.secret_env(specs)
+        )
         for made in (secret, pull) if pull is not None else (secret,):
             with contextlib.suppress(AlreadyExists):
                 await self.api.create_secret(self.namespace, made)

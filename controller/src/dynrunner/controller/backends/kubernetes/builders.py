@@ -135,16 +135,27 @@ def job_name(assignment: Assignment) -> str:
     return assignment.job_key
 
 
-def secret(assignment_bytes: bytes, *, name: str, namespace: str, labels: Mapping[str, str]) -> dict[str, Any]:
+def secret(
+    assignment_bytes: bytes,
+    *,
+    name: str,
+    namespace: str,
+    labels: Mapping[str, str],
+    env: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
     """The assignment as a Secret the Pod mounts (immutable: nobody rewrites a job's
-    credentials, and the kubelet does not watch it)."""
+    credentials, and the kubelet does not watch it). `env` holds the `env:` values of the
+    job's containers made from secrets (`pod_values.secret_env`), which they read through
+    `secretKeyRef`; the executor mounts only the assignment's key."""
+    data = {ASSIGNMENT_KEY: base64.b64encode(assignment_bytes).decode("ascii")}
+    data.update({key: base64.b64encode(value.encode()).decode("ascii") for key, value in (env or {}).items()})
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
         "type": "Opaque",
         "immutable": True,
-        "data": {ASSIGNMENT_KEY: base64.b64encode(assignment_bytes).decode("ascii")},
+        "data": data,
     }
 
 
@@ -191,7 +202,7 @@ def pod(assignment: Assignment, settings: PodSettings, *, stream_seq: int | None
         "terminationMessagePath": TERMINATION_MESSAGE_PATH,
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
-    specs = services.job_services(assignment.task.workflow_payload)
+    specs = services.job_services(assignment)
     if specs:
         env.append({"name": services.PROVIDED_ENV, "value": ",".join(s.name for s in specs)})
     if cfg.image_pull_policy:
@@ -211,7 +222,7 @@ def pod(assignment: Assignment, settings: PodSettings, *, stream_seq: int | None
         "volumes": volumes,
     }
     if specs:
-        spec["initContainers"] = services.sidecars(specs, cfg.service_pod_security)
+        spec["initContainers"] = services.sidecars(specs, cfg.service_pod_security, secret_name=name)
         spec["hostAliases"] = services.host_aliases(specs)
         if any(s.credentials for s in specs):
             spec["imagePullSecrets"] = [{"name": name + services.PULL_SECRET_SUFFIX}]

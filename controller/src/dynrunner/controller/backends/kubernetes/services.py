@@ -1,12 +1,13 @@
 """A job's `services:` as native sidecars of its Pod (docs/kubernetes.md, "Services").
 
-Pure functions of the single-job workflow Gitea sent and the pool's settings: the controller
-reads `services:` with the parser the executor uses (`dynrunner.proto.containers`), so both
-see the same specs. Each service becomes an init container with `restartPolicy: Always`
-(a native sidecar: the kubelet starts the executor only once every sidecar has started, i.e.
-passed its startup probe), reachable on `localhost` (one network namespace per Pod) and by
-its name (a `hostAliases` entry to 127.0.0.1). What cannot be built fails the job before any
-object exists (`ServicesError`, the message for the job log).
+Pure functions of the assignment and the pool's settings: the controller reads `services:`
+with the parser the executor uses (`dynrunner.proto.containers`), so both see the same specs,
+and evaluates their `${{ }}` with the executor's expression language (`pod_values`). Each
+service becomes an init container with `restartPolicy: Always` (a native sidecar: the kubelet
+starts the executor only once every sidecar has started, i.e. passed its startup probe),
+reachable on `localhost` (one network namespace per Pod) and by its name (a `hostAliases`
+entry to 127.0.0.1). What cannot be built fails the job before any object exists
+(`ServicesError`, the message for the job log).
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-import yaml
-
+from dynrunner.controller.backends.kubernetes import pod_values
 from dynrunner.controller.backends.kubernetes.diagnosis import EXECUTOR_CONTAINER
+from dynrunner.proto.assignment import Assignment
 from dynrunner.proto.containers import (
     SERVICES_PROVIDED_ENV,
     ContainerSpec,
@@ -33,7 +34,6 @@ from dynrunner.proto.containers import (
 PROVIDED_ENV = SERVICES_PROVIDED_ENV
 PULL_SECRET_SUFFIX = "-pull"
 HOST_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
-_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _MEMORY_RE = re.compile(r"^(\d+)([bkmg]?)$")
 _MEMORY_UNITS = {"": "", "b": "", "k": "Ki", "m": "Mi", "g": "Gi"}
 DOCKER_HUB = "https://index.docker.io/v1/"
@@ -43,29 +43,30 @@ class ServicesError(ValueError):
     """The job's `services:` cannot run in this pool; the message is for the job log."""
 
 
-def job_services(payload: bytes | None) -> list[ContainerSpec]:
-    """The services of the single-job workflow, in order ([] for a job with `container:`:
-    the executor refuses that job in Pods with its own message, and no sidecar is started).
-
-    Expressions are not evaluated here: the controller would need the contexts the executor
-    builds; a value with `${{` is refused naming it (write the value, or use another pool)."""
+def job_services(assignment: Assignment) -> list[ContainerSpec]:
+    """The services of the job's single-job workflow, in order, their `${{ }}` evaluated
+    (`pod_values.evaluator`); [] for a job with `container:`: the executor refuses that job in
+    Pods with its own message, and no sidecar is started. An `env:` value made from a secret
+    is a `pod_values.SecretText` (see `sidecar`)."""
+    payload = assignment.task.workflow_payload
     if not payload or b"services" not in payload:
         return []
-    try:
-        doc = yaml.load(payload, Loader=_Loader)  # a safe loader (C or Python)
-    except yaml.YAMLError:
-        return []  # the executor reports a workflow it cannot read
-    jobs = doc.get("jobs") if isinstance(doc, dict) else None
-    job = next(iter(jobs.values())) if isinstance(jobs, dict) and len(jobs) == 1 else None
-    if not isinstance(job, dict) or job.get("container") or not job.get("services"):
+    found = pod_values.single_job(payload)
+    job = found[1] if found is not None else None
+    if job is None or job.get("container") or not job.get("services"):
         return []
     services = job["services"]
     if not isinstance(services, Mapping):
         raise ServicesError("`services` must be a mapping of service names to containers")
-    try:
-        _, specs = read_job_containers(None, services, _literal)
-    except SpecError as err:
-        raise ServicesError(str(err)) from None
+    evaluate = pod_values.evaluator(assignment)
+    specs: list[ContainerSpec] = []
+    for name, raw in services.items():
+        try:
+            specs += read_job_containers(None, {name: raw}, evaluate)[1]
+        except pod_values.UnevaluableValue as err:
+            raise ServicesError(f"service `{name}`: {err}") from None
+        except SpecError as err:
+            raise ServicesError(str(err)) from None
     problems = [problem for spec in specs if (problem := _host_name_problem(spec.name))]
     listening = {spec.name: {container_port(p).split("/")[0] for p in spec.ports} for spec in specs}
     problems += port_clashes(listening)
@@ -75,20 +76,6 @@ def job_services(payload: bytes | None) -> list[ContainerSpec]:
     if problems:
         raise ServicesError("; ".join(problems))
     return specs
-
-
-def _literal(place: str, value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    text = str(value)
-    if "${{" in text:
-        raise SpecError(
-            f"`{place}` uses an expression ({text.strip()}), which Pod pools do not evaluate for services yet: "
-            "write the value itself, or run the job in a local or VM pool"
-        )
-    return text
 
 
 def _host_name_problem(name: str) -> str:
@@ -105,14 +92,19 @@ def container_name(spec: ContainerSpec) -> str:
     return spec.name.lower()
 
 
-def sidecars(specs: Sequence[ContainerSpec], pod_security: Literal["restricted", "baseline"]) -> list[dict[str, Any]]:
-    return [sidecar(spec, pod_security) for spec in specs]
+def sidecars(
+    specs: Sequence[ContainerSpec], pod_security: Literal["restricted", "baseline"], *, secret_name: str
+) -> list[dict[str, Any]]:
+    return [sidecar(spec, pod_security, secret_name=secret_name) for spec in specs]
 
 
-def sidecar(spec: ContainerSpec, pod_security: Literal["restricted", "baseline"]) -> dict[str, Any]:
+def sidecar(
+    spec: ContainerSpec, pod_security: Literal["restricted", "baseline"], *, secret_name: str
+) -> dict[str, Any]:
     """One service as a native sidecar: no privilege, capabilities dropped, and under
     `restricted` `runAsNonRoot` (an image that starts as root then fails to start, naming the
-    service: set `--user`, or the pool's `servicePodSecurity: baseline`)."""
+    service: set `--user`, or the pool's `servicePodSecurity: baseline`). Its `env:` values
+    made from secrets are read from the job's Secret (`secret_name`), never written here."""
     security: dict[str, Any] = {
         "allowPrivilegeEscalation": False,
         "privileged": False,
@@ -127,7 +119,7 @@ def sidecar(spec: ContainerSpec, pod_security: Literal["restricted", "baseline"]
         "name": container_name(spec),
         "image": spec.image,
         "restartPolicy": "Always",
-        "env": [{"name": key, "value": value} for key, value in spec.env.items()],
+        "env": pod_values.env_entries(container_name(spec), spec.env, secret_name=secret_name),
         "securityContext": security,
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
@@ -197,6 +189,11 @@ def _limits(spec: ContainerSpec) -> dict[str, str]:
             raise ServicesError(f"service `{spec.name}`: `--memory {spec.memory}`: expected a size such as 512m or 2g")
         limits["memory"] = match.group(1) + _MEMORY_UNITS[match.group(2)]
     return limits
+
+
+def secret_env(specs: Sequence[ContainerSpec]) -> dict[str, str]:
+    """The services' `env:` values made from secrets: data for the job's Secret."""
+    return pod_values.secret_env((container_name(spec), spec.env) for spec in specs)
 
 
 def host_aliases(specs: Sequence[ContainerSpec]) -> list[dict[str, Any]]:
