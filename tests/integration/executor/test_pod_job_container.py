@@ -298,3 +298,31 @@ async def test_a_called_workflows_job_container_is_refused_in_a_pod(
         "the job's Pod has one job container, the calling job's. Run the called job in a local or VM pool."
     ) in task.log_rows, task.log_rows
     assert await job_container.exited() == 0
+
+
+async def test_a_container_action_in_a_pod_job_container_is_refused_naming_the_pools(
+    executor_harness: ExecutorHarness, job_container: PodJobContainer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """podman is not used in a Pod (even where one is installed): a container action cannot run."""
+    monkeypatch.delenv("DYNRUNNER_PODMAN")  # podman on PATH, where this machine has it
+    workflow = """
+on: push
+jobs:
+  build:
+    runs-on: self-hosted
+    container: debian:12
+    steps:
+      - uses: docker://alpine:3
+      - if: always()
+        run: echo "still in the container, parent $PPID"
+"""
+    claimed = in_pod(await executor_harness.claim(workflow))
+    assert await executor_harness.run(claimed.assignment) == 0
+    task = executor_harness.gitea.task(claimed.task_id)
+    assert task.result == Result.FAILURE
+    assert any(
+        row.startswith("##[error]The action docker://alpine:3 is a Docker container action, which needs a container")
+        and "container actions run in local and VM pools with podman installed" in row
+        for row in rows_of(task, 0)
+    ), rows_of(task, 0)
+    assert rows_of(task, 1)[-1] == f"still in the container, parent {job_container.process.pid}"
