@@ -126,76 +126,62 @@ jobs:
     assert "localhost answered +PONG" in rows
 
 
-async def test_an_unhealthy_service_fails_the_job_naming_it_with_its_last_output(
-    executor_harness: ExecutorHarness, job_images: JobImages
-) -> None:
-    workflow = f"""
+NEVER_STARTS = """
 on: push
 jobs:
   build:
     runs-on: self-hosted
-    services:
-      broken:
-        image: {job_images.redis}
-        options: --health-cmd "echo probe says no; exit 1" --health-interval 1s --health-retries 2
-    steps:
+{containers}    steps:
       - run: echo never
 """
-    view = await executor_harness.run_job(workflow)
-    rows = "\n".join(view.log_rows)
-    assert view.result == Result.FAILURE
-    assert (
-        "##[error]Service 'broken' is unhealthy: its health check `echo probe says no; exit 1` still failed "
-        "after 2 s (exit code 1)." in rows
-    ), rows
-    assert "##[error]probe says no" in rows
-    assert "Ready to accept connections" in rows  # the service's own last output
-    assert [s.status for s in view.steps] != ["success"]
+"""A job whose containers `{containers}` (indented as job keys; `{redis}` and `{bash}` name
+those images) keep its one step from running."""
 
-
-async def test_a_service_that_exits_fails_the_job_with_its_output(
-    executor_harness: ExecutorHarness, job_images: JobImages
-) -> None:
-    workflow = f"""
-on: push
-jobs:
-  build:
-    runs-on: self-hosted
-    services:
+CONTAINERS_REFUSED: dict[str, tuple[str, list[str]]] = {
+    "unhealthy-service": (
+        """    services:
+      broken:
+        image: {redis}
+        options: --health-cmd "echo probe says no; exit 1" --health-interval 1s --health-retries 2
+""",
+        [
+            "##[error]Service 'broken' is unhealthy: its health check `echo probe says no; exit 1` still failed "
+            "after 2 s (exit code 1).",
+            "##[error]probe says no",
+            "Ready to accept connections",  # the service's own last output
+        ],
+    ),
+    "service-exits": (
+        """    services:
       crashing:
-        image: {job_images.bash}
+        image: {bash}
         options: >-
           --entrypoint '["/bin/sh", "-c", "echo crashed: $WHY; exit 3"]' --health-cmd false
           --health-interval 1s --health-retries 30 -e WHY=oops
-    steps:
-      - run: echo never
-"""
-    view = await executor_harness.run_job(workflow)
-    rows = "\n".join(view.log_rows)
-    assert view.result == Result.FAILURE
-    assert "##[error]Service 'crashing' is unhealthy: it exited with code 3." in rows, rows
-    assert "##[error]crashed: oops" in rows
-
-
-async def test_options_outside_the_subset_fail_the_job_naming_them(
-    executor_harness: ExecutorHarness, job_images: JobImages
-) -> None:
-    workflow = f"""
-on: push
-jobs:
-  build:
-    runs-on: self-hosted
-    container:
-      image: {job_images.bash}
+""",
+        ["##[error]Service 'crashing' is unhealthy: it exited with code 3.", "##[error]crashed: oops"],
+    ),
+    "options-outside-the-subset": (
+        """    container:
+      image: {bash}
       options: --privileged
-    steps:
-      - run: echo never
-"""
-    view = await executor_harness.run_job(workflow)
-    assert view.result == Result.FAILURE
-    assert "##[error]`container`: `--privileged` is not supported in `options` (supported: --user," in "\n".join(
-        view.log_rows
-    )
+""",
+        ["##[error]`container`: `--privileged` is not supported in `options` (supported: --user,"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CONTAINERS_REFUSED))
+async def test_containers_that_cannot_serve_the_job_fail_it_saying_why(
+    executor_harness: ExecutorHarness, job_images: JobImages, case: str
+) -> None:
+    containers, expected = CONTAINERS_REFUSED[case]
+    images = {"redis": job_images.redis, "bash": job_images.bash}
+    view = await executor_harness.run_job(NEVER_STARTS.format(containers=containers.format(**images)))
+    rows = "\n".join(view.log_rows)
+    assert view.result == Result.FAILURE, rows
+    assert [line for line in expected if line not in rows] == [], rows
+    assert [s.status for s in view.steps] != ["success"]
 
 
 async def test_container_actions_docker_image_and_dockerfile(
