@@ -10,22 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dynrunner.controller.config.model import ControllerConfig
-from dynrunner.doubles.gitea import GiteaDouble
 from tests.fixtures.gitea import GiteaFactory
-from tests.fixtures.harness import REAL_EXECUTOR, config_data, in_process, wait_run_done
+from tests.fixtures.harness import in_process, real_executor_config, wait_run_done
 from tests.fixtures.reusable_workflows import BUILD, NOTIFY, PIPELINE_SECRETS, pipeline
-
-
-def _config(gitea: GiteaDouble, nats_url: str, tmp_path: Path) -> ControllerConfig:
-    data = config_data(
-        gitea_url=gitea.url,
-        registration_token=gitea.registration_token,
-        state_dir=tmp_path / "state",
-        nats_url=nats_url,
-        executor_command=[REAL_EXECUTOR],
-    )
-    return ControllerConfig.model_validate(data)
 
 
 async def test_local_and_remote_reusable_workflows_with_inputs_secrets_and_outputs(
@@ -36,7 +23,7 @@ async def test_local_and_remote_reusable_workflows_with_inputs_secrets_and_outpu
         gitea.commit("owner/app", {".gitea/workflows/build.yml": BUILD})
         gitea.create_repository("shared/ci")
         gitea.commit("shared/ci", {".gitea/workflows/notify.yml": NOTIFY}, tags=["v1"])
-        async with in_process(_config(gitea, nats_url, tmp_path)):
+        async with in_process(real_executor_config(gitea, nats_url, tmp_path / "state")):
             run = gitea.submit(
                 "owner/app", pipeline("shared/ci/.gitea/workflows/notify.yml@v1"), secrets=PIPELINE_SECRETS
             )
