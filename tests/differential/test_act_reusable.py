@@ -31,7 +31,7 @@ import pytest
 from dynrunner.doubles.gitea.views import TaskView
 from tests.fixtures.act import act_repo, needs_act, run_act
 from tests.fixtures.executor import ExecutorHarness
-from tests.fixtures.reusable_workflows import GREET, caller, levels, nested_caller
+from tests.fixtures.reusable_workflows import GREET, caller, levels, nested_caller, the_callers_repository
 
 pytestmark = [pytest.mark.act, needs_act]
 
@@ -162,9 +162,7 @@ def _printed(rows: list[str]) -> list[str]:
 
 
 async def run_ours(harness: ExecutorHarness, workflow: str, called: Mapping[str, str]) -> tuple[Lines, dict[str, str]]:
-    gitea = harness.gitea
-    gitea.create_repository("owner/repo", private=True)
-    gitea.commit("owner/repo", _files(workflow, called))
+    gitea = the_callers_repository(harness, _files(workflow, called))
     run = gitea.submit("owner/repo", workflow, secrets=SECRETS)
     lines: Lines = {}
     results: dict[str, str] = {}

@@ -12,13 +12,11 @@ import pytest
 
 from dynrunner.proto.gitea import Result
 from tests.fixtures.executor import ExecutorHarness
-from tests.fixtures.reusable_workflows import GREET, caller, levels, nested_caller
+from tests.fixtures.reusable_workflows import GREET, caller, levels, nested_caller, the_callers_repository
 
 
 async def test_a_local_reusable_workflow_runs_in_the_callers_task(self_hosted_actions: ExecutorHarness) -> None:
-    gitea = self_hosted_actions.gitea
-    gitea.create_repository("owner/repo", private=True)
-    gitea.commit("owner/repo", {".gitea/workflows/called.yml": GREET})
+    the_callers_repository(self_hosted_actions, {".gitea/workflows/called.yml": GREET})
     task = await self_hosted_actions.run_job(caller("./.gitea/workflows/called.yml"), secrets={"MY_TOKEN": "t0ps3cret"})
     rows = task.log_rows
     assert task.result == Result.SUCCESS, rows
@@ -47,9 +45,7 @@ async def test_a_remote_reusable_workflow_is_fetched_at_its_ref(self_hosted_acti
 async def test_nested_calls_up_to_ten_levels_and_outputs_for_a_later_job(
     self_hosted_actions: ExecutorHarness,
 ) -> None:
-    gitea = self_hosted_actions.gitea
-    gitea.create_repository("owner/repo", private=True)
-    gitea.commit("owner/repo", levels(9))  # the caller + 9 levels of reusable workflows
+    gitea = the_callers_repository(self_hosted_actions, levels(9))  # the caller + 9 levels of reusable workflows
     claimed = await self_hosted_actions.claim(nested_caller(), secrets={"MY_TOKEN": "inh3rited"})
     assert await self_hosted_actions.run(claimed) == 0
     task = gitea.task(claimed.task_id)
@@ -97,8 +93,6 @@ jobs:
 
 @pytest.mark.parametrize("case", sorted(BAD))
 async def test_a_bad_call_fails_the_job_saying_why(self_hosted_actions: ExecutorHarness, case: str) -> None:
-    gitea = self_hosted_actions.gitea
-    gitea.create_repository("owner/repo", private=True)
     files = {
         ".gitea/workflows/called.yml": GREET,
         ".gitea/workflows/plain.yml": "on: push\njobs:\n  a:\n    runs-on: x\n    steps:\n      - run: echo\n",
@@ -106,7 +100,7 @@ async def test_a_bad_call_fails_the_job_saying_why(self_hosted_actions: Executor
         "ci/called.yml": GREET,
         **levels(10),
     }
-    gitea.commit("owner/repo", files)
+    the_callers_repository(self_hosted_actions, files)
     uses, expected = BAD[case]
     task = await self_hosted_actions.run_job(_bad_caller(case, uses))
     assert task.result == Result.FAILURE
@@ -135,9 +129,7 @@ jobs:
 
 
 async def test_a_cancel_stops_the_called_job_and_starts_no_other(self_hosted_actions: ExecutorHarness) -> None:
-    gitea = self_hosted_actions.gitea
-    gitea.create_repository("owner/repo", private=True)
-    gitea.commit("owner/repo", {".gitea/workflows/slow.yml": SLOW})
+    gitea = the_callers_repository(self_hosted_actions, {".gitea/workflows/slow.yml": SLOW})
     claimed = await self_hosted_actions.claim("on: push\njobs:\n  call:\n    uses: ./.gitea/workflows/slow.yml\n")
     running = asyncio.create_task(self_hosted_actions.run(claimed))
     await self_hosted_actions.wait_for_log(claimed.task_id, "first started")
@@ -151,9 +143,7 @@ async def test_a_cancel_stops_the_called_job_and_starts_no_other(self_hosted_act
 
 
 async def test_nested_calls_fetch_each_repository_once(self_hosted_actions: ExecutorHarness) -> None:
-    gitea = self_hosted_actions.gitea
-    gitea.create_repository("owner/repo", private=True)
-    gitea.commit("owner/repo", levels(3))
+    the_callers_repository(self_hosted_actions, levels(3))
     task = await self_hosted_actions.run_job(nested_caller(later=False), secrets={"MY_TOKEN": "x"})
     assert task.result == Result.SUCCESS, "\n".join(task.log_rows)
     assert sum(row.startswith("Download action repository 'owner/repo@") for row in task.log_rows) == 1
@@ -179,9 +169,7 @@ jobs:
 
 
 async def test_a_called_job_under_continue_on_error_lets_the_others_run(self_hosted_actions: ExecutorHarness) -> None:
-    gitea = self_hosted_actions.gitea
-    gitea.create_repository("owner/repo", private=True)
-    gitea.commit("owner/repo", {".gitea/workflows/tolerant.yml": TOLERANT})
+    the_callers_repository(self_hosted_actions, {".gitea/workflows/tolerant.yml": TOLERANT})
     task = await self_hosted_actions.run_job("on: push\njobs:\n  call:\n    uses: ./.gitea/workflows/tolerant.yml\n")
     assert task.result == Result.SUCCESS, "\n".join(task.log_rows)
     assert "ran after flaky, which was failure" in task.log_rows
