@@ -126,7 +126,7 @@ async def test_checkout_composite_node_artifacts_and_cache_through_the_controlle
                 done.append(run)
                 build, test = (rows(gitea, job.task_id) for job in run.jobs)
                 assert run.status == "success", "\n".join(build + test)
-                assert "checked out " + repository in build
+                assert any(row.startswith(f"checked out {repository}@") for row in build), build
                 assert "hello e2e from the app" in build
                 assert "uploaded dist: " in "\n".join(build)
                 assert f"built in run {run.id}" in test
