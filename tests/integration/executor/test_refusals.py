@@ -254,23 +254,33 @@ jobs:
     )
 
 
-async def test_container_and_services_are_refused_in_pods(executor_harness: ExecutorHarness) -> None:
-    workflow = """
+@pytest.mark.parametrize(
+    ("keys", "what"),
+    [
+        ("services:\n      db:\n        image: postgres:16", "declares `services:` (db)"),
+        ("container: node:20", "sets `container:`"),
+    ],
+)
+async def test_containers_a_pod_was_not_built_with_are_refused(
+    executor_harness: ExecutorHarness, keys: str, what: str
+) -> None:
+    """An older controller's Pod: no sidecars named in DYNRUNNER_SERVICES_PROVIDED, no job
+    container socket (DYNRUNNER_JOB_CONTAINER_SOCKET)."""
+    workflow = f"""
 on: push
 jobs:
   build:
     runs-on: self-hosted
-    services:
-      db:
-        image: postgres:16
+    {keys}
     steps:
       - run: echo hi
 """
     view = await run_in_a_pod(executor_harness, workflow)
     assert view.result == Result.FAILURE
     (error,) = errors(view.log_rows)
-    assert error.startswith(
-        "##[error]The job declares `services:` (db), which this runner does not run in Pod pools yet"
+    assert error == (
+        f"##[error]The job {what}, which its Pod was not built to run (by a controller older than this executor): "
+        "run the job in a local or VM pool, or update the controller (docs/containers.md)."
     )
 
 
@@ -345,4 +355,4 @@ jobs:
 """
     monkeypatch.setenv("DYNRUNNER_SERVICES_PROVIDED", "db")
     (error,) = errors((await run_in_a_pod(executor_harness, workflow)).log_rows)
-    assert "does not run in Pod pools yet" in error
+    assert "which its Pod was not built to run" in error
