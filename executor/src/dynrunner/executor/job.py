@@ -323,6 +323,7 @@ class JobRunner:
                 images,
                 node,
                 identity=source is None or source.identity_reachable or job_spec is None,
+                workload_api=source is None or source.workload_api_reachable or job_spec is None,
             )
         finally:
             if images is not None:
@@ -339,9 +340,12 @@ class JobRunner:
         node: NodeRuntime,
         *,
         identity: bool,
+        workload_api: bool,
     ) -> JobResult:
         """The steps, the post stages and the job's outputs, once its environment is ready;
-        `identity`: whether the steps can reach the job's identity (not in a podman job container)."""
+        `identity`: whether the steps can reach the ID-token endpoint (not in a podman job
+        container), `workload_api`: whether the Workload API issues them the job's SVID (not in
+        any job container)."""
         a = self.assignment
         job = self.workflow.job
         where, contexts, evaluator, scope, runtime, signals = (
@@ -368,7 +372,7 @@ class JobRunner:
             base_env,
             runner_env(github, where, _runtime_token(a), runner_debug, id_request_token)
             | services.env()
-            | (workload_api_env(a.executor.identity) if identity else {})
+            | (workload_api_env(a.executor.identity) if workload_api else {})
             | (id_tokens.env() if id_tokens else {}),
             ws.bin_dir,
         )

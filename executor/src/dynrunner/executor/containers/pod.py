@@ -117,8 +117,10 @@ class PodJobContainer:
     are the Pod's sidecars, already healthy when the executor starts."""
 
     identity_reachable = True
-    """The Pod's network namespace is shared (the ID-token endpoint on loopback is reachable)
-    and the controller mounts the Workload API socket in `job` at the executor's path."""
+    """The Pod's network namespace is shared: the ID-token endpoint on loopback is reachable."""
+    workload_api_reachable = False
+    """The job's SPIRE entry names the `executor` container: a process in `job` would be told
+    "no identity issued", so steps there get no SPIFFE_ENDPOINT_SOCKET (ID tokens they do get)."""
 
     def __init__(self, config: PodContainerConfig, *, log: Callable[[str], None]) -> None:
         self.config = config

@@ -152,6 +152,7 @@ class JobContainers:
     node_mount = NODE_MOUNT
     identity_reachable = False
     """A podman job container has its own network namespace and no Workload API socket."""
+    workload_api_reachable = False
 
     def __init__(
         self,

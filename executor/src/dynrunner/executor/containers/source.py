@@ -23,8 +23,9 @@ class JobContainerSource(Protocol):
     node_mount: str
     """Where the job container sees the executor's Node."""
     identity_reachable: bool
-    """Whether steps in the job container reach the job's identity (the Workload API socket and
-    the ID-token endpoint on the executor's loopback)."""
+    """Whether steps in the job container reach the ID-token endpoint on the executor's loopback."""
+    workload_api_reachable: bool
+    """Whether the Workload API issues the job's SVID to a process in the job container."""
 
     async def start(self, job: ContainerSpec | None, services: Sequence[ContainerSpec]) -> None:
         """Until the job container (and services) run; ContainerError saying why not."""
