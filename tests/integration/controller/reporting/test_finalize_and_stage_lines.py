@@ -66,6 +66,20 @@ async def test_stage_lines_land_at_the_servers_ack_index(gitea: GiteaDouble) -> 
     ]
 
 
+async def test_stage_lines_stop_once_rows_of_another_writer_lie_past_them(gitea: GiteaDouble) -> None:
+    """The executor took over: a stage line appended at the log's end would take the index of
+    its next row (seen under load: "image … already present" in place of "Workload identity …
+    issued"), so the stage log writes nothing more."""
+    client, task = await claim(gitea)
+    stage = StageLog(client, task.id, next_index=0)
+    assert await stage.write("claimed")
+    assert await client.update_log(task.id, 1, [LogRow(datetime.now(UTC), f"executor {n}") for n in (1, 2)]) == 3
+    assert not await stage.write("image already present")
+    assert not await stage.write("pod scheduled")
+    assert await client.update_log(task.id, 3, [LogRow(datetime.now(UTC), "executor 3")]) == 4
+    assert gitea.task(task.id).log_rows == ["[dynrunner] claimed", "executor 1", "executor 2", "executor 3"]
+
+
 async def test_finalize_failed_writes_the_reason_then_ends_the_task(gitea: GiteaDouble) -> None:
     client, task = await claim(gitea)
     await StageLog(client, task.id).write("claimed")

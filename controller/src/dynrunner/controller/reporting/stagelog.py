@@ -56,6 +56,7 @@ class StageLog:
         self._client = client
         self._task_id = task_id
         self._next = next_index
+        self._yielded = False
 
     @property
     def next_index(self) -> int | None:
@@ -64,6 +65,8 @@ class StageLog:
     async def write(self, *lines: str, before: Sequence[LogRow] = (), retry: RetryPolicy = STAGE_RETRY) -> bool:
         """Append `before` (rows made earlier, with their own times) and `lines`; False if Gitea
         could not take them within `retry` (the launch goes on regardless)."""
+        if self._yielded:
+            return False
         new_rows = [*before, *rows(lines)]
         try:
             if self._next is None:
@@ -73,6 +76,12 @@ class StageLog:
                 if ack == self._next + len(new_rows):
                     self._next = ack
                     return True
+                if ack > self._next + len(new_rows):
+                    # Rows we did not write lie past ours: the executor writes the log now, and a
+                    # line appended at its end would take the index of its next row.
+                    self._next, self._yielded = ack, True
+                    log.info("task %s: stage line not written: the executor writes the log", self._task_id)
+                    return False
                 self._next = ack
         except GiteaError as err:
             log.warning("task %s: stage line not written: %s", self._task_id, err)

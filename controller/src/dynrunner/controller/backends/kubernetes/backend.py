@@ -278,13 +278,15 @@ class KubernetesBackend:
                 pod = self.pods.cache.get(env.name)
                 gone = pod is None or env.name in self._deleted
                 last = pod if pod is not None else self._tombstones.get(env.name)
+                if last is not None and executor_ran(last):
+                    # No stage line once the executor runs: it owns the log (an event seen late,
+                    # e.g. "already present", would take the index of one of its rows).
+                    yield StartEvent(StartStage.STARTED, started_line(last))
+                    return
                 for line in start_lines(last, tuple(self._events.get(env.name, {}).values())) if last else ():
                     if line not in written:
                         written.add(line)
                         yield StartEvent(StartStage.PROGRESS, line)
-                if last is not None and executor_ran(last):
-                    yield StartEvent(StartStage.STARTED, started_line(last))
-                    return
                 observation = self._classify(env.name, last, gone=gone)
                 if observation.phase.finished:
                     diagnosis = observation.diagnosis or Diagnosis(
