@@ -434,3 +434,133 @@ def test_stopping_the_cluster_ends_and_reaps_every_container(kube_cluster_factor
         for name in ("a", "b"):
             phase(v1, name, "Running")
     gc.collect()
+
+
+def shared(name: str, script: str, **container: Any) -> dict[str, Any]:
+    """A busybox container mounting the Pod's emptyDir `tools` at /tools."""
+    return {"name": name, "image": SH, "args": [script], "volumeMounts": [{"name": "tools", "mountPath": "/tools"}]} | (
+        container
+    )
+
+
+def with_inits(name: str, inits: list[dict[str, Any]], containers: list[dict[str, Any]]) -> dict[str, Any]:
+    spec = {"restartPolicy": "Never", "initContainers": inits, "containers": containers}
+    return {"metadata": {"name": name}, "spec": {**spec, "volumes": [{"name": "tools", "emptyDir": {}}]}}
+
+
+def condition_of(p: client.V1Pod, type_: str) -> tuple[str, str | None, str | None]:
+    found = next(c for c in p.status.conditions if c.type == type_)
+    return found.status, found.reason, found.message
+
+
+def test_init_containers_run_in_order_each_to_completion_before_the_next_and_the_main_containers(v1, cluster):
+    """The second init container stages a program into the shared emptyDir; the sidecar after
+    it starts only then; the main container runs the staged program by its container path."""
+    stage = "echo second >> /tools/order; printf '#!/bin/sh\\necho staged \"$@\"\\n' > /tools/run; chmod 755 /tools/run"
+    body = with_inits(
+        "inits",
+        [
+            shared("first", "sleep 1; echo first >> /tools/order"),
+            shared("second", stage),
+            shared("side", "echo side >> /tools/order; exec sleep 30", restartPolicy="Always"),
+        ],
+        [shared("main", "", command=["/tools/run", "hello"], args=[])],
+    )
+    v1.create_namespaced_pod("default", body)
+
+    def first_running() -> Any:
+        p = v1.read_namespaced_pod("inits", "default")
+        return any(s.name == "first" and s.state.running for s in p.status.init_container_statuses or []) and p
+
+    during = wait_for(first_running)
+    assert during.status.phase == "Pending"
+    assert [s.state.waiting.reason for s in during.status.container_statuses] == ["PodInitializing"]
+    assert [s.state.waiting.reason for s in during.status.init_container_statuses[1:]] == ["PodInitializing"] * 2
+    assert condition_of(during, "Initialized") == (
+        "False",
+        "ContainersNotInitialized",
+        "containers with incomplete status: [first second side]",
+    )
+
+    done = phase(v1, "inits", "Succeeded", "Failed")
+    assert done.status.phase == "Succeeded", done.status
+    assert v1.read_namespaced_pod_log("inits", "default", container="main") == "staged hello\n"
+    assert next(cluster.root.rglob("volumes/tools/order")).read_text().split() == ["first", "second", "side"]
+    statuses = {s.name: s for s in done.status.init_container_statuses}
+    for name in ("first", "second"):
+        terminated = statuses[name].state.terminated
+        assert (terminated.exit_code, terminated.reason, statuses[name].ready) == (0, "Completed", True)
+    assert condition_of(done, "Initialized")[0] == "True"
+    started = [m.removeprefix("Started container ") for _, r, m in events(v1, "inits") if r == "Started"]
+    assert started == ["first", "second", "side", "main"]
+
+
+def test_a_failing_init_container_fails_the_pod_and_nothing_after_it_runs(v1, cluster):
+    body = with_inits(
+        "broken",
+        [
+            shared("ok", "true"),
+            shared("bad", "echo no agent here >&2; exit 3", terminationMessagePolicy="FallbackToLogsOnError"),
+            shared("never", "touch /tools/never"),
+        ],
+        [shared("main", "touch /tools/main")],
+    )
+    v1.create_namespaced_pod("default", body)
+    done = phase(v1, "broken", "Failed")
+    statuses = {s.name: s for s in done.status.init_container_statuses}
+    bad = statuses["bad"].state.terminated
+    assert (bad.exit_code, bad.reason, bad.message, statuses["bad"].ready) == (3, "Error", "no agent here", False)
+    assert statuses["ok"].state.terminated.reason == "Completed" and statuses["ok"].ready
+    assert statuses["never"].state.waiting.reason == "PodInitializing"
+    assert done.status.container_statuses[0].state.waiting.reason == "PodInitializing"
+    assert condition_of(done, "Initialized") == (
+        "False",
+        "ContainersNotInitialized",
+        "containers with incomplete status: [bad never]",
+    )
+    assert condition_of(done, "Ready")[:2] == ("False", "PodFailed")
+    tools = next(cluster.root.rglob("volumes/tools"))
+    assert not (tools / "never").exists() and not (tools / "main").exists()
+    started = [m for _, r, m in events(v1, "broken") if r == "Started"]
+    assert started == ["Started container ok", "Started container bad"]
+
+
+def test_a_pod_keeps_running_while_any_container_runs(v1, cluster):
+    """restartPolicy Never: `executor` exiting does not end the Pod while `job` still runs; the
+    phase comes when both have ended (Failed: the executor's exit 2, though `job` exited 0)."""
+    body = with_inits(
+        "pair",
+        [],
+        [shared("executor", "exit 2"), shared("job", "while [ ! -e /tools/stop ]; do sleep 0.05; done")],
+    )
+    del body["spec"]["initContainers"]
+    v1.create_namespaced_pod("default", body)
+
+    def executor_ended() -> Any:
+        p = v1.read_namespaced_pod("pair", "default")
+        states = {s.name: s.state for s in p.status.container_statuses or []}
+        return states.get("executor") and states["executor"].terminated and p
+
+    ended = wait_for(executor_ended)
+    for _ in range(10):
+        now_ = v1.read_namespaced_pod("pair", "default")
+        job = next(s for s in now_.status.container_statuses if s.name == "job")
+        assert now_.status.phase == "Running" and job.state.running, now_.status
+    (next(cluster.root.rglob("volumes/tools")) / "stop").touch()
+    done = phase(v1, "pair", "Succeeded", "Failed")
+    states = {s.name: s.state.terminated for s in done.status.container_statuses}
+    assert done.status.phase == "Failed" and (states["executor"].exit_code, states["job"].exit_code) == (2, 0)
+    assert ended.status.container_statuses[0].state.terminated.exit_code == 2
+
+
+def test_a_pod_deleted_while_an_init_container_runs_stops_it(v1, cluster):
+    script = "trap 'echo got-term; exit 143' TERM; echo started; while true; do sleep 0.05; done"
+    body = with_inits("stuck", [shared("wait", script)], [shared("main", "touch /tools/main")])
+    body["spec"]["terminationGracePeriodSeconds"] = 5
+    v1.create_namespaced_pod("default", body)
+    wait_for(lambda: (log := next(cluster.root.rglob("wait.log"), None)) and "started" in log.read_text())
+    v1.delete_namespaced_pod("stuck", "default")
+    wait_for(lambda: not v1.list_namespaced_pod("default", field_selector="metadata.name=stuck").items)
+    assert "got-term" in next(cluster.root.rglob("wait.log")).read_text()
+    assert not (next(cluster.root.rglob("volumes/tools")) / "main").exists()
+    assert not any(ref.pod_name == "stuck" for ref in cluster.registry.values())

@@ -1,7 +1,15 @@
 """A kubelet double: registers its Node, and for each Pod bound to it mounts the volumes,
 "pulls" the images (as configured in `Image`s), and really runs each container as a local
 process in a session of its own, reporting phases, container states, conditions and
-events as pkg/kubelet does (restartPolicy Never; init containers are not modelled).
+events as pkg/kubelet does (restartPolicy Never).
+
+Init containers run in spec order, as kuberuntime's computeInitContainerActions does: a
+regular one runs to completion before the next one starts (exit 0 → terminated Completed,
+`ready: true`); one that fails fails the Pod (phase Failed, its terminated state, Initialized
+False "containers with incomplete status: [...]"; `kubectl` renders that as `Init:Error`);
+a native sidecar (`restartPolicy: Always`) is started, and the next one waits for its startup
+probe. The main containers then start together and the Pod runs while any of them runs (a
+`job` container beside `executor` keeps it Running until it exits too), then the sidecars stop.
 
 Termination follows the kubelet's killPod: a Pod deleted by someone else (deletionTimestamp
 set) gets a `Killing` event, SIGTERM, its grace period, SIGKILL, a final status, then the
@@ -58,6 +66,14 @@ class _Terminate(Exception):
     pass
 
 
+class _InitFailed(Exception):
+    """A regular init container failed: with restartPolicy Never the Pod fails."""
+
+
+def _has(pod: Obj, name: str) -> bool:
+    return any(c["name"] == name for kind in ("initContainers", "containers") for c in pod["spec"].get(kind) or [])
+
+
 class PodWorker:
     def __init__(self, kubelet: Kubelet, pod: Obj) -> None:
         self.kubelet = kubelet
@@ -72,6 +88,10 @@ class PodWorker:
         self.container_ids: dict[str, str] = {}
         self.sidecars: dict[str, asyncio.subprocess.Process] = {}
         """Native sidecars (init containers with `restartPolicy: Always`) now running."""
+
+    def processes(self) -> list[asyncio.subprocess.Process]:
+        """Every process of the Pod: main and running init containers, and sidecars."""
+        return [*self.procs.values(), *self.sidecars.values()]
 
     # --- store access -------------------------------------------------------------------
     def pod(self) -> Obj | None:
@@ -88,28 +108,38 @@ class PodWorker:
         with contextlib.suppress(status.ApiError):
             self.kubelet.store.update(resources.PODS, self.namespace, self.name, new, "status")
 
-    def event(self, type_: str, reason: str, message: str, container: str = "", kind: str = "containers") -> None:
+    def event(self, type_: str, reason: str, message: str, container: str = "", kind: str = "") -> None:
         pod = self.pod()
         if pod is None or self.kubelet.lost:
             return
+        if container and not kind:
+            kind = self.spec_of(pod, container)[1] if _has(pod, container) else "containers"
         presented = {**pod, "apiVersion": "v1", "kind": "Pod"}
         self.kubelet.recorder.event(
             presented, type_, reason, message, f"spec.{kind}{{{container}}}" if container else ""
         )
 
     def set_init_container(self, name: str, entry: dict[str, Any]) -> None:
-        def mutate(st: dict[str, Any]) -> None:
-            st["initContainerStatuses"] = [
-                entry if c["name"] == name else c for c in st.get("initContainerStatuses") or []
-            ]
-
-        self.write(mutate)
+        self.set_container(name, entry)
 
     def set_container(self, name: str, entry: dict[str, Any]) -> None:
+        """Replace the status of container `name`, in whichever list holds it (init or main)."""
+
         def mutate(st: dict[str, Any]) -> None:
-            st["containerStatuses"] = [entry if c["name"] == name else c for c in st.get("containerStatuses") or []]
+            for key in ("initContainerStatuses", "containerStatuses"):
+                st[key] = [entry if c["name"] == name else c for c in st.get(key) or []]
+            if not st["initContainerStatuses"]:
+                del st["initContainerStatuses"]
 
         self.write(mutate)
+
+    def spec_of(self, pod: Obj, name: str) -> tuple[dict[str, Any], str]:
+        """A container's spec and its list (`containers` or `initContainers`)."""
+        for kind in ("initContainers", "containers"):
+            for spec in pod["spec"].get(kind) or []:
+                if spec["name"] == name:
+                    return spec, kind
+        raise KeyError(name)
 
     async def pause(self, seconds: float) -> None:
         """Sleep, unless the Pod is to be terminated meanwhile."""
@@ -125,30 +155,35 @@ class PodWorker:
             return
         specs = pod["spec"]["containers"]
         names = [c["name"] for c in specs]
-        sidecars = [c for c in pod["spec"].get("initContainers") or [] if c.get("restartPolicy") == "Always"]
+        inits = pod["spec"].get("initContainers") or []
         deadline = pod["spec"].get("activeDeadlineSeconds")
         node_ip = "127.0.0.1"
 
         def initial(st: dict[str, Any]) -> None:
             st.update(hostIP=node_ip, hostIPs=[{"ip": node_ip}], podIP=self.kubelet.pod_ip(), startTime=now())
             st["podIPs"] = [{"ip": st["podIP"]}]
-            podstatus.pending_conditions(st, names)
-            main = podstatus.waiting("PodInitializing" if sidecars else "ContainerCreating")
-            st["containerStatuses"] = [podstatus.container_status(c["name"], c["image"], main) for c in specs]
-            if sidecars:
-                st["initContainerStatuses"] = [
-                    podstatus.container_status(c["name"], c["image"], podstatus.waiting("PodInitializing"))
-                    for c in sidecars
-                ]
+            # convertToAPIContainerStatuses: every container's default state is waiting, reason
+            # PodInitializing when the Pod has init containers, else ContainerCreating.
+            default = podstatus.waiting("PodInitializing" if inits else "ContainerCreating")
+            for key, listed in (("initContainerStatuses", inits), ("containerStatuses", specs)):
+                if listed:
+                    st[key] = [podstatus.container_status(c["name"], c["image"], default) for c in listed]
+            podstatus.pending_conditions(st, names, [c["name"] for c in inits])
 
         try:
             self.write(initial)
             timer = asyncio.get_running_loop().call_later(deadline, self._deadline) if deadline else None
             try:
                 await self._mount(pod)
-                for spec in sidecars:
+                for spec in inits:
                     await self._pull(spec)
-                    await self._sidecar(pod, spec, await self._configure(pod, spec))
+                    env = await self._configure(pod, spec)
+                    if spec.get("restartPolicy") == "Always":
+                        await self._sidecar(pod, spec, env)
+                    else:
+                        await self._init(pod, spec, env)
+                if inits:
+                    self.write(podstatus.initialized)
                 for spec in specs:
                     await self._pull(spec)
                 envs = {spec["name"]: await self._configure(pod, spec) for spec in specs}
@@ -158,6 +193,10 @@ class PodWorker:
                 self.write(lambda st: st.update(phase="Running"))
                 await self._wait_processes()
                 await self._stop_sidecars()
+            except _InitFailed:
+                await self._stop_sidecars()
+                self.write(lambda st: podstatus.init_failed(st, inits))
+                return
             except _Terminate:
                 await self._terminate()
                 await self._stop_sidecars()
@@ -172,6 +211,29 @@ class PodWorker:
                 self.kubelet.registry.pop(proc.pid, None)
             if not self.kubelet.lost:
                 self._remove_if_deleted()
+
+    async def _init(self, pod: Obj, spec: dict[str, Any], env: dict[str, str]) -> None:
+        """Run a regular init container to completion (the next container waits for it). A
+        non-zero exit (or a start error) fails the Pod: restartPolicy Never does not retry it."""
+        name = spec["name"]
+        proc = await self._launch(pod, spec, env)
+        if proc is None:
+            raise _InitFailed(name)
+        self.procs[name] = proc  # so a deletion or deadline meanwhile kills and records it
+        exited = asyncio.ensure_future(proc.wait())
+        stop = asyncio.ensure_future(self.stop.wait())
+        try:
+            await asyncio.wait([exited, stop], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+        if not exited.done():
+            exited.cancel()
+            raise _Terminate
+        del self.procs[name]
+        self.kubelet.registry.pop(proc.pid, None)
+        self._record_exit(name, exited.result(), None)
+        if exited.result() != 0:
+            raise _InitFailed(name)
 
     async def _sidecar(self, pod: Obj, spec: dict[str, Any], env: dict[str, str]) -> None:
         """Start a native sidecar and return once it has started: running, and its startup
@@ -360,6 +422,13 @@ class PodWorker:
                 await self.pause(self.kubelet.options.retry)
 
     async def _start(self, pod: Obj, spec: dict[str, Any], env: dict[str, str]) -> None:
+        proc = await self._launch(pod, spec, env)
+        if proc is not None:
+            self.procs[spec["name"]] = proc
+
+    async def _launch(self, pod: Obj, spec: dict[str, Any], env: dict[str, str]) -> asyncio.subprocess.Process | None:
+        """Create and start one container's process (running status, events); None when it
+        could not start (terminated StartError, as runc reports an exec failure)."""
         image = self.kubelet.options.images[spec["image"]]
         name = spec["name"]
         workdir_path = spec.get("workingDir") or image.working_dir
@@ -405,7 +474,7 @@ class PodWorker:
                         name, spec["image"], podstatus.terminated(128, "StartError", started, container_id, message)
                     ),
                 )
-                return
+                return None
         pod_now = self.pod() or pod
         self.kubelet.registry[proc.pid] = ContainerRef(
             self.kubelet.node,
@@ -415,7 +484,6 @@ class PodWorker:
             name,
             pod_now["spec"].get("serviceAccountName", "default"),
         )
-        self.procs[name] = proc
         self.container_ids[name] = container_id
         self.started_at[name] = now()
         self.event("Normal", "Started", f"Started container {name}", name)
@@ -426,6 +494,7 @@ class PodWorker:
                 name, spec["image"], state, image_id=image_id(spec["image"]), container_id=container_id
             ),
         )
+        return proc
 
     async def _wait_processes(self) -> None:
         waits = {name: asyncio.ensure_future(proc.wait()) for name, proc in self.procs.items()}
@@ -448,7 +517,7 @@ class PodWorker:
         pod = self.pod()
         if pod is None:
             return
-        spec = next(c for c in pod["spec"]["containers"] if c["name"] == name)
+        spec, kind = self.spec_of(pod, name)
         if not message:
             message = self._termination_message(name)
         if not message and code != 0 and spec.get("terminationMessagePolicy") == "FallbackToLogsOnError":
@@ -456,12 +525,12 @@ class PodWorker:
         state = podstatus.terminated(
             code, reason or podstatus.exit_reason(code), self.started_at[name], self.container_ids[name], message
         )
-        self.set_container(
-            name,
-            podstatus.container_status(
-                name, spec["image"], state, image_id=image_id(spec["image"]), container_id=self.container_ids[name]
-            ),
+        entry = podstatus.container_status(
+            name, spec["image"], state, image_id=image_id(spec["image"]), container_id=self.container_ids[name]
         )
+        if kind == "initContainers":
+            entry["ready"] = code == 0  # prober manager: a regular init container that exited 0 is ready
+        self.set_container(name, entry)
 
     def _termination_message(self, name: str) -> str:
         """What the container wrote to its terminationMessagePath, read when it ended, on
@@ -521,8 +590,10 @@ class PodWorker:
         statuses = pod["status"].get("containerStatuses") or []
         if self.kill and self.kill[0]:
             phase = "Failed"
-        elif not self.procs and not any("terminated" in s["state"] for s in statuses):
-            return  # never started (deleted while pending): nothing to report
+        elif not any(c["name"] in self.started_at for c in specs) and not any(
+            "terminated" in s["state"] for s in statuses
+        ):
+            return  # never started (deleted while pending or initializing): nothing to report
         else:
             for s in statuses:
                 if "terminated" not in s["state"]:
@@ -542,7 +613,6 @@ class PodWorker:
             podstatus.finished_conditions(st, phase)
 
         self.write(finished)
-        del specs
 
     def _remove_if_deleted(self) -> None:
         pod = self.pod()
@@ -625,7 +695,7 @@ class Kubelet:
                 target.mkdir(parents=True, exist_ok=True)
             volumes[name] = target
         paths = containers.PathMap()
-        for spec in pod["spec"].get("containers") or []:
+        for spec in [*(pod["spec"].get("initContainers") or []), *(pod["spec"].get("containers") or [])]:
             for mount in spec.get("volumeMounts") or []:
                 host = volumes[mount["name"]]
                 if mount.get("subPath"):
@@ -657,7 +727,7 @@ class Kubelet:
         self.lost = True
         for worker, task in list(self.workers.values()):
             if kill:
-                for proc in worker.procs.values():
+                for proc in worker.processes():
                     _signal(proc, signal.SIGKILL)
             task.cancel()
 
@@ -680,9 +750,9 @@ class Kubelet:
                     entry[0].terminate("", "", 0)  # force-deleted: the containers are killed at once
         finally:
             self.store.unwatch(watcher)
-            procs = [proc for worker, _ in self.workers.values() for proc in worker.procs.values()]
+            procs = [proc for worker, _ in self.workers.values() for proc in worker.processes()]
             for worker, task in list(self.workers.values()):
-                for proc in worker.procs.values():
+                for proc in worker.processes():
                     _signal(proc, signal.SIGKILL)
                 task.cancel()
             await asyncio.gather(*(t for _, t in self.workers.values()), return_exceptions=True)
