@@ -115,7 +115,7 @@ def test_a_pod_runs_as_a_process_with_its_secret_volume_env_and_working_director
         and terminated.started_at
         and terminated.container_id.startswith("containerd://")
     )
-    out = json.loads(next(cluster.root.rglob("out.json")).read_text())
+    out = json.loads((next(cluster.root.rglob("volumes/ws")) / "out.json").read_text())
     assert out["files"] == {"token-file": "t0k", "user": "ci"} and out["mode"] == "0o440"
     assert out["env"] == {
         "GREETING": "hello",
@@ -485,7 +485,7 @@ def test_init_containers_run_in_order_each_to_completion_before_the_next_and_the
     done = phase(v1, "inits", "Succeeded", "Failed")
     assert done.status.phase == "Succeeded", done.status
     assert v1.read_namespaced_pod_log("inits", "default", container="main") == "staged hello\n"
-    assert next(cluster.root.rglob("volumes/tools/order")).read_text().split() == ["first", "second", "side"]
+    assert (next(cluster.root.rglob("volumes/tools")) / "order").read_text().split() == ["first", "second", "side"]
     statuses = {s.name: s for s in done.status.init_container_statuses}
     for name in ("first", "second"):
         terminated = statuses[name].state.terminated
@@ -562,5 +562,60 @@ def test_a_pod_deleted_while_an_init_container_runs_stops_it(v1, cluster):
     v1.delete_namespaced_pod("stuck", "default")
     wait_for(lambda: not v1.list_namespaced_pod("default", field_selector="metadata.name=stuck").items)
     assert "got-term" in next(cluster.root.rglob("wait.log")).read_text()
-    assert not (next(cluster.root.rglob("volumes/tools")) / "main").exists()
+    assert "Started container main" not in [m for _, _, m in events(v1, "stuck")]
     assert not any(ref.pod_name == "stuck" for ref in cluster.registry.values())
+
+
+def test_a_job_container_runs_the_agent_an_init_container_staged(v1, cluster):
+    """The shape of a Pod job with `container:` (docs/containers.md): an init container copies
+    the agent into the `emptyDir` at /__dynrunner, the `job` container's command is that copy
+    (its path rewritten to the emptyDir's host directory) with its socket there; the Pod stays
+    Running after `executor` exits while the agent runs, and a delete stops the agent."""
+    from tests.fixtures.agent import agent_binary
+    from tests.fixtures.pod_job_containers import agent_processes
+
+    agent = agent_binary()
+    mount = [{"name": "agent", "mountPath": "/__dynrunner"}]
+    stage = f"cp {agent} /__dynrunner/dynrunner-agent && chmod 0755 /__dynrunner/dynrunner-agent"
+    body = {
+        "metadata": {"name": "job-pod"},
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 2,
+            "volumes": [{"name": "agent", "emptyDir": {}}],
+            "initContainers": [
+                {"name": "dynrunner-agent-install", "image": SH, "args": [stage], "volumeMounts": mount}
+            ],
+            "containers": [
+                {"name": "executor", "image": SH, "args": ["test -S /__dynrunner/agent.sock || sleep 1"]}
+                | {"volumeMounts": mount},
+                {
+                    "name": "job",
+                    "image": SH,
+                    "command": ["/__dynrunner/dynrunner-agent", "/__dynrunner/agent.sock"],
+                    "volumeMounts": mount,
+                },
+            ],
+        },
+    }
+    v1.create_namespaced_pod("default", body)
+    staged = wait_for(
+        lambda: (
+            (volume := next(cluster.root.rglob("volumes/agent"), None))
+            and (volume / "agent.sock").exists()
+            and (volume / "agent.sock")
+        )
+    )
+    assert staged.is_socket() and (staged.parent / "dynrunner-agent").stat().st_mode & 0o777 == 0o755
+    wait_for(
+        lambda: any(
+            s.name == "executor" and s.state.terminated
+            for s in v1.read_namespaced_pod("job-pod", "default").status.container_statuses
+        )
+    )
+    p = v1.read_namespaced_pod("job-pod", "default")
+    assert p.status.phase == "Running" and next(s for s in p.status.container_statuses if s.name == "job").state.running
+    assert agent_processes(cluster), "the staged agent runs"
+    v1.delete_namespaced_pod("job-pod", "default")
+    wait_for(lambda: not v1.list_namespaced_pod("default", field_selector="metadata.name=job-pod").items)
+    wait_for(lambda: not agent_processes(cluster))

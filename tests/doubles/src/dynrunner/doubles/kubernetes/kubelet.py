@@ -22,7 +22,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -646,6 +648,12 @@ class Kubelet:
         # kubelet's own writes, against a real API server) must not start it anew.
         self.finished: set[str] = set()
         self.pulled: set[str] = set()
+        # emptyDirs live in a short directory of their own: a unix socket's path (an agent's
+        # `/__dynrunner/agent.sock`) must fit sun_path's 108 bytes, which a Pod directory under
+        # a test's tmp_path does not. Each Pod's are removed when the Pod is deleted.
+        self.scratch = Path(tempfile.mkdtemp(prefix="kubelet-", dir="/tmp" if Path("/tmp").is_dir() else None))
+        self.empty_dirs: dict[str, list[Path]] = {}
+        self._empty_dir_count = 0
         self.lost = False
         self._ips = 1
         self.node_object = node_object
@@ -692,7 +700,7 @@ class Kubelet:
                 volumes[name] = Path(volume["hostPath"]["path"])
                 continue
             else:
-                target.mkdir(parents=True, exist_ok=True)
+                target = self.empty_dir(pod["metadata"]["uid"], target)
             volumes[name] = target
         paths = containers.PathMap()
         for spec in [*(pod["spec"].get("initContainers") or []), *(pod["spec"].get("containers") or [])]:
@@ -702,6 +710,21 @@ class Kubelet:
                     host = host / mount["subPath"]
                 paths.add(mount["mountPath"], host)
         return paths
+
+    def empty_dir(self, uid: str, link: Path) -> Path:
+        """A fresh emptyDir for Pod `uid`, with `link` (its place in the Pod's directory) to it."""
+        self._empty_dir_count += 1
+        target = self.scratch / str(self._empty_dir_count)
+        target.mkdir()
+        self.empty_dirs.setdefault(uid, []).append(target)
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if not link.is_symlink():
+            link.symlink_to(target, target_is_directory=True)
+        return target
+
+    def drop_empty_dirs(self, uid: str) -> None:
+        for path in self.empty_dirs.pop(uid, []):
+            shutil.rmtree(path, ignore_errors=True)
 
     def on_pod(self, pod: Obj) -> None:
         uid = pod["metadata"]["uid"]
@@ -744,10 +767,14 @@ class Kubelet:
                 event = await watcher.queue.get()
                 if event is None or isinstance(event, status.ApiError):
                     return
+                uid = event.obj["metadata"]["uid"]
                 if event.type != "DELETED":
                     self.on_pod(event.obj)
-                elif (entry := self.workers.get(event.obj["metadata"]["uid"])) is not None:
+                elif (entry := self.workers.get(uid)) is not None:
                     entry[0].terminate("", "", 0)  # force-deleted: the containers are killed at once
+                    entry[1].add_done_callback(lambda _t, uid=uid: self.drop_empty_dirs(uid))  # type: ignore[misc]
+                else:
+                    self.drop_empty_dirs(uid)
         finally:
             self.store.unwatch(watcher)
             procs = [proc for worker, _ in self.workers.values() for proc in worker.processes()]
@@ -760,3 +787,4 @@ class Kubelet:
             waits = [asyncio.ensure_future(p.wait()) for p in procs if p.returncode is None]
             if waits:
                 await asyncio.wait(waits, timeout=5)
+            shutil.rmtree(self.scratch, ignore_errors=True)

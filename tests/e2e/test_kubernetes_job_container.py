@@ -1,0 +1,259 @@
+"""End to end on the kubernetes backend, `container:`: the controller gives the job's Pod an
+init container that stages the agent and Node from the executor image into an `emptyDir`, and
+a `job` container (the job image) running that agent; the executor runs every step through it
+(docs/containers.md, "Pods: job containers"). The kubelet double runs it all as local
+processes (tests/fixtures/pod_job_containers.py): the steps see the job image's environment and
+the container spec's `env`, the workspace at the executor's path, a service on `localhost`
+started before the first step; Node and composite actions run there too; a cancel stops a step
+there and the `always()` step still runs; an unhealthy service fails the job naming it. Every
+Pod reaches its end by itself (the executor's `shutdown` ends the agent, PID 1 of `job`),
+and nothing is left: no Pod, Secret (the pull Secret too) or ClusterStaticEntry, no agent
+process, no step process."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dynrunner.controller.config.model import ControllerConfig
+from dynrunner.doubles.gitea import GiteaDouble
+from dynrunner.doubles.kubernetes.cluster import Cluster
+from dynrunner.executor.cli import SUBCOMMANDS
+from tests.fixtures import redis_like
+from tests.fixtures.gitea import GiteaFactory
+from tests.fixtures.harness import in_process, wait_for, wait_run_done
+from tests.fixtures.kubernetes_backend import NOTHING_LEFT, ObjectLog, kube_controller_data, left_over
+from tests.fixtures.pod_job_containers import (
+    IMAGE_MARK,
+    JOB_IMAGE,
+    REDIS,
+    agent_processes,
+    job_container_cluster_options,
+    processes_running,
+)
+from tests.fixtures.ports import reserve_port
+
+NODE_ACTION = {
+    "action.yml": "inputs:\n  who:\n    required: true\noutputs:\n  said:\n    description: x\n"
+    "runs:\n  using: node20\n  main: main.js\n",
+    "main.js": """
+const fs = require('fs');
+const parent = fs.readFileSync(`/proc/${process.ppid}/comm`, 'utf8').trim();
+const node = process.execPath.endsWith('/node/bin/node') ? 'the staged node' : process.execPath;
+console.log(`node action for ${process.env.INPUT_WHO}: ${node}, parent ${parent}, image ${process.env.IMAGE_MARK}`);
+fs.appendFileSync(process.env.GITHUB_OUTPUT, `said=hello ${process.env.INPUT_WHO}\\n`);
+""",
+}
+COMPOSITE_ACTION = {
+    "action.yml": """
+inputs:
+  who:
+    required: true
+outputs:
+  said:
+    value: ${{ steps.say.outputs.text }}
+runs:
+  using: composite
+  steps:
+    - id: say
+      shell: bash
+      run: |
+        echo "composite step under $(cat /proc/$PPID/comm) sees $IMAGE_MARK"
+        echo "text=greeted ${{ inputs.who }}" >> "$GITHUB_OUTPUT"
+""",
+}
+PROBE = f"python {redis_like.__file__} probe {{port}}"
+
+pytestmark = pytest.mark.skipif(
+    "stage-agent" not in SUBCOMMANDS,
+    reason="needs the executor side of Pod job containers (branch podjobexe: `dynrunner-executor stage-agent`, "
+    "the agent's `env` and `shutdown`) and the controller side (branch podjobctl: the Pod's `job` container)",
+)
+
+
+def workflow(port: int, health: str) -> str:
+    return f"""
+on: push
+jobs:
+  build:
+    runs-on: [self-hosted, local]
+    container:
+      image: {JOB_IMAGE}
+      env:
+        FROM_SPEC: set by the container's env
+      credentials:
+        username: ci
+        password: registry-password
+    services:
+      redis:
+        image: {REDIS}
+        options: --health-cmd "{health}" --health-interval 1s --health-retries 10
+    steps:
+      - run: |
+          echo "image: $IMAGE_MARK"
+          echo "spec: $FROM_SPEC"
+          echo "parent: $(cat /proc/$PPID/comm)"
+          if [ "$PWD" = "$GITHUB_WORKSPACE" ]; then echo "cwd is the workspace"; fi
+          echo "container ${{{{ job.container.id }}}}"
+          echo "from the first step" > shared.txt
+          python3 - <<'PY'
+          import socket
+          with socket.create_connection(("localhost", {port}), 2) as s:
+              s.sendall(b"PING\\r\\n")
+              print("service answered", s.recv(64).decode().strip())
+          PY
+      - id: node
+        uses: acme/hello-node@v1
+        with:
+          who: pods
+      - id: greet
+        uses: acme/greet@v1
+        with:
+          who: ${{{{ steps.node.outputs.said }}}}
+      - run: echo "${{{{ steps.greet.outputs.said }}}}; the workspace has $(cat shared.txt)"
+"""
+
+
+CANCELLED = f"""
+on: push
+jobs:
+  build:
+    runs-on: [self-hosted, local]
+    container: {JOB_IMAGE}
+    steps:
+      - run: echo "sleeping under $(cat /proc/$PPID/comm)"; sleep 613
+      - if: always()
+        run: echo "always ran under $(cat /proc/$PPID/comm)"
+"""
+
+
+@pytest.fixture
+def service_port() -> Iterator[int]:
+    port, lock = reserve_port()
+    with lock:
+        yield port
+
+
+@pytest.fixture
+def job_cluster(kube_cluster_factory: Any, tmp_path: Path, service_port: int) -> Iterator[Cluster]:
+    with kube_cluster_factory(**job_container_cluster_options(tmp_path, service_port)) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+async def actions_gitea(gitea_factory: GiteaFactory, gitea_profile: str) -> AsyncIterator[GiteaDouble]:
+    """A Gitea double serving `owner/repo@ref` actions itself, with a Node and a composite one."""
+    async with gitea_factory(default_actions_url="self", profile=gitea_profile) as gitea:
+        for name, files in (("acme/hello-node", NODE_ACTION), ("acme/greet", COMPOSITE_ACTION)):
+            gitea.create_repository(name)
+            gitea.commit(name, files, tags=["v1"])
+        yield gitea
+
+
+def config(gitea: GiteaDouble, nats_url: str, cluster: Cluster, tmp_path: Path) -> ControllerConfig:
+    kubeconfig = cluster.api.write_kubeconfig(tmp_path / "kubeconfig")
+    data = kube_controller_data(gitea.url, gitea.registration_token, nats_url, kubeconfig, tmp_path / "state")
+    return ControllerConfig.model_validate(data)
+
+
+def log_of(gitea: GiteaDouble, run_id: int) -> str:
+    job = gitea.run(run_id).jobs[0]
+    return "\n".join(gitea.task(job.task_id).log_rows) if job.task_id else ""
+
+
+async def nothing_left(cluster: Cluster, running: Any) -> None:
+    await wait_for(
+        lambda: not any(p.capacity.in_use for p in running.controller.pools.values()), within=30, what="all reaped"
+    )
+    await wait_for(lambda: left_over(cluster) == NOTHING_LEFT, within=30, what="no Pod, Secret or entry left")
+    await wait_for(lambda: not agent_processes(cluster), within=10, what="no agent process left")
+
+
+def ended_by_itself(versions: list[dict[str, Any]]) -> dict[str, Any]:
+    """The first version of a Pod in a final phase: its `job` container ended (the agent got
+    `shutdown`) before anyone deleted the Pod."""
+    for version in versions:
+        status = version.get("status") or {}
+        if status.get("phase") in ("Succeeded", "Failed") and not version["metadata"].get("deletionTimestamp"):
+            return version
+    raise AssertionError(f"the Pod never ended by itself: {[v.get('status', {}).get('phase') for v in versions]}")
+
+
+def container_state(pod: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(s["state"] for s in pod["status"]["containerStatuses"] if s["name"] == name)
+
+
+async def test_steps_and_actions_run_in_the_job_container_beside_a_service(
+    actions_gitea: GiteaDouble, nats_url: str, job_cluster: Cluster, tmp_path: Path, service_port: int
+) -> None:
+    gitea = actions_gitea
+    with ObjectLog(job_cluster.api) as seen:
+        async with in_process(config(gitea, nats_url, job_cluster, tmp_path)) as running:
+            run = gitea.submit("acme/app", workflow(service_port, PROBE.format(port=service_port)))
+            done = await wait_run_done(gitea, run.id, within=120)
+            text = log_of(gitea, run.id)
+            assert done.status == "success", text
+            await nothing_left(job_cluster, running)
+    [(name, versions)] = seen.pods.items()
+    assert f"image: {IMAGE_MARK}" in text, text
+    assert "spec: set by the container's env" in text, text
+    assert "parent: dynrunner-agent" in text, text  # the step's shell is the agent's child
+    assert "cwd is the workspace" in text, text
+    assert f"container {name}/job" in text, text
+    assert "service answered +PONG" in text, text
+    assert f"node action for pods: the staged node, parent dynrunner-agent, image {IMAGE_MARK}" in text, text
+    assert f"composite step under dynrunner-agent sees {IMAGE_MARK}" in text, text
+    assert "greeted hello pods; the workspace has from the first step" in text, text
+
+    spec = versions[0]["spec"]
+    assert spec["initContainers"][0]["name"] == "dynrunner-agent-install"
+    assert spec["initContainers"][0]["command"] == ["dynrunner-executor", "stage-agent", "/__dynrunner"]
+    assert [c["name"] for c in spec["containers"]] == ["executor", "job"]
+    job = spec["containers"][1]
+    assert job["image"] == JOB_IMAGE
+    assert job["command"] == ["/__dynrunner/dynrunner-agent", "/__dynrunner/agent.sock"]
+    assert {"name": "FROM_SPEC", "value": "set by the container's env"} in job["env"]
+    assert {"name": f"{name}-pull"} in spec["imagePullSecrets"]
+    final = ended_by_itself(versions)
+    assert final["status"]["phase"] == "Succeeded", final["status"]
+    assert container_state(final, "job")["terminated"]["exitCode"] == 0
+    assert container_state(final, "executor")["terminated"]["exitCode"] == 0
+
+
+async def test_a_cancel_stops_the_step_in_the_job_container_and_runs_the_always_step(
+    gitea: GiteaDouble, nats_url: str, job_cluster: Cluster, tmp_path: Path
+) -> None:
+    with ObjectLog(job_cluster.api) as seen:
+        async with in_process(config(gitea, nats_url, job_cluster, tmp_path)) as running:
+            run = gitea.submit("acme/app", CANCELLED)
+            await wait_for(
+                lambda: "sleeping under dynrunner-agent" in log_of(gitea, run.id), within=90, what="the step runs"
+            )
+            assert processes_running("sleep 613"), "the step's sleep runs"
+            gitea.cancel_run(run.id)
+            done = await wait_run_done(gitea, run.id, within=60)
+            text = log_of(gitea, run.id)
+            assert done.status == "cancelled", text
+            assert "always ran under dynrunner-agent" in text, text
+            await nothing_left(job_cluster, running)
+    assert not processes_running("sleep 613")
+    [versions] = seen.pods.values()
+    final = ended_by_itself(versions)
+    assert container_state(final, "job")["terminated"]["exitCode"] == 0, final["status"]
+
+
+async def test_an_unhealthy_service_fails_the_job_naming_it(
+    gitea: GiteaDouble, nats_url: str, job_cluster: Cluster, tmp_path: Path, service_port: int
+) -> None:
+    async with in_process(config(gitea, nats_url, job_cluster, tmp_path)) as running:
+        run = gitea.submit("acme/app", workflow(service_port, "echo not ready; exit 1"))
+        done = await wait_run_done(gitea, run.id, within=90)
+        text = log_of(gitea, run.id)
+        assert done.status == "failure", text
+        assert "Service 'redis' is unhealthy" in text, text
+        assert "Startup probe failed: not ready" in text, text
+        assert "service answered" not in text, text
+        await nothing_left(job_cluster, running)
