@@ -25,7 +25,14 @@ from dynrunner.executor.cli import SUBCOMMANDS
 from tests.fixtures import redis_like
 from tests.fixtures.gitea import GiteaFactory
 from tests.fixtures.harness import in_process, wait_for, wait_run_done
-from tests.fixtures.kubernetes_backend import NOTHING_LEFT, ObjectLog, kube_controller_data, left_over
+from tests.fixtures.kubernetes_backend import (
+    IMAGE,
+    NOTHING_LEFT,
+    ObjectLog,
+    executor_image,
+    kube_controller_data,
+    left_over,
+)
 from tests.fixtures.pod_job_containers import (
     IMAGE_MARK,
     JOB_IMAGE,
@@ -257,3 +264,22 @@ async def test_an_unhealthy_service_fails_the_job_naming_it(
         assert "Startup probe failed: not ready" in text, text
         assert "service answered" not in text, text
         await nothing_left(job_cluster, running)
+
+
+async def test_an_executor_image_without_the_agent_fails_the_job_saying_so(
+    gitea: GiteaDouble, nats_url: str, kube_cluster_factory: Any, tmp_path: Path
+) -> None:
+    """The init container `dynrunner-agent-install` fails (no agent in the executor image):
+    the Pod fails before its executor starts, and the controller finalizes the task with the
+    init container's reason in the job log."""
+    options = job_container_cluster_options(tmp_path)
+    options["images"][IMAGE] = executor_image(tmp_path / "home")  # this environment's executor, no agent
+    with kube_cluster_factory(**options) as cluster:
+        async with in_process(config(gitea, nats_url, cluster, tmp_path)) as running:
+            run = gitea.submit("acme/app", CANCELLED.replace("sleep 613", "true"))
+            done = await wait_run_done(gitea, run.id, within=90)
+            text = log_of(gitea, run.id)
+            assert done.status == "failure", text
+            assert "dynrunner-agent-install" in text, text
+            assert "dynrunner-agent" in text and "sleeping under" not in text, text
+            await nothing_left(cluster, running)

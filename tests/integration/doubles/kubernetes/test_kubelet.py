@@ -491,6 +491,19 @@ def test_init_containers_run_in_order_each_to_completion_before_the_next_and_the
         terminated = statuses[name].state.terminated
         assert (terminated.exit_code, terminated.reason, statuses[name].ready) == (0, "Completed", True)
     assert condition_of(done, "Initialized")[0] == "True"
+    side = wait_for(
+        lambda: (
+            (
+                s := next(
+                    s
+                    for s in v1.read_namespaced_pod("inits", "default").status.init_container_statuses
+                    if s.name == "side"
+                )
+            ).state.terminated
+            and s
+        )
+    )
+    assert (side.state.terminated.exit_code, side.ready, side.started) == (143, False, False), "stopped by SIGTERM"
     started = [m.removeprefix("Started container ") for _, r, m in events(v1, "inits") if r == "Started"]
     assert started == ["first", "second", "side", "main"]
 

@@ -266,6 +266,7 @@ class PodWorker:
                 )
             self.sidecars[name] = proc
             started_at = now()
+            self.started_at[name], self.container_ids[name] = started_at, container_id
             self.event("Normal", "Started", f"Started container {name}", name, "initContainers")
             entry = podstatus.container_status(
                 name, reference, {"running": {"startedAt": started_at}}, image_id=image_id(reference)
@@ -329,17 +330,27 @@ class PodWorker:
             await self.pause(probe.get("periodSeconds", 10))
 
     async def _stop_sidecars(self) -> None:
-        """The main containers ended: the kubelet stops the sidecars (SIGTERM, then SIGKILL)."""
-        alive = [p for p in self.sidecars.values() if p.returncode is None]
-        for proc in alive:
+        """The main containers ended (or an init container failed): the kubelet stops the
+        sidecars (SIGTERM, then SIGKILL) and reports each one terminated, keeping its restarts."""
+        alive = {n: p for n, p in self.sidecars.items() if p.returncode is None}
+        for proc in alive.values():
             _signal(proc, signal.SIGTERM)
-        if alive:
-            _, late = await asyncio.wait([asyncio.ensure_future(p.wait()) for p in alive], timeout=5)
-            for proc in alive:
-                if proc.returncode is None:
-                    _signal(proc, signal.SIGKILL)
-            await asyncio.gather(*(p.wait() for p in alive), return_exceptions=True)
-            del late
+        if not alive:
+            return
+        await asyncio.wait([asyncio.ensure_future(p.wait()) for p in alive.values()], timeout=5)
+        for proc in alive.values():
+            if proc.returncode is None:
+                _signal(proc, signal.SIGKILL)
+        await asyncio.gather(*(p.wait() for p in alive.values()), return_exceptions=True)
+        pod = self.pod()
+        current = {s["name"]: s for s in (pod or {}).get("status", {}).get("initContainerStatuses") or []}
+        for name, proc in alive.items():
+            code = 128 - (proc.returncode or 0) if (proc.returncode or 0) < 0 else proc.returncode or 0
+            state = podstatus.terminated(
+                code, podstatus.exit_reason(code), self.started_at[name], self.container_ids[name]
+            )
+            with contextlib.suppress(_Terminate):
+                self.set_container(name, {**current.get(name, {}), "state": state, "ready": False, "started": False})
 
     def _deadline(self) -> None:
         message = "Pod was active on the node longer than the specified deadline"
