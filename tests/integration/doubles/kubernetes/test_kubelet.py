@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -632,3 +633,14 @@ def test_a_job_container_runs_the_agent_an_init_container_staged(v1, cluster):
     v1.delete_namespaced_pod("job-pod", "default")
     wait_for(lambda: not v1.list_namespaced_pod("default", field_selector="metadata.name=job-pod").items)
     wait_for(lambda: not agent_processes(cluster))
+
+
+def test_a_containers_processes_end_with_it_even_in_process_groups_of_their_own(v1, cluster):
+    """As the kernel ends a PID namespace with its init: a background job of the container's
+    shell in its own process group (`set -m`; an agent's steps are the same) does not outlive it."""
+    body = with_inits("bg", [], [shared("main", "set -m; sleep 614 & echo $! > /tools/bg; sleep 0.2")])
+    del body["spec"]["initContainers"]
+    v1.create_namespaced_pod("default", body)
+    assert phase(v1, "bg", "Succeeded", "Failed").status.phase == "Succeeded"
+    pid = int((next(cluster.root.rglob("volumes/tools")) / "bg").read_text())
+    wait_for(lambda: not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text())

@@ -232,6 +232,7 @@ class PodWorker:
             exited.cancel()
             raise _Terminate
         del self.procs[name]
+        _end_container(proc)
         self.kubelet.registry.pop(proc.pid, None)
         self._record_exit(name, exited.result(), None)
         if exited.result() != 0:
@@ -283,6 +284,7 @@ class PodWorker:
                     await asyncio.wait_for(proc.wait(), 2)
                 _signal(proc, signal.SIGKILL)
             code = await proc.wait()
+            _end_container(proc)
             code = 128 - code if code < 0 else code
             last = podstatus.terminated(
                 code, podstatus.exit_reason(code), started_at, container_id, self._log_tail(name) if code else ""
@@ -342,6 +344,8 @@ class PodWorker:
             if proc.returncode is None:
                 _signal(proc, signal.SIGKILL)
         await asyncio.gather(*(p.wait() for p in alive.values()), return_exceptions=True)
+        for proc in alive.values():
+            _end_container(proc)
         pod = self.pod()
         current = {s["name"]: s for s in (pod or {}).get("status", {}).get("initContainerStatuses") or []}
         for name, proc in alive.items():
@@ -521,6 +525,7 @@ class PodWorker:
                 for name, task in waits.items():
                     if task in done and task in pending:
                         pending.discard(task)
+                        _end_container(self.procs[name])
                         self._record_exit(name, task.result(), None)
         finally:
             stop.cancel()
@@ -589,6 +594,7 @@ class PodWorker:
             await asyncio.gather(*waits, return_exceptions=True)
             del late
         for name, proc in alive.items():
+            _end_container(proc)
             with contextlib.suppress(_Terminate):
                 self._record_exit(
                     name,
@@ -642,6 +648,25 @@ class PodWorker:
 def _signal(proc: asyncio.subprocess.Process, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, sig)
+    if sig == signal.SIGKILL:
+        _end_container(proc)
+
+
+def _end_container(proc: asyncio.subprocess.Process) -> None:
+    """A container's first process ended (or is killed): kill what is left of the container.
+    The double has no PID namespaces; a container's processes are those of its session (each
+    container starts one), also those in process groups of their own (an agent's steps), as the
+    kernel kills a PID namespace's processes when its init ends."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            session = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[3])
+        except (OSError, IndexError, ValueError):
+            continue
+        if session == proc.pid:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(entry.name), signal.SIGKILL)
 
 
 class Kubelet:
