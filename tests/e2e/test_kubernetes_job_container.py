@@ -304,3 +304,32 @@ async def test_an_executor_image_without_the_agent_fails_the_job_saying_so(
             assert "dynrunner-agent-install" in text, text
             assert "dynrunner-agent" in text and "sleeping under" not in text, text
             await nothing_left(cluster, running)
+
+
+async def test_an_executor_killed_before_its_shutdown_leaves_no_job_container_behind(
+    gitea: GiteaDouble, nats_url: str, job_cluster: Cluster, tmp_path: Path
+) -> None:
+    """The executor is OOM-killed mid-step, so no `shutdown` reaches the agent: the Pod stays
+    Running with its `job` container; the controller goes by the executor's container, finalizes
+    the task with the reason, and deletes the Pod, which ends the agent and the step."""
+    with ObjectLog(job_cluster.api) as seen:
+        async with in_process(config(gitea, nats_url, job_cluster, tmp_path)) as running:
+            run = gitea.submit("acme/app", CANCELLED)
+            await wait_for(
+                lambda: "sleeping under dynrunner-agent" in log_of(gitea, run.id), within=90, what="the step runs"
+            )
+            [name] = seen.pods
+            job_cluster.oom_kill("ci-jobs", name, "executor")
+            done = await wait_run_done(gitea, run.id, within=60)
+            await wait_for(lambda: "ran out of memory" in log_of(gitea, run.id), within=30, what="the diagnosis")
+            text = log_of(gitea, run.id)
+            assert done.status == "failure", text
+            assert "[dynrunner] the job failed: the job ran out of memory: the executor was OOMKilled" in text, text
+            await nothing_left(job_cluster, running)
+    assert not processes_running("sleep 613")
+    states = [
+        {s["name"]: s["state"] for s in (v.get("status") or {}).get("containerStatuses") or []} for v in seen.pods[name]
+    ]
+    assert any("terminated" in s["executor"] and "running" in s["job"] for s in states), (
+        "the job container outlived the executor until the Pod was deleted"
+    )

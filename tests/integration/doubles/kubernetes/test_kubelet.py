@@ -292,6 +292,23 @@ def test_oom_killed(cluster, v1):
     assert (terminated.exit_code, terminated.reason) == (137, "OOMKilled")
 
 
+def test_one_container_oom_killed_leaves_the_others_and_the_pod_running(cluster, v1):
+    body = with_inits("half", [], [shared("executor", "sleep 30"), shared("job", "sleep 30")])
+    del body["spec"]["initContainers"]
+    v1.create_namespaced_pod("default", body)
+    phase(v1, "half", "Running")
+    cluster.oom_kill("default", "half", "executor")
+
+    def executor_ended() -> Any:
+        p = v1.read_namespaced_pod("half", "default")
+        states = {s.name: s.state for s in p.status.container_statuses}
+        return states["executor"].terminated and (p, states)
+
+    p, states = wait_for(executor_ended)
+    assert (states["executor"].terminated.exit_code, states["executor"].terminated.reason) == (137, "OOMKilled")
+    assert p.status.phase == "Running" and states["job"].running
+
+
 def test_evicted(cluster, v1):
     v1.create_namespaced_pod("default", pod("ev", "sleep 30"))
     phase(v1, "ev", "Running")

@@ -88,6 +88,7 @@ class PodWorker:
         self.procs: dict[str, asyncio.subprocess.Process] = {}
         self.started_at: dict[str, str] = {}
         self.container_ids: dict[str, str] = {}
+        self.oom_killed: set[str] = set()
         self.sidecars: dict[str, asyncio.subprocess.Process] = {}
         """Native sidecars (init containers with `restartPolicy: Always`) now running."""
 
@@ -363,6 +364,14 @@ class PodWorker:
         self.terminate("DeadlineExceeded", message, grace)
         self.event("Warning", "DeadlineExceeded", message)
 
+    def oom_kill(self, name: str) -> None:
+        """One running container reaches its memory limit: SIGKILL, terminated OOMKilled."""
+        proc = self.procs.get(name)
+        if proc is None or proc.returncode is not None:
+            raise KeyError(f"container {name} of {self.namespace}/{self.name} is not running")
+        self.oom_killed.add(name)
+        _signal(proc, signal.SIGKILL)
+
     def terminate(self, reason: str, message: str, grace: int, container_reason: str = "Error") -> None:
         if self.kill is None:
             self.kill = (reason, message, grace, container_reason)
@@ -526,7 +535,7 @@ class PodWorker:
                     if task in done and task in pending:
                         pending.discard(task)
                         _end_container(self.procs[name])
-                        self._record_exit(name, task.result(), None)
+                        self._record_exit(name, task.result(), "OOMKilled" if name in self.oom_killed else None)
         finally:
             stop.cancel()
 
