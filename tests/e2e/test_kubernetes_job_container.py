@@ -330,6 +330,6 @@ async def test_an_executor_killed_before_its_shutdown_leaves_no_job_container_be
     states = [
         {s["name"]: s["state"] for s in (v.get("status") or {}).get("containerStatuses") or []} for v in seen.pods[name]
     ]
-    assert any("terminated" in s["executor"] and "running" in s["job"] for s in states), (
+    assert any("terminated" in s.get("executor", {}) and "running" in s.get("job", {}) for s in states), (
         "the job container outlived the executor until the Pod was deleted"
     )
