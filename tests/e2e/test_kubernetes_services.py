@@ -1,7 +1,9 @@
 """End to end on the kubernetes backend, `services:`: the controller makes each service a
 native sidecar of the job's Pod; the kubelet double runs it (the image `redis:7` is a small
 Python server, tests/fixtures/redis_like.py) with its startup probe before the executor, so the
-first step reaches it; an unhealthy service fails the job naming it; nothing is left."""
+first step reaches it; an unhealthy service fails the job naming it; `${{ }}` in its values is
+evaluated by the controller, a secret reaching the service through a secretKeyRef, never in the
+Pod spec; nothing is left."""
 
 from __future__ import annotations
 
@@ -135,3 +137,55 @@ async def test_two_services_on_one_port_fail_the_job_before_any_pod(
             assert f"both listen on port {service_port}" in text and "`cache`" in text and "`redis`" in text, text
             await nothing_left(services_cluster, running)
     assert seen.pods == {}
+
+
+def evaluated_workflow(port: int) -> str:
+    """A matrix job whose service's image, env and credentials-free values use `${{ }}`; its
+    startup probe passes only when the secret reached the service (by its length: the secret's
+    text must not be in the Pod spec, not even in the probe)."""
+    probe = PROBE.format(port=port)
+    return f"""
+on: push
+jobs:
+  build:
+    runs-on: [self-hosted, local]
+    strategy:
+      matrix:
+        v: ['7']
+    services:
+      redis:
+        image: redis:${{{{ matrix.v }}}}
+        ports: ['{port}']
+        env:
+          REDIS_PASSWORD: ${{{{ secrets.REDIS_PW }}}}
+          REDIS_USER: ${{{{ github.actor }}}}
+        options: >-
+          --health-cmd "test ${{#REDIS_PASSWORD}} = 14 && test $REDIS_USER = alice && {probe}"
+          --health-interval 1s --health-retries 10 --user 1000
+    steps:
+      - run: echo "reached redis:${{{{ matrix.v }}}}"
+"""
+
+
+async def test_service_values_are_evaluated_and_a_secret_reaches_it_outside_the_pod_spec(
+    gitea: GiteaDouble, nats_url: str, services_cluster: Cluster, tmp_path: Path, service_port: int
+) -> None:
+    with ObjectLog(services_cluster.api) as seen:
+        async with in_process(config(gitea, nats_url, services_cluster, tmp_path)) as running:
+            run = gitea.submit(
+                "acme/app", evaluated_workflow(service_port), secrets={"REDIS_PW": "pw-e2e-secret1"}, actor="alice"
+            )
+            done = await wait_run_done(gitea, run.id, within=90)
+            text = log_of(gitea, run.id)
+            assert done.status == "success", text
+            assert "reached redis:7" in text and "service redis started" in text, text
+            await nothing_left(services_cluster, running)
+    versions = [pod for history in seen.pods.values() for pod in history]
+    assert versions, "no Pod was seen"
+    assert all("pw-e2e-secret1" not in repr(pod) for pod in versions)
+    sidecar = versions[-1]["spec"]["initContainers"][0]
+    assert sidecar["image"] == "redis:7"
+    env = {e["name"]: e for e in sidecar["env"]}
+    assert env["REDIS_USER"] == {"name": "REDIS_USER", "value": "alice"}
+    ref = env["REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"]
+    assert ref == {"name": versions[-1]["metadata"]["name"], "key": "env.redis.REDIS_PASSWORD"}

@@ -8,8 +8,8 @@ import pytest
 
 from dynrunner.executor import scope
 from dynrunner.executor.contexts import JobContexts, StepRecord
-from dynrunner.executor.expressions import ExpressionError, is_truthy
 from dynrunner.executor.scope import Evaluator, Scope
+from dynrunner.proto.expressions import ExpressionError, is_truthy
 
 
 @pytest.fixture

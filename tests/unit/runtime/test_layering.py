@@ -58,7 +58,7 @@ def test_a_job_loads_the_artifact_machinery_only_when_it_uses_artifacts() -> Non
         "dynrunner.executor.runtime.artifacts.collect",
         "dynrunner.executor.runtime.artifacts.store",
         "dynrunner.executor.runtime.artifacts.staging",
-        "dynrunner.executor.expressions.hashfiles",
+        "dynrunner.executor.hashfiles",
         "dynrunner.executor.identity",
     ]
     code = f"import sys, dynrunner.executor.run; print([m for m in {lazy!r} if m in sys.modules])"

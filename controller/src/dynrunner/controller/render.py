@@ -1,5 +1,6 @@
-"""`dynrunner-controller render --config FILE --pool NAME --task FILE`: the Secret, Pod and
-ClusterStaticEntry a kubernetes pool would create for a task, as YAML, touching no cluster.
+"""`dynrunner-controller render --config FILE --pool NAME --task FILE`: the Secret, the pull
+Secret (for `credentials`), the Pod and the ClusterStaticEntry a kubernetes pool would create
+for a task, as YAML, touching no cluster.
 
 The assignment is built as the claimer builds it (the same validation: a job key the contract
 refuses is the same error), with placeholders where only a running system knows the value:
@@ -21,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from dynrunner.controller.backends.kubernetes import builders
+from dynrunner.controller.backends.kubernetes import builders, services
 from dynrunner.controller.backends.kubernetes.config import KubernetesBackendConfig
 from dynrunner.controller.claiming.registrations_store import ArmedRegistration
 from dynrunner.controller.config.model import ControllerConfig
@@ -101,15 +102,32 @@ def render(cfg: ControllerConfig, pool_name: str, task: Task) -> str:
     )
     name = f"dr-{PLACEHOLDER_ASSIGNMENT_ID}"
     handed = builders.handed(assignment, settings)
+    try:
+        found = builders.job_containers(assignment)
+        pod = builders.pod(assignment, settings, containers=found)
+    except services.ServicesError as err:
+        raise RenderError(f"the job's `{err.key}:` cannot run in this pool: {err}") from None
     secret = builders.secret(
-        encode(handed), name=name, namespace=settings.namespace, labels=builders.job_labels(assignment)
+        encode(handed),
+        name=name,
+        namespace=settings.namespace,
+        labels=builders.job_labels(assignment),
+        env=services.secret_env(found.all),
     )
     size = len(encode(handed))
     secret["data"] = {
-        key: f"<redacted: {size} bytes, the job's assignment with its credentials>" for key in secret["data"]
+        key: f"<redacted: {size} bytes, the job's assignment with its credentials>"
+        if key == builders.ASSIGNMENT_KEY
+        else "<redacted: an env value made from the job's secrets>"
+        for key in secret["data"]
     }
     secret["metadata"]["ownerReferences"] = [builders.owner_reference(name, POD_UID)]
-    documents = [secret, builders.pod(assignment, settings)]
+    documents = [secret, pod]
+    pull = services.pull_secret(found.all, name=name, namespace=settings.namespace, labels=secret["metadata"]["labels"])
+    if pull is not None:
+        pull["metadata"]["ownerReferences"] = [builders.owner_reference(name, POD_UID)]
+        pull["data"] = {key: "<redacted: the registry logins of the job's `credentials`>" for key in pull["data"]}
+        documents.insert(1, pull)
     if settings.backend.identity:
         documents.append(
             builders.cluster_static_entry(assignment, settings, pod_uid=POD_UID, node_name=NODE_NAME, node_uid=NODE_UID)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 SUBCOMMANDS = {
     "run": ("dynrunner.executor.run", "run one assigned Gitea task and report it"),
-    "expr": ("dynrunner.executor.expressions.cli", "evaluate GitHub Actions expressions"),
+    "expr": ("dynrunner.executor.expr_cli", "evaluate GitHub Actions expressions"),
     "artifact": ("dynrunner.executor.runtime.cli", "import and list job-to-job artifacts"),
 }
 

@@ -23,7 +23,6 @@ from dynrunner.executor.actions.seam import Limits, Prepared
 from dynrunner.executor.actions.stages import ActionStages, PostStep
 from dynrunner.executor.commands import CommandProcessor
 from dynrunner.executor.contexts import StepRecord, reads_true
-from dynrunner.executor.expressions import ExpressionError
 from dynrunner.executor.masking import Masker
 from dynrunner.executor.reporter import Reporter
 from dynrunner.executor.runtime import ArtifactError, JobRuntime, StepFiles
@@ -36,6 +35,7 @@ from dynrunner.executor.steps.files import read_step_files
 from dynrunner.executor.steps.processes import LOCAL, Processes
 from dynrunner.executor.supervise import JobSignals
 from dynrunner.executor.workflow import Step
+from dynrunner.proto.expressions import ExpressionError
 from dynrunner.proto.gitea import Result
 
 

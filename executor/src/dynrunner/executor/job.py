@@ -47,7 +47,6 @@ from dynrunner.executor.contexts import (
     write_event_file,
 )
 from dynrunner.executor.engine import StepEngine
-from dynrunner.executor.expressions import ExpressionError
 from dynrunner.executor.idtokens import grant_of, open_id_tokens, workload_api_env
 from dynrunner.executor.masking import Masker
 from dynrunner.executor.reporter import OutputLimitError, Reporter
@@ -75,6 +74,7 @@ from dynrunner.executor.supervise import Deadlines, JobSignals
 from dynrunner.executor.workflow import RunDefaults, Workflow
 from dynrunner.proto.assignment import JOB_KEY_RE, Assignment
 from dynrunner.proto.containers import SERVICES_PROVIDED_ENV
+from dynrunner.proto.expressions import ExpressionError
 from dynrunner.proto.gitea import Need, Result
 
 DEFAULT_TIMEOUT_MINUTES = 360.0

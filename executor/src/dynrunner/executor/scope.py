@@ -27,10 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from dynrunner.executor.contexts import JobContexts, StepRecord
-from dynrunner.executor.expressions import (
+from dynrunner.executor.workflow import RunDefaults, Step
+from dynrunner.proto.expressions import (
     ALLOWED_CONTEXTS,
     EvalEnv,
     ExpressionError,
+    HashFiles,
     evaluate_if,
     interpolate,
     interpolate_tree,
@@ -38,7 +40,6 @@ from dynrunner.executor.expressions import (
     is_truthy,
     to_display_string,
 )
-from dynrunner.executor.workflow import RunDefaults, Step
 
 WORKFLOW_ENV = "env"
 JOB_NAME = "jobs.<job_id>.name"
@@ -227,14 +228,26 @@ class Scope:
         )
 
 
+def _workspace_hasher(workspace: str) -> HashFiles:
+    """`hashFiles()` over the job's workspace; the globbing code loads on first use."""
+
+    def hash_files(args: list[str]) -> str:
+        from dynrunner.executor.hashfiles import hash_files as hash_workspace
+
+        return hash_workspace(workspace, args)
+
+    return hash_files
+
+
 class Evaluator:
     """Evaluates values of one scope (the job's, or a composite action's)."""
 
-    __slots__ = ("scope", "workspace")
+    __slots__ = ("hash_files", "scope", "workspace")
 
     def __init__(self, scope: Scope) -> None:
         self.scope = scope
         self.workspace = str(scope.workspace)
+        self.hash_files = _workspace_hasher(self.workspace)
 
     def env(
         self,
@@ -248,7 +261,7 @@ class Evaluator:
             self.scope.values(env=env, github=github),
             ALLOWED_CONTEXTS[where],
             status or self.scope.status(),
-            self.workspace,
+            hash_files=self.hash_files,
         )
 
     def text(self, where: str, value: Any, **scope: Any) -> str:

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dynrunner.executor.actions import ActionCall
 from dynrunner.executor.actions.node import header
-from dynrunner.executor.expressions import ExpressionError
 from dynrunner.executor.scope import ACTION_OUTPUT, ACTION_STEP, MAX_DEPTH, Evaluator
 from dynrunner.executor.steps.base import StepRun, Stop
+from dynrunner.proto.expressions import ExpressionError
 
 
 async def run_composite(run: StepRun, call: ActionCall) -> bool:

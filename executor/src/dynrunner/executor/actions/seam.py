@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Protocol
 
 from dynrunner.executor.actions import ActionCall
-from dynrunner.executor.expressions import ExpressionError
 from dynrunner.executor.reporter import Reporter
 from dynrunner.executor.runtime import StepFiles
 from dynrunner.executor.runtime.ahead import StepFilesPool
@@ -21,6 +20,7 @@ from dynrunner.executor.scope import Evaluator, Scope
 from dynrunner.executor.steps.base import Handler, StopSignal
 from dynrunner.executor.supervise import JobSignals
 from dynrunner.executor.workflow import Step
+from dynrunner.proto.expressions import ExpressionError
 
 
 @dataclass(frozen=True, slots=True)

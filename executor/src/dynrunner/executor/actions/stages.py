@@ -33,11 +33,11 @@ from dynrunner.executor.actions.inputs import input_env, resolve_inputs
 from dynrunner.executor.actions.node import run_node
 from dynrunner.executor.actions.reference import LocalAction, RemoteAction
 from dynrunner.executor.actions.seam import Engine, Limits, Prepared
-from dynrunner.executor.expressions import EvalEnv, ExpressionError, interpolate
 from dynrunner.executor.scope import ACTION_INPUT_DEFAULT, ACTION_POST_IF, ACTION_PRE_IF, Scope
 from dynrunner.executor.steps.base import Handler, StepRun, StopSignal
 from dynrunner.executor.steps.native import with_block
 from dynrunner.executor.workflow import Step
+from dynrunner.proto.expressions import EvalEnv, ExpressionError, interpolate
 
 CONTAINER_RUNTIME_MISSING = (
     "needs a container engine, and this environment has none: container actions run in local and VM pools "

@@ -34,14 +34,6 @@ from typing import Any
 from dynrunner.executor.actions.reference import RemoteAction
 from dynrunner.executor.actions.store import ActionStore, FetchError
 from dynrunner.executor.contexts import strategy_context
-from dynrunner.executor.expressions import (
-    ALLOWED_CONTEXTS,
-    EvalEnv,
-    ExpressionError,
-    interpolate,
-    interpolate_tree,
-    is_truthy,
-)
 from dynrunner.executor.reusable.calls import (
     MAX_LEVELS,
     CallError,
@@ -54,6 +46,14 @@ from dynrunner.executor.reusable.calls import (
 from dynrunner.executor.reusable.plan import PlannedJob, instances, plan_jobs
 from dynrunner.executor.workflow import Job, Workflow, WorkflowError, load_workflow
 from dynrunner.executor.workflow.yaml12 import plain
+from dynrunner.proto.expressions import (
+    ALLOWED_CONTEXTS,
+    EvalEnv,
+    ExpressionError,
+    interpolate,
+    interpolate_tree,
+    is_truthy,
+)
 from dynrunner.proto.gitea import Need, Result
 
 INPUT_DEFAULT = "on.workflow_call.inputs.<inputs_id>.default"

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 
-from dynrunner.executor.expressions import ExpressionError
 from dynrunner.executor.steps.base import StepRun
 from dynrunner.executor.steps.shell import ShellError, resolve_shell, shell_programs
+from dynrunner.proto.expressions import ExpressionError
 
 SCRIPT_NAME = "run"
 """A step's script is `<its scripts directory>/run<extension>`."""

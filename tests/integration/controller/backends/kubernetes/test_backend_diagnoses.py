@@ -4,6 +4,7 @@ classifier's own cases are unit-tested on recorded Pod JSON)."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,7 +15,15 @@ from dynrunner.controller.backends.base import Environment, FailureReason, Obser
 from dynrunner.doubles.kubernetes.cluster import Cluster
 from dynrunner.proto.gitea import Result
 from tests.fixtures.kubernetes import api_client
-from tests.fixtures.kubernetes_backend import NOTHING_LEFT, BackendFactory, job, left_over, until
+from tests.fixtures.kubernetes_backend import (
+    NOTHING_LEFT,
+    BackendFactory,
+    claimed,
+    job,
+    job_workflow,
+    left_over,
+    until,
+)
 
 NS = "ci-jobs"
 
@@ -49,6 +58,21 @@ async def test_an_image_that_cannot_be_pulled(kube_backend_factory: BackendFacto
         assert message.startswith("the executor image registry.example/none/executor:9 could not be pulled (")
         assert "not found" in message
         await backend.delete(env)
+
+
+async def test_a_job_container_image_that_cannot_be_pulled(
+    kube_backend_factory: BackendFactory, pod_cluster: Cluster
+) -> None:
+    """Named with the job container, not as the executor's image (the double pulls every
+    image before it starts a container; a kubelet starts the executor first)."""
+    text = job_workflow("hang") + "    container: registry.example/none/job:1\n"
+    async with kube_backend_factory(imagePullTimeoutSeconds=1) as backend:
+        env = await backend.create(claimed(workflow=text, assignment_id=str(uuid.uuid4())))
+        reason, message = reason_and_message(await finished(backend, env))
+        assert reason is FailureReason.START_FAILED
+        assert message.startswith("the image registry.example/none/job:1 of the job container could not be pulled (")
+        await backend.delete(env)
+        await until(lambda: left_over(pod_cluster) == NOTHING_LEFT)
 
 
 async def test_a_pod_no_node_can_run(kube_backend_factory: BackendFactory) -> None:

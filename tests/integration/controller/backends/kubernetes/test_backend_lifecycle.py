@@ -4,6 +4,7 @@ nothing behind."""
 
 from __future__ import annotations
 
+import base64
 import json
 import uuid
 from typing import Any
@@ -135,6 +136,44 @@ async def test_services_get_a_pull_secret_owned_by_the_pod(
         assert pull["metadata"]["ownerReferences"][0]["uid"] == pod["metadata"]["uid"]
         await backend.delete(env)
         await until(lambda: left_over(pod_cluster) == NOTHING_LEFT)
+
+
+async def test_a_job_container_is_accepted_and_its_credentials_join_the_pull_secret(
+    kube_backend_factory: BackendFactory, pod_cluster: Cluster
+) -> None:
+    """The API server accepts the Pod with the agent's init container and the job container;
+    the job container's login is in the per-job pull Secret the Pod owns."""
+    container = (
+        "    container:\n      image: ghcr.io/team/builder:1\n      credentials: {username: ci, password: s3cret}\n"
+    )
+    text = SERVICES_WORKFLOW.replace("    services:\n", container + "    services:\n")
+    assignment = claimed(workflow=text, assignment_id=str(uuid.uuid4()))
+    async with kube_backend_factory() as backend:
+        env = await backend.create(assignment)
+        pod = raw(pod_cluster, "pod", env.name)
+        assert [c["name"] for c in pod["spec"]["initContainers"]] == ["dynrunner-agent-install", "cache"]
+        assert [c["name"] for c in pod["spec"]["containers"]] == ["executor", "job"]
+        pull = raw(pod_cluster, "secret", f"{env.name}-pull")
+        auths = json.loads(base64.b64decode(pull["data"][".dockerconfigjson"]))["auths"]
+        assert sorted(auths) == ["ghcr.io", "registry.example.com"]
+        assert pull["metadata"]["ownerReferences"][0]["uid"] == pod["metadata"]["uid"]
+        await backend.delete(env)
+        await until(lambda: left_over(pod_cluster) == NOTHING_LEFT)
+
+
+async def test_a_job_container_that_cannot_run_fails_before_anything_is_made(
+    kube_backend_factory: BackendFactory, pod_cluster: Cluster
+) -> None:
+    text = SERVICES_WORKFLOW.replace(
+        "    services:\n", "    container: {image: node:20, options: --user node}\n    services:\n"
+    )
+    async with kube_backend_factory() as backend:
+        with pytest.raises(JobRefused) as refused:
+            await backend.create(claimed(workflow=text, assignment_id=str(uuid.uuid4())))
+        assert str(refused.value).startswith(
+            "The job's `container:` cannot run in this pool: `container`: `--user node`"
+        )
+        assert left_over(pod_cluster) == NOTHING_LEFT
 
 
 async def test_services_that_cannot_run_fail_before_anything_is_made(

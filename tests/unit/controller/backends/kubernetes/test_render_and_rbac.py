@@ -122,3 +122,24 @@ def test_the_documented_rbac_is_the_generated_one(capsys: pytest.CaptureFixture[
         kubernetes_validate.validate(obj, "1.32", strict=True)
     rules = rbac.rules("ci-jobs")
     assert (role["rules"], cluster_role["rules"]) == (rules.role, rules.cluster_role)
+
+
+def test_render_shows_a_job_container_and_its_pull_secret(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config, task = files(tmp_path)
+    text = task.read_text().replace(
+        "      steps:",
+        "      container:\n        image: ghcr.io/acme/builder:1\n"
+        "        credentials: {username: ci, password: pull-pass}\n      steps:",
+    )
+    task.write_text(text)
+    assert main(["render", "--config", str(config), "--pool", "pod", "--task", str(task)]) == 0
+    out = capsys.readouterr().out
+    secret, pull, pod, _ = yaml.safe_load_all(out)
+    for obj in (secret, pull, pod):
+        kubernetes_validate.validate(obj, "1.32", strict=True)
+    assert pull["metadata"]["name"] == secret["metadata"]["name"] + "-pull"
+    assert "pull-pass" not in out
+    assert [c["name"] for c in pod["spec"]["containers"]] == ["executor", "job"]
+    task.write_text(text.replace("ghcr.io/acme/builder:1", "ghcr.io/acme/builder:1\n        options: --workdir /x"))
+    assert main(["render", "--config", str(config), "--pool", "pod", "--task", str(task)]) == 1
+    assert "the job's `container:` cannot run in this pool: `container`: `--workdir`" in capsys.readouterr().err

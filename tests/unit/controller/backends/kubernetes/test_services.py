@@ -78,9 +78,11 @@ def test_a_job_without_services_gets_no_sidecar() -> None:
     assert all(e["name"] != "DYNRUNNER_SERVICES_PROVIDED" for e in spec["containers"][0]["env"])
 
 
-def test_a_job_with_container_gets_no_sidecar_the_executor_refuses_it() -> None:
+def test_a_job_with_container_gets_its_services_too() -> None:
     payload = workflow("      redis: redis:7\n", extra="    container: node:20\n")
-    assert services.job_services(payload.encode()) == []
+    found = builders.job_containers(claimed(workflow=payload))
+    assert found.job is not None and found.job.image == "node:20"
+    assert [s.name for s in found.services] == ["redis"]
 
 
 def test_baseline_lets_a_service_run_as_root_without_privilege() -> None:
@@ -99,8 +101,7 @@ def test_credentials_become_a_pull_secret_the_pod_names() -> None:
         "      cache:\n        image: registry.example.com/team/redis:7\n"
         "        credentials: {username: bot, password: hunter2}\n"
     )
-    payload = workflow(services_yaml).encode()
-    specs = services.job_services(payload)
+    specs = builders.job_containers(claimed(workflow=workflow(services_yaml))).all
     secret = services.pull_secret(specs, name="dr-x", namespace="ci-jobs", labels={"a": "b"})
     assert secret is not None
     assert secret["type"] == "kubernetes.io/dockerconfigjson"
@@ -126,10 +127,14 @@ def test_credentials_become_a_pull_secret_the_pod_names() -> None:
         ),
         ("      db:\n        image: postgres\n        options: --privileged\n", "`--privileged` is not supported"),
         ("      my_db: postgres\n", "service `my_db`: in Pod pools a service name is a host name"),
-        ("      executor: postgres\n", "(not `executor`)"),
+        ("      executor: postgres\n", "(not `executor` or `dynrunner-agent-install`)"),
+        ("      dynrunner-agent-install: postgres\n", "service `dynrunner-agent-install`: in Pod pools"),
         ("      db:\n        image: postgres\n        options: --user postgres\n", "a user is numeric"),
-        ("      db:\n        image: postgres:${{ matrix.v }}\n", "which Pod pools do not evaluate"),
-        ("      db:\n        image: postgres\n        volumes: ['data:/var/lib']\n", "`volumes` are not supported"),
+        ("      db:\n        image: postgres:${{ secrets.V }}\n", "Unrecognized named-value: 'secrets'"),
+        ("      db:\n        image: postgres\n        volumes: ['/srv:/var/lib']\n", "only named volumes are mounted"),
+        ("      db:\n        image: postgres\n        volumes: ['a:/x', 'b:/x/']\n", "two volumes are mounted at /x"),
+        ("      db:\n        image: postgres\n        volumes: ['a:/x:z']\n", "a mode is `ro` or `rw`"),
+        ("      db:\n        image: postgres\n        options: --user 0\n", "`--user 0` is root"),
         ("      db:\n        image: postgres\n        options: --memory lots\n", "`--memory lots`"),
     ],
 )

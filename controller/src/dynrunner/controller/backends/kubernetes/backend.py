@@ -44,6 +44,7 @@ from dynrunner.controller.backends.kubernetes.diagnosis import (
     classify,
     essentials,
     executor_ran,
+    job_container_waits,
     parse_time,
 )
 from dynrunner.controller.backends.kubernetes.entries import Entries
@@ -145,9 +146,11 @@ class KubernetesBackend:
             self._wake = None
 
     def _look_at_starts(self) -> None:
-        """Starts can fail by time alone (an image pull or a start that took too long)."""
+        """Starts can fail by time alone (an image pull or a start that took too long; the job
+        container's image is pulled after the executor started)."""
         for name, pod in list(self.pods.cache.items()):
-            if self._phases.get(name, Phase.STARTING) is Phase.STARTING:
+            phase = self._phases.get(name, Phase.STARTING)
+            if phase is Phase.STARTING or (phase is Phase.RUNNING and job_container_waits(pod)):
                 self._wake_on_change(name, pod)
 
     def _notify(self, pod: dict[str, Any], *, deleted: bool = False) -> None:
@@ -226,14 +229,16 @@ class KubernetesBackend:
         name = contract.environment_name(assignment.assignment_id)
         labels = builders.job_labels(assignment, stream_seq)
         try:
-            specs = services.job_services(assignment.task.workflow_payload)
-            spec = builders.pod(assignment, self.settings, stream_seq=stream_seq)
+            found = builders.job_containers(assignment)
+            spec = builders.pod(assignment, self.settings, stream_seq=stream_seq, containers=found)
         except services.ServicesError as err:
-            raise JobRefused(f"The job's `services:` cannot run in this pool: {err}") from None
-        pull = services.pull_secret(specs, name=name, namespace=self.namespace, labels=labels)
+            raise JobRefused(f"The job's `{err.key}:` cannot run in this pool: {err}") from None
+        pull = services.pull_secret(found.all, name=name, namespace=self.namespace, labels=labels)
         handed = builders.handed(assignment, self.settings)
         self._assignments[assignment.assignment_id] = handed
-        secret = builders.secret(encode(handed), name=name, namespace=self.namespace, labels=labels)
+        secret = builders.secret(
+            encode(handed), name=name, namespace=self.namespace, labels=labels, env=services.secret_env(found.all)
+        )
         for made in (secret, pull) if pull is not None else (secret,):
             with contextlib.suppress(AlreadyExists):
                 await self.api.create_secret(self.namespace, made)

@@ -18,9 +18,13 @@ from typing import Any
 import yaml
 
 from dynrunner.controller import contract
-from dynrunner.controller.backends.kubernetes import identity, services
+from dynrunner.controller.backends.kubernetes import identity, job_container, pod_values, services
 from dynrunner.controller.backends.kubernetes.config import KubernetesBackendConfig
-from dynrunner.controller.backends.kubernetes.diagnosis import EXECUTOR_CONTAINER
+from dynrunner.controller.backends.kubernetes.diagnosis import (
+    AGENT_INSTALL_CONTAINER,
+    EXECUTOR_CONTAINER,
+    JOB_CONTAINER,
+)
 from dynrunner.controller.backends.kubernetes.merge import merge
 from dynrunner.controller.config.model import ControllerConfig, PoolConfig
 from dynrunner.proto.assignment import Assignment, IdentityWait
@@ -135,16 +139,27 @@ def job_name(assignment: Assignment) -> str:
     return assignment.job_key
 
 
-def secret(assignment_bytes: bytes, *, name: str, namespace: str, labels: Mapping[str, str]) -> dict[str, Any]:
+def secret(
+    assignment_bytes: bytes,
+    *,
+    name: str,
+    namespace: str,
+    labels: Mapping[str, str],
+    env: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
     """The assignment as a Secret the Pod mounts (immutable: nobody rewrites a job's
-    credentials, and the kubelet does not watch it)."""
+    credentials, and the kubelet does not watch it). `env` holds the `env:` values of the
+    job's containers made from secrets (`pod_values.secret_env`), which they read through
+    `secretKeyRef`; the executor mounts only the assignment's key."""
+    data = {ASSIGNMENT_KEY: base64.b64encode(assignment_bytes).decode("ascii")}
+    data.update({key: base64.b64encode(value.encode()).decode("ascii") for key, value in (env or {}).items()})
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
         "type": "Opaque",
         "immutable": True,
-        "data": {ASSIGNMENT_KEY: base64.b64encode(assignment_bytes).decode("ascii")},
+        "data": data,
     }
 
 
@@ -159,13 +174,28 @@ def active_deadline_seconds(assignment: Assignment, grace_s: int = POD_DEADLINE_
     return max(1, math.ceil((assignment.deadline - assignment.claimed_at).total_seconds())) + grace_s
 
 
-def pod(assignment: Assignment, settings: PodSettings, *, stream_seq: int | None = None) -> dict[str, Any]:
-    """The job's Pod: the executor, and one native sidecar per service of the job (raises
-    `services.ServicesError` for services that cannot run here)."""
+def job_containers(assignment: Assignment) -> services.JobContainers:
+    """The job's `container:` and `services:` as its Pod runs them, their `${{ }}` evaluated
+    (raises `services.ServicesError`). The one place that says how their values are evaluated."""
+    return services.job_containers(assignment.task.workflow_payload, pod_values.evaluator(assignment))
+
+
+def pod(
+    assignment: Assignment,
+    settings: PodSettings,
+    *,
+    stream_seq: int | None = None,
+    containers: services.JobContainers | None = None,
+) -> dict[str, Any]:
+    """The job's Pod: the executor, the job container and its agent's init container for a
+    job with `container:`, and one native sidecar per service (raises
+    `services.ServicesError` for containers that cannot run here). `containers`: the job's,
+    when the caller read them already (`job_containers`)."""
     cfg = settings.backend
+    found = job_containers(assignment) if containers is None else containers
     name = contract.environment_name(assignment.assignment_id)
     env = [{"name": TERMINATION_MESSAGE_ENV, "value": TERMINATION_MESSAGE_PATH}]
-    mounts = [
+    mounts: list[dict[str, Any]] = [
         {"name": ASSIGNMENT_VOLUME, "mountPath": ASSIGNMENT_DIR, "readOnly": True},
         {"name": WORKSPACE_VOLUME, "mountPath": settings.workspace_path},
     ]
@@ -174,6 +204,7 @@ def pod(assignment: Assignment, settings: PodSettings, *, stream_seq: int | None
         env.insert(0, {"name": SPIFFE_ENDPOINT_ENV, "value": f"unix://{cfg.workload_api_socket}"})
         mounts.append({"name": WORKLOAD_API_VOLUME, "mountPath": cfg.workload_api_dir, "readOnly": True})
         volumes.append({"name": WORKLOAD_API_VOLUME, **cfg.workload_api_volume})
+    shared_mounts = [dict(m) for m in mounts if m["name"] != ASSIGNMENT_VOLUME]
     container: dict[str, Any] = {
         "name": EXECUTOR_CONTAINER,
         "image": cfg.image,
@@ -191,13 +222,25 @@ def pod(assignment: Assignment, settings: PodSettings, *, stream_seq: int | None
         "terminationMessagePath": TERMINATION_MESSAGE_PATH,
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
-    specs = services.job_services(assignment.task.workflow_payload)
-    if specs:
-        env.append({"name": services.PROVIDED_ENV, "value": ",".join(s.name for s in specs)})
+    if found.services:
+        env.append({"name": services.PROVIDED_ENV, "value": ",".join(s.name for s in found.services)})
     if cfg.image_pull_policy:
         container["imagePullPolicy"] = cfg.image_pull_policy
     if cfg.resources:
         container["resources"] = cfg.resources
+    pod_containers: list[dict[str, Any]] = [container]
+    init: list[dict[str, Any]] = []
+    if found.job is not None:
+        job = job_container.job_container(
+            found.job, pod_security=cfg.service_pod_security, shared_mounts=shared_mounts, secret_name=name
+        )
+        env.extend(job_container.executor_env())
+        mounts.append(job_container.agent_mount())
+        volumes.append(job_container.agent_volume())
+        init.append(job_container.agent_install(container, cfg.executor_command))
+        pod_containers.append(job)
+    init.extend(services.sidecars(found.services, cfg.service_pod_security, secret_name=name))
+    volumes.extend(services.named_volumes(found.all))
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
@@ -207,14 +250,15 @@ def pod(assignment: Assignment, settings: PodSettings, *, stream_seq: int | None
             "fsGroup": FS_GROUP,
             "seccompProfile": {"type": "RuntimeDefault"},
         },
-        "containers": [container],
+        "containers": pod_containers,
         "volumes": volumes,
     }
-    if specs:
-        spec["initContainers"] = services.sidecars(specs, cfg.service_pod_security)
-        spec["hostAliases"] = services.host_aliases(specs)
-        if any(s.credentials for s in specs):
-            spec["imagePullSecrets"] = [{"name": name + services.PULL_SECRET_SUFFIX}]
+    if init:
+        spec["initContainers"] = init
+    if found.services:
+        spec["hostAliases"] = services.host_aliases(found.services)
+    if any(s.credentials for s in found.all):
+        spec["imagePullSecrets"] = [{"name": name + services.PULL_SECRET_SUFFIX}]
     deadline = active_deadline_seconds(assignment, settings.deadline_grace_s)
     if deadline is not None:
         spec["activeDeadlineSeconds"] = deadline
@@ -256,7 +300,8 @@ def _assignment_volume(secret_name: str) -> dict[str, Any]:
 
 def _reassert(pod: dict[str, Any], generated: dict[str, Any]) -> dict[str, Any]:
     """What a pod template cannot change: the names and labels the controller finds the job
-    by, `restartPolicy: Never`, and how the executor receives its assignment."""
+    by, `restartPolicy: Never`, how the executor receives its assignment, and how it reaches
+    the job container."""
     meta, want = pod["metadata"], generated["metadata"]
     meta["name"], meta["namespace"] = want["name"], want["namespace"]
     meta["labels"] = {**(meta.get("labels") or {}), **want["labels"]}
@@ -270,9 +315,50 @@ def _reassert(pod: dict[str, Any], generated: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(f"the pool's podTemplate removes the {EXECUTOR_CONTAINER!r} container")
     executor["args"] = _executor_args()
     mount = {"name": ASSIGNMENT_VOLUME, "mountPath": ASSIGNMENT_DIR, "readOnly": True}
-    others = [m for m in executor.get("volumeMounts") or [] if m.get("name") != ASSIGNMENT_VOLUME]
-    executor["volumeMounts"] = [mount, *(m for m in others if m.get("mountPath") != ASSIGNMENT_DIR)]
+    _keep_mount(executor, mount)
+    wanted = next((c for c in generated["spec"]["containers"] if c["name"] == JOB_CONTAINER), None)
+    if wanted is None:
+        # A template's `job` entry without an image tunes job containers (resources, env):
+        # a job without `container:` has none.
+        spec["containers"] = [c for c in spec["containers"] if c.get("name") != JOB_CONTAINER or c.get("image")]
+    else:
+        _reassert_job_container(spec, executor, wanted, generated["spec"])
     return pod
+
+
+def _keep_mount(container: dict[str, Any], mount: dict[str, Any]) -> None:
+    """`mount` among the container's mounts (first, when it had to be put back), and nothing
+    else of its volume or at its path."""
+    mounts = container.get("volumeMounts") or []
+    clashing = [m for m in mounts if m.get("name") == mount["name"] or m.get("mountPath") == mount["mountPath"]]
+    if clashing == [mount]:
+        return
+    container["volumeMounts"] = [mount, *(m for m in mounts if m not in clashing)]
+
+
+def _reassert_job_container(
+    spec: dict[str, Any], executor: dict[str, Any], wanted: dict[str, Any], generated: dict[str, Any]
+) -> None:
+    """The job container right after the executor, running the agent from the agent's
+    volume; the agent's init container first; the executor told where the socket is."""
+    containers = spec["containers"]
+    job = next(c for c in containers if c.get("name") == JOB_CONTAINER)
+    job["image"], job["command"] = wanted["image"], list(wanted["command"])
+    job.pop("args", None)
+    _keep_mount(job, job_container.agent_mount())
+    containers.remove(job)
+    containers.insert(containers.index(executor) + 1, job)
+    _keep_mount(executor, job_container.agent_mount())
+    told = {e["name"]: e for e in job_container.executor_env()}
+    executor["env"] = [*(e for e in executor.get("env") or [] if e.get("name") not in told), *told.values()]
+    install_wanted = next(c for c in generated["initContainers"] if c["name"] == AGENT_INSTALL_CONTAINER)
+    inits = spec.get("initContainers") or []
+    install = next((c for c in inits if c.get("name") == AGENT_INSTALL_CONTAINER), None) or install_wanted
+    install["command"] = list(install_wanted["command"])
+    _keep_mount(install, job_container.agent_mount())
+    spec["initContainers"] = [install, *(c for c in inits if c is not install)]
+    volume = job_container.agent_volume()
+    spec["volumes"] = [*(v for v in spec["volumes"] if v["name"] != volume["name"]), volume]
 
 
 def cluster_static_entry(

@@ -4,7 +4,7 @@ and for a Pod that ended or can never run without its executor finalizing the ta
 `Diagnosis` from the closed set of `FailureReason`s.
 
 The executor container decides: exit 0 means it finalized the task (whatever the Pod's
-phase, which a sidecar can hold at Running). The Pod's own reasons (evicted, deadline,
+phase, which a sidecar or the job container can hold at Running). The Pod's own reasons (evicted, deadline,
 deleted by someone else, node lost) come before the container's exit status, because the
 kubelet's SIGTERM/SIGKILL is only their consequence. Waiting states are failures only when
 they cannot resolve (an invalid image name, a container that cannot be configured) or have
@@ -16,6 +16,13 @@ The executor's termination message is the task state Gitea last accepted from it
 reaper gives each step its final state from it); only a message that holds no state — the
 log's tail the kubelet puts there when the executor wrote nothing (FallbackToLogsOnError) — is
 the diagnosis' evidence.
+
+The Pod's other containers speak only when they stop the job: a service that will not
+become healthy, the agent's init container that failed, a job container (`container:`) that
+cannot start or whose agent died while the executor waits for it or runs steps through it
+(its image cannot be pulled, it cannot be created, it ended with a status other than the
+0 of the agent's `shutdown`). One classifier, read top to bottom, with one closed set of
+verdicts: hence one module past the usual size.
 """
 
 from __future__ import annotations
@@ -30,6 +37,10 @@ from dynrunner.controller.backends.base import Diagnosis, FailureReason, Observa
 from dynrunner.proto import accepted
 
 EXECUTOR_CONTAINER = "executor"
+JOB_CONTAINER = "job"
+"""The job's `container:` (docs/kubernetes.md, "Job containers")."""
+AGENT_INSTALL_CONTAINER = "dynrunner-agent-install"
+"""The init container that puts the agent (and Node) where the job container finds them."""
 PULL_ERRORS = (
     "ErrImagePull",
     "ImagePullBackOff",
@@ -81,7 +92,7 @@ def essentials(pod: Mapping[str, Any]) -> dict[str, Any]:
     sidecars = [
         {key: c[key] for key in ("name", "image", "restartPolicy") if key in c}
         for c in spec.get("initContainers") or []
-        if c.get("restartPolicy") == "Always"
+        if c.get("restartPolicy") == "Always" or c.get("name") == AGENT_INSTALL_CONTAINER
     ]
     if sidecars:
         names = {c.get("name") for c in sidecars}
@@ -144,10 +155,24 @@ def classify(facts: PodFacts) -> Observation:
     if facts.gone:
         return Observation(Phase.FAILED, _removed(facts), ready_at=ready_at)
     if "running" in state:
+        stuck = _job_container_problem(facts)
+        if stuck is not None:
+            return Observation(Phase.FAILED, stuck, ready_at=ready_at)
         return Observation(Phase.RUNNING, ready_at=ready_at)
-    stuck = _service_problem(facts) or _not_starting(facts, state.get("waiting") or {})
+    stuck = (
+        _agent_install_problem(pod)
+        or _service_problem(facts)
+        or _job_container_problem(facts)
+        or _not_starting(facts, _executor_waiting(pod))
+    )
     if stuck is not None:
         return Observation(Phase.FAILED, stuck)
+    phase = (pod.get("status") or {}).get("phase")
+    if phase in ("Failed", "Succeeded"):
+        return Observation(
+            Phase.FAILED,
+            Diagnosis(FailureReason.START_FAILED, f"the job's Pod ended ({phase}) before its executor ran"),
+        )
     return Observation(Phase.STARTING)
 
 
@@ -245,9 +270,9 @@ def _exit(pod: Mapping[str, Any], terminated: Mapping[str, Any], deleted_by_us: 
     )
 
 
-def _memory_limit(pod: Mapping[str, Any]) -> str:
+def _memory_limit(pod: Mapping[str, Any], name: str = EXECUTOR_CONTAINER) -> str:
     for container in (pod.get("spec") or {}).get("containers") or []:
-        if container.get("name") == EXECUTOR_CONTAINER:
+        if container.get("name") == name:
             return str(((container.get("resources") or {}).get("limits") or {}).get("memory") or "")
     return ""
 
@@ -365,9 +390,108 @@ def _probe_failure(events: Sequence[Mapping[str, Any]], container: str) -> str:
     return ""
 
 
+def _executor_waiting(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Why the executor is not running yet. Its image is pulled for the agent's init
+    container first, when the job has one: the executor then waits `PodInitializing`, and the
+    init container's waiting says why."""
+    waiting = (executor_status(pod).get("state") or {}).get("waiting") or {}
+    if waiting.get("reason") in (None, "", "PodInitializing"):
+        install = _status(pod, "initContainerStatuses", AGENT_INSTALL_CONTAINER)
+        return (install.get("state") or {}).get("waiting") or waiting
+    return waiting
+
+
+def _status(pod: Mapping[str, Any], kind: str, name: str) -> Mapping[str, Any]:
+    return next((s for s in (pod.get("status") or {}).get(kind) or [] if s.get("name") == name), {})
+
+
+def _agent_install_problem(pod: Mapping[str, Any]) -> Diagnosis | None:
+    """The init container that stages the job container's agent failed (with `restartPolicy:
+    Never` the Pod then fails, and the executor never starts): the executor image lacks the
+    agent or Node, most likely."""
+    terminated = (_status(pod, "initContainerStatuses", AGENT_INSTALL_CONTAINER).get("state") or {}).get("terminated")
+    if not terminated or terminated.get("exitCode") == 0:
+        return None
+    output = str(terminated.get("message") or "").rstrip()
+    return Diagnosis(
+        FailureReason.START_FAILED,
+        f"the agent for the job container could not be installed: {AGENT_INSTALL_CONTAINER} (the executor image "
+        f"{_executor_image(pod)}) exited with status {terminated.get('exitCode')} "
+        f"({terminated.get('reason') or 'no reason given'}); the executor image must carry dynrunner-agent "
+        "(images/executor.Containerfile)",
+        output,
+        f"last lines of {AGENT_INSTALL_CONTAINER} output:",
+    )
+
+
+def job_container_waits(pod: Mapping[str, Any]) -> bool:
+    """The Pod has a job container that is not running yet (a verdict may come by time alone)."""
+    spec = next((c for c in (pod.get("spec") or {}).get("containers") or [] if c.get("name") == JOB_CONTAINER), None)
+    return spec is not None and "waiting" in (_status(pod, "containerStatuses", JOB_CONTAINER).get("state") or {})
+
+
+def _job_container_problem(facts: PodFacts) -> Diagnosis | None:
+    """A job container (`container:`) that will not run the job's steps: its image cannot be
+    pulled (after `imagePullTimeoutSeconds`) or named, it cannot be created (an image that
+    starts as root under `runAsNonRoot`), or it ended with a status other than 0 (the agent's
+    answer to `shutdown`) while the executor had not: its agent is gone, and the executor,
+    waiting for it or running steps through it, cannot say why."""
+    pod = facts.pod
+    assert pod is not None
+    container = next(
+        (c for c in (pod.get("spec") or {}).get("containers") or [] if c.get("name") == JOB_CONTAINER), None
+    )
+    if container is None:
+        return None
+    image = str(container.get("image") or "")
+    state = _status(pod, "containerStatuses", JOB_CONTAINER).get("state") or {}
+    terminated = state.get("terminated")
+    if terminated is not None:
+        if terminated.get("exitCode") == 0:
+            return None
+        reason, code = terminated.get("reason") or "", terminated.get("exitCode")
+        output = str(terminated.get("message") or "").rstrip()
+        if reason == "OOMKilled":
+            limit = _memory_limit(pod, JOB_CONTAINER)
+            within = f" (memory limit {limit})" if limit else ""
+            message = f"the job container (image {image}) ran out of memory{within} and was OOMKilled"
+            return Diagnosis(FailureReason.OUT_OF_MEMORY, message, output, "last lines of the job container's output:")
+        if reason in NEVER_RAN:
+            message = f"the job container (image {image}) could not be started ({reason})"
+        else:
+            message = (
+                f"the job container (image {image}) ended with status {code} ({reason or 'no reason given'}) "
+                "before the job did: the runner's agent in it is gone"
+            )
+        return Diagnosis(FailureReason.START_FAILED, message, output, "last lines of the job container's output:")
+    waiting = state.get("waiting") or {}
+    reason, said = waiting.get("reason") or "", str(waiting.get("message") or "")
+    if reason == "InvalidImageName":
+        return Diagnosis(FailureReason.START_FAILED, f"the job container's image name {image!r} is invalid: {said}")
+    if reason in FATAL_WAITING:
+        hint = ""
+        if "runAsNonRoot" in said or "non-root" in said:
+            hint = (
+                " (the image starts as root: give `container:` a numeric `--user` in `options`, or run the job in a "
+                "pool with `servicePodSecurity: baseline`, docs/kubernetes.md)"
+            )
+        return Diagnosis(
+            FailureReason.START_FAILED,
+            f"the job container (image {image}) could not be started ({reason}): {said}{hint}".rstrip(": "),
+        )
+    started = parse_time((pod.get("status") or {}).get("startTime")) or facts.now
+    if reason in PULL_ERRORS and facts.now - started >= facts.image_pull_timeout:
+        return Diagnosis(
+            FailureReason.START_FAILED,
+            f"the image {image} of the job container could not be pulled ({reason}; gave up after "
+            f"{_seconds(facts.image_pull_timeout)}): {said}".rstrip(": "),
+        )
+    return None
+
+
 def waiting_line(pod: Mapping[str, Any]) -> str:
     """Why the executor is not running yet, for a stage line ("" when nothing is wrong)."""
-    waiting = (executor_status(pod).get("state") or {}).get("waiting") or {}
+    waiting = _executor_waiting(pod)
     reason, message = waiting.get("reason") or "", waiting.get("message") or ""
     if reason in PULL_ERRORS:
         return f"the executor image {_executor_image(pod)} cannot be pulled yet ({reason}): {message}".rstrip(": ")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from enum import Enum, auto
 from typing import Any
 
-from dynrunner.executor.expressions.values import is_space, parse_number
+from dynrunner.proto.expressions.values import is_space, parse_number
 
 
 class TokenKind(Enum):

@@ -10,17 +10,20 @@ UTF-16 unit, anything else 24. Functions that build large results count as they 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from pathlib import Path
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from dynrunner.executor.expressions.errors import ExpressionError
-from dynrunner.executor.expressions.values import is_primitive, utf16_len
+from dynrunner.proto.expressions.errors import ExpressionError
+from dynrunner.proto.expressions.values import is_primitive, utf16_len
 
 DEFAULT_MAX_MEMORY = 10 * 1024 * 1024
 MIN_OBJECT_SIZE = 24
 STRING_BASE_OVERHEAD = 26
 POINTER_SIZE = 8
+
+HashFiles = Callable[[list[str]], str]
+"""The caller's answer to `hashFiles(args...)` (the executor hashes its workspace; see
+`dynrunner.executor.hashfiles`). The language only parses and counts the call."""
 
 
 class Expression(Protocol):
@@ -63,7 +66,7 @@ class MemoryCounter:
 
 
 class Evaluation:
-    """Everything a node needs while evaluating: named values, status, workspace, memory."""
+    """Everything a node needs while evaluating: named values, caller answers, memory."""
 
     def __init__(
         self,
@@ -72,14 +75,14 @@ class Evaluation:
         *,
         case_sensitive_ids: frozenset[int] = frozenset(),
         job_status: str = "success",
-        workspace: Path | None = None,
+        hash_files: HashFiles | None = None,
         max_memory: int = DEFAULT_MAX_MEMORY,
     ) -> None:
         self.root = root
         self.values = values
         self.case_sensitive_ids = case_sensitive_ids
         self.job_status = job_status
-        self.workspace = workspace
+        self.hash_files = hash_files
         self.max_memory = max_memory
         self._depths: list[int] = []
         self._max_active_depth = -1

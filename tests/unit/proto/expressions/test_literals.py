@@ -10,8 +10,8 @@ import math
 
 import pytest
 
-from dynrunner.executor.expressions import ExpressionError, interpolate, to_display_string
-from dynrunner.executor.expressions.evaluator import EvalEnv
+from dynrunner.proto.expressions import ExpressionError, interpolate, to_display_string
+from dynrunner.proto.expressions.evaluator import EvalEnv
 from tests.fixtures.expressions import ev
 
 

@@ -9,10 +9,10 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dynrunner.executor.expressions import EvalEnv, ExpressionError, evaluate, evaluate_if, interpolate
-from dynrunner.executor.expressions.evaluator import Scope
-from dynrunner.executor.expressions.nodes import format_literal
-from dynrunner.executor.expressions.values import fold, format_number, to_display_string
+from dynrunner.proto.expressions import EvalEnv, ExpressionError, evaluate, evaluate_if, interpolate
+from dynrunner.proto.expressions.evaluator import Scope
+from dynrunner.proto.expressions.nodes import format_literal
+from dynrunner.proto.expressions.values import fold, format_number, to_display_string
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

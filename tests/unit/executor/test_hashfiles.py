@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from pathlib import Path
 
 import pytest
 
-from dynrunner.executor.expressions import ALLOWED_CONTEXTS, EvalEnv, ExpressionError, evaluate, interpolate
+from dynrunner.executor.hashfiles import hash_files as hash_workspace
+from dynrunner.proto.expressions import ALLOWED_CONTEXTS, EvalEnv, ExpressionError, evaluate, interpolate
 
 
 def expected(*contents: bytes) -> str:
@@ -40,7 +42,7 @@ def workspace(tmp_path: Path) -> Path:
 
 def hash_files(workspace: Path, *patterns: str) -> str:
     args = ", ".join("'" + p.replace("'", "''") + "'" for p in patterns)
-    return evaluate(f"hashFiles({args})", EvalEnv(workspace=workspace))
+    return evaluate(f"hashFiles({args})", EvalEnv(hash_files=functools.partial(hash_workspace, workspace)))
 
 
 def test_documentation_patterns(workspace: Path) -> None:
@@ -101,18 +103,18 @@ def test_errors(workspace: Path) -> None:
     with pytest.raises(ExpressionError, match=r"Relative pathing '\.' and '\.\.' is not allowed"):
         hash_files(workspace, "../x")
     with pytest.raises(ExpressionError, match="Too few parameters supplied: 'hashFiles'"):
-        evaluate("hashFiles()", EvalEnv(workspace=workspace))
+        evaluate("hashFiles()", EvalEnv(hash_files=functools.partial(hash_workspace, workspace)))
     with pytest.raises(ExpressionError, match="the job workspace is not known"):
         evaluate("hashFiles('x')", EvalEnv())
     with pytest.raises(ExpressionError, match="does not exist"):
-        evaluate("hashFiles('x')", EvalEnv(workspace=workspace / "missing"))
+        evaluate("hashFiles('x')", EvalEnv(hash_files=functools.partial(hash_workspace, workspace / "missing")))
 
 
 def test_in_a_step_value(workspace: Path) -> None:
     env = EvalEnv(
         contexts={"runner": {"os": "Linux"}},
         allowed=ALLOWED_CONTEXTS["jobs.<job_id>.steps.with"],
-        workspace=workspace,
+        hash_files=functools.partial(hash_workspace, workspace),
     )
     key = interpolate("${{ runner.os }}-deps-${{ hashFiles('Gemfile.lock') }}", env)
     assert key == "Linux-deps-" + expected(b"gems\n")

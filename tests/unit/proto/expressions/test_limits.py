@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dynrunner.executor.expressions import EvalEnv, ExpressionError, evaluate, interpolate
+from dynrunner.proto.expressions import EvalEnv, ExpressionError, evaluate, interpolate
 from tests.fixtures.expressions import ev
 
 

@@ -13,14 +13,13 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
-from dynrunner.executor.expressions.errors import ExpressionError
-from dynrunner.executor.expressions.evaluation import DEFAULT_MAX_MEMORY, Evaluation
-from dynrunner.executor.expressions.functions import BUILTIN_FUNCTIONS, SPECIAL_FUNCTIONS, STATUS_FUNCTIONS
-from dynrunner.executor.expressions.nodes import FunctionInfo, Node
-from dynrunner.executor.expressions.parser import parse
+from dynrunner.proto.expressions.errors import ExpressionError
+from dynrunner.proto.expressions.evaluation import DEFAULT_MAX_MEMORY, Evaluation, HashFiles
+from dynrunner.proto.expressions.functions import BUILTIN_FUNCTIONS, SPECIAL_FUNCTIONS, STATUS_FUNCTIONS
+from dynrunner.proto.expressions.nodes import FunctionInfo, Node
+from dynrunner.proto.expressions.parser import parse
 
 JOB_STATUSES = ("success", "failure", "cancelled")
 
@@ -32,7 +31,7 @@ class EvalEnv:
     contexts: Mapping[str, Any] = field(default_factory=dict)
     allowed: Collection[str] | None = None  # context and special-function names; None = all present
     job_status: str = "success"  # answers success()/failure()/cancelled()
-    workspace: Path | str | None = None  # root for hashFiles()
+    hash_files: HashFiles | None = None  # answers hashFiles(); None: the workspace is not known here
     max_memory: int = DEFAULT_MAX_MEMORY
     case_sensitive_contexts: Collection[str] = ("env",)
 
@@ -70,7 +69,6 @@ class Scope:
         self.case_sensitive_ids = frozenset(
             id(v) for k, v in values.items() if k in sensitive and isinstance(v, Mapping)
         )
-        self.workspace = Path(env.workspace) if env.workspace is not None else None
 
     def parse(self, expression: str) -> Node | None:
         if not isinstance(expression, str):
@@ -85,7 +83,7 @@ class Scope:
             self.values,
             case_sensitive_ids=self.case_sensitive_ids,
             job_status=self.env.job_status,
-            workspace=self.workspace,
+            hash_files=self.env.hash_files,
             max_memory=self.env.max_memory,
         )
         try:

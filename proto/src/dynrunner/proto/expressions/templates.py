@@ -17,11 +17,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dynrunner.executor.expressions.errors import ExpressionError
-from dynrunner.executor.expressions.evaluator import EvalEnv, Scope
-from dynrunner.executor.expressions.functions import STATUS_FUNCTIONS
-from dynrunner.executor.expressions.nodes import Call, Node, walk
-from dynrunner.executor.expressions.values import (
+from dynrunner.proto.expressions.errors import ExpressionError
+from dynrunner.proto.expressions.evaluator import EvalEnv, Scope
+from dynrunner.proto.expressions.functions import STATUS_FUNCTIONS
+from dynrunner.proto.expressions.nodes import Call, NamedValue, Node, walk
+from dynrunner.proto.expressions.values import (
     dotnet_strip,
     format_number,
     is_array,
@@ -147,6 +147,15 @@ def _interpolate(scope: Scope, text: str) -> str:
     if OPEN not in text:
         return text
     return _Template(scope, text).string()
+
+
+def named_values(text: str, env: EvalEnv) -> frozenset[str]:
+    """The contexts the `${{ }}` expressions of `text` name (lowercase), parsed as
+    `interpolate` parses them: a caller learns, e.g., whether a value was made from `secrets`."""
+    if OPEN not in text:
+        return frozenset()
+    nodes = _Template(Scope(env), text).nodes
+    return frozenset(n.name.lower() for node in nodes if node for n in walk(node) if isinstance(n, NamedValue))
 
 
 def interpolate(text: str, env: EvalEnv) -> str:

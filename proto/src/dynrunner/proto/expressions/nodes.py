@@ -13,9 +13,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dynrunner.executor.expressions.evaluation import MIN_OBJECT_SIZE, POINTER_SIZE, Evaluation
-from dynrunner.executor.expressions.lexer import is_legal_keyword
-from dynrunner.executor.expressions.values import (
+from dynrunner.proto.expressions.evaluation import MIN_OBJECT_SIZE, POINTER_SIZE, Evaluation
+from dynrunner.proto.expressions.lexer import is_legal_keyword
+from dynrunner.proto.expressions.values import (
     FilteredArray,
     Kind,
     format_number,

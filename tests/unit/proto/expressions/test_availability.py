@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from dynrunner.executor.expressions import (
+from dynrunner.proto.expressions import (
     ALLOWED_CONTEXTS,
     EvalEnv,
     ExpressionError,

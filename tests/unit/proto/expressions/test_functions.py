@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from dynrunner.executor.expressions import EvalEnv, ExpressionError, evaluate, evaluate_if
+from dynrunner.proto.expressions import EvalEnv, ExpressionError, evaluate, evaluate_if
 from tests.fixtures.expressions import ev
 
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from dynrunner.executor.expressions import EvalEnv, ExpressionError, evaluate_if, interpolate, interpolate_tree
-from dynrunner.executor.expressions.templates import Expr, condition_expression, split_template
+from dynrunner.proto.expressions import EvalEnv, ExpressionError, evaluate_if, interpolate, interpolate_tree
+from dynrunner.proto.expressions.templates import Expr, condition_expression, split_template
 
 CONTEXTS: dict[str, Any] = {
     "github": {"ref": "refs/heads/main", "event_name": "push", "event": {"number": 7}},

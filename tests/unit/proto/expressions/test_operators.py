@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from dynrunner.executor.expressions import ExpressionError
+from dynrunner.proto.expressions import ExpressionError
 from tests.fixtures.expressions import ev
 
 

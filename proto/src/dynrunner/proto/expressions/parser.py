@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from dynrunner.executor.expressions.errors import ExpressionError
-from dynrunner.executor.expressions.lexer import Lexer, Token, TokenKind
-from dynrunner.executor.expressions.nodes import (
+from dynrunner.proto.expressions.errors import ExpressionError
+from dynrunner.proto.expressions.lexer import Lexer, Token, TokenKind
+from dynrunner.proto.expressions.nodes import (
     And,
     Call,
     Comparison,
@@ -26,7 +26,7 @@ from dynrunner.executor.expressions.nodes import (
     Or,
     Wildcard,
 )
-from dynrunner.executor.expressions.values import utf16_len
+from dynrunner.proto.expressions.values import utf16_len
 
 MAX_DEPTH = 50
 MAX_LENGTH = 21000

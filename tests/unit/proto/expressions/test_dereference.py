@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from dynrunner.executor.expressions import EvalEnv, ExpressionError, evaluate
+from dynrunner.proto.expressions import EvalEnv, ExpressionError, evaluate
 from tests.fixtures.expressions import ev
 
 FRUITS = [

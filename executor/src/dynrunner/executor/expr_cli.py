@@ -13,6 +13,7 @@ reads one JSON object per line, `{"expr": ..., "context": {...}}` (optional `"if
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import sys
@@ -20,10 +21,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from dynrunner.executor.expressions.availability import ALLOWED_CONTEXTS
-from dynrunner.executor.expressions.errors import ExpressionError
-from dynrunner.executor.expressions.evaluator import JOB_STATUSES, EvalEnv, evaluate
-from dynrunner.executor.expressions.templates import evaluate_if
+from dynrunner.executor.hashfiles import hash_files
+from dynrunner.proto.expressions.availability import ALLOWED_CONTEXTS
+from dynrunner.proto.expressions.errors import ExpressionError
+from dynrunner.proto.expressions.evaluator import JOB_STATUSES, EvalEnv, evaluate
+from dynrunner.proto.expressions.templates import evaluate_if
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -63,7 +65,7 @@ def _evaluate(
         contexts=contexts,
         allowed=ALLOWED_CONTEXTS[where] if where else None,
         job_status=status,
-        workspace=workspace,
+        hash_files=functools.partial(hash_files, workspace) if workspace is not None else None,
     )
     if as_if:
         return evaluate_if(expression, env)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from dynrunner.executor.expressions import EvalEnv, evaluate_if, interpolate
+from dynrunner.proto.expressions import EvalEnv, evaluate_if, interpolate
 from tests.fixtures.expressions import ev
 
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from dynrunner.executor.expressions.errors import ExpressionError
-from dynrunner.executor.expressions.evaluation import MemoryCounter
-from dynrunner.executor.expressions.values import fold, format_number, is_array, is_object, is_space
+from dynrunner.proto.expressions.errors import ExpressionError
+from dynrunner.proto.expressions.evaluation import MemoryCounter
+from dynrunner.proto.expressions.values import fold, format_number, is_array, is_object, is_space
 
 _ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
 _NEEDS_ESCAPE = re.compile('["\\\\\x00-\x1f\u0085\u2028\u2029]')

@@ -19,7 +19,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from dynrunner.executor.expressions.errors import ExpressionError
+from dynrunner.proto.expressions.errors import ExpressionError
 
 _DIRECTORY, _FILE = 1, 2
 _ALL = _DIRECTORY | _FILE
@@ -254,7 +254,8 @@ def glob(patterns_text: str, cwd: str, *, follow_symlinks: bool) -> Iterator[str
             yield path
 
 
-def hash_files(workspace: Path | str | None, args: list[str]) -> str:
+def hash_files(workspace: Path | str, args: list[str]) -> str:
+    """The answer the executor gives the expression language (`EvalEnv.hash_files`)."""
     follow = False
     patterns: list[str] = []
     for i, arg in enumerate(args):
@@ -265,8 +266,6 @@ def hash_files(workspace: Path | str | None, args: list[str]) -> str:
             continue
         patterns.append(arg)
     joined = ", ".join(patterns).replace("'", "''")
-    if workspace is None:
-        raise ExpressionError(f"hashFiles('{joined}') failed: the job workspace is not known here")
     root = os.path.realpath(workspace)
     if not os.path.isdir(root):
         raise ExpressionError(f"hashFiles('{joined}') failed. The workspace directory '{root}' does not exist")

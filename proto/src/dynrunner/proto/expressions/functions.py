@@ -3,18 +3,18 @@
 Built-in everywhere: `contains`, `startsWith`, `endsWith`, `format`, `join`, `toJSON`,
 `fromJSON`, `case`. Special, allowed only where GitHub allows them: the status functions
 `success`, `always`, `failure`, `cancelled` (answered from the caller's job status) and
-`hashFiles` (answered from the caller's workspace). Names ignore case.
+`hashFiles` (answered by the caller, who knows the workspace). Names ignore case.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from dynrunner.executor.expressions.errors import ExpressionError
-from dynrunner.executor.expressions.evaluation import Evaluation
-from dynrunner.executor.expressions.jsonio import from_json, to_json
-from dynrunner.executor.expressions.nodes import Call, FunctionInfo, Result
-from dynrunner.executor.expressions.values import (
+from dynrunner.proto.expressions.errors import ExpressionError
+from dynrunner.proto.expressions.evaluation import Evaluation
+from dynrunner.proto.expressions.jsonio import from_json, to_json
+from dynrunner.proto.expressions.nodes import Call, FunctionInfo, Result
+from dynrunner.proto.expressions.values import (
     fold,
     is_array,
     is_primitive,
@@ -204,10 +204,12 @@ def _status(wanted: str | None) -> Any:
 
 
 def _hash_files(call: Call, ev: Evaluation, level: int) -> Result:
-    from dynrunner.executor.expressions.hashfiles import hash_files
-
     args = [to_display_string(_arg(call, ev, level, i)) for i in range(len(call.params))]
-    return hash_files(ev.workspace, args), None
+    if ev.hash_files is None:
+        patterns = args[1:] if args[0].startswith("--") else args
+        joined = ", ".join(patterns).replace("'", "''")
+        raise ExpressionError(f"hashFiles('{joined}') failed: the job workspace is not known here")
+    return ev.hash_files(args), None
 
 
 def _info(name: str, min_args: int, max_args: int, impl: Any, *, from_data: bool = False) -> tuple[str, FunctionInfo]:
