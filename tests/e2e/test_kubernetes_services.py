@@ -19,13 +19,12 @@ from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.doubles.kubernetes.cluster import Cluster
 from dynrunner.doubles.kubernetes.images import Image
 from tests.fixtures import redis_like
-from tests.fixtures.harness import in_process, wait_for, wait_run_done
+from tests.fixtures.harness import first_job_log, in_process, wait_run_done
 from tests.fixtures.kubernetes_backend import (
-    NOTHING_LEFT,
     ObjectLog,
+    all_reaped,
     executor_cluster_options,
     kube_controller_data,
-    left_over,
 )
 from tests.fixtures.ports import reserve_port
 
@@ -80,30 +79,18 @@ jobs:
 """
 
 
-def log_of(gitea: GiteaDouble, run_id: int) -> str:
-    job = gitea.run(run_id).jobs[0]
-    return "\n".join(gitea.task(job.task_id).log_rows) if job.task_id else ""
-
-
-async def nothing_left(cluster: Cluster, running: Any) -> None:
-    await wait_for(
-        lambda: not any(p.capacity.in_use for p in running.controller.pools.values()), within=30, what="all reaped"
-    )
-    await wait_for(lambda: left_over(cluster) == NOTHING_LEFT, within=30, what="no Pod, Secret or entry left")
-
-
 async def test_a_step_reaches_a_healthy_service_started_before_it(
     gitea: GiteaDouble, nats_url: str, services_cluster: Cluster, tmp_path: Path, service_port: int
 ) -> None:
     async with in_process(config(gitea, nats_url, services_cluster, tmp_path)) as running:
         run = gitea.submit("acme/app", workflow(service_port, PROBE.format(port=service_port)))
         done = await wait_run_done(gitea, run.id, within=90)
-        text = log_of(gitea, run.id)
+        text = first_job_log(gitea, run.id)
         assert done.status == "success", text
         assert "service answered +PONG" in text, text
         assert f"port {service_port}" in text, text
         assert "service redis started" in text, text
-        await nothing_left(services_cluster, running)
+        await all_reaped(services_cluster, running)
 
 
 async def test_an_unhealthy_service_fails_the_job_naming_it(
@@ -112,13 +99,13 @@ async def test_an_unhealthy_service_fails_the_job_naming_it(
     async with in_process(config(gitea, nats_url, services_cluster, tmp_path)) as running:
         run = gitea.submit("acme/app", workflow(service_port, "echo not ready; exit 1"))
         done = await wait_run_done(gitea, run.id, within=90)
-        text = log_of(gitea, run.id)
+        text = first_job_log(gitea, run.id)
         assert done.status == "failure", text
         assert "Service 'redis' is unhealthy: its startup probe (`--health-cmd`) kept failing" in text, text
         assert "Startup probe failed: not ready" in text, text
         assert "last lines of service 'redis' output:\n[dynrunner] Ready to accept connections" in text, text
         assert "service answered" not in text, text
-        await nothing_left(services_cluster, running)
+        await all_reaped(services_cluster, running)
 
 
 async def test_two_services_on_one_port_fail_the_job_before_any_pod(
@@ -131,11 +118,11 @@ async def test_two_services_on_one_port_fail_the_job_before_any_pod(
         async with in_process(config(gitea, nats_url, services_cluster, tmp_path)) as running:
             run = gitea.submit("acme/app", clash)
             done = await wait_run_done(gitea, run.id, within=60)
-            text = log_of(gitea, run.id)
+            text = first_job_log(gitea, run.id)
             assert done.status == "failure", text
             assert "the job failed: The job's `services:` cannot run in this pool: services `" in text, text
             assert f"both listen on port {service_port}" in text and "`cache`" in text and "`redis`" in text, text
-            await nothing_left(services_cluster, running)
+            await all_reaped(services_cluster, running)
     assert seen.pods == {}
 
 
@@ -176,10 +163,10 @@ async def test_service_values_are_evaluated_and_a_secret_reaches_it_outside_the_
                 "acme/app", evaluated_workflow(service_port), secrets={"REDIS_PW": "pw-e2e-secret1"}, actor="alice"
             )
             done = await wait_run_done(gitea, run.id, within=90)
-            text = log_of(gitea, run.id)
+            text = first_job_log(gitea, run.id)
             assert done.status == "success", text
             assert "reached redis:7" in text and "service redis started" in text, text
-            await nothing_left(services_cluster, running)
+            await all_reaped(services_cluster, running)
     versions = [pod for history in seen.pods.values() for pod in history]
     assert versions, "no Pod was seen"
     assert all("pw-e2e-secret1" not in repr(pod) for pod in versions)

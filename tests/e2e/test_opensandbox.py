@@ -22,7 +22,10 @@ from dynrunner.controller.backends.opensandbox.builders import STATE_FILE, deadl
 from dynrunner.controller.config.model import ControllerConfig
 from dynrunner.controller.demo import Demo, default_examples
 from dynrunner.doubles.gitea import GiteaDouble
+from dynrunner.doubles.gitea.views import RunView, TaskView
+from dynrunner.doubles.opensandbox.sandboxes import Sandbox
 from dynrunner.proto.gitea import Result, TaskState
+from tests.fixtures.executor import rows_of
 from tests.fixtures.harness import (
     Subprocess,
     assert_only_armed_runners,
@@ -206,6 +209,27 @@ jobs:
 """
 
 
+async def _second_step_started(gitea: GiteaDouble, world: VmWorld, ran: Path) -> tuple[RunView, Sandbox]:
+    """Submit THREE_STEPS; return its run and VM once Gitea accepted step 2's start."""
+    run = gitea.submit("owner/repo", THREE_STEPS.format(ran=ran))
+    await wait_for(lambda: recorded(ran), within=60, what="the job's second step running")
+    [box] = world.osb.listed()
+    await wait_for(lambda: second_step_kept(box.rootfs), within=30, what="the second step's start accepted")
+    return run, box
+
+
+def _first_step_kept(gitea: GiteaDouble, done: Any, reason: str) -> TaskView:
+    """The run failed with `reason` in its log and step 1's success kept (step 2 cancelled,
+    step 3 skipped); only the armed runners are left."""
+    assert done.status == "failure"
+    task = gitea.task(done.jobs[0].task_id)
+    assert any(reason in row for row in task.log_rows), task.log_rows[-5:]
+    assert [step.status for step in task.steps] == ["success", "cancelled", "skipped"], task.steps
+    assert "built" in rows_of(task, 0)
+    assert_only_armed_runners(gitea)
+    return task
+
+
 def vm_controller(
     gitea: GiteaDouble, nats_url: str, world: VmWorld, tmp_path: Path
 ) -> tuple[ControllerConfig, OpenSandboxBackend]:
@@ -235,22 +259,13 @@ async def test_a_vm_stopped_past_its_deadline_after_its_first_step_shows_that_st
     ran = tmp_path / "ran.log"
     cfg, backend = vm_controller(gitea, nats_url, world, tmp_path)
     async with in_process(cfg, backends={"vm": backend}):
-        run = gitea.submit("owner/repo", THREE_STEPS.format(ran=ran))
-        await wait_for(lambda: recorded(ran), within=60, what="the job's second step running")
-        [box] = world.osb.listed()
-        await wait_for(lambda: second_step_kept(box.rootfs), within=30, what="the second step's start accepted")
+        run, box = await _second_step_started(gitea, world, ran)
         deadline = deadline_of(box.metadata)
         assert deadline is not None
         await world.osb.advance((deadline - world.osb.clock.now()).total_seconds() + 90)
         done = await wait_run_done(gitea, run.id, within=30)
         await wait_for(lambda: nothing_left(world), within=30, what="the VM removed")
-    assert done.status == "failure"
-    task = gitea.task(done.jobs[0].task_id)
-    assert any("The job ran past its deadline" in row for row in task.log_rows), task.log_rows[-5:]
-    assert [step.status for step in task.steps] == ["success", "cancelled", "skipped"], task.steps
-    first = task.steps[0]
-    assert "built" in task.log_rows[first.log_index : first.log_index + first.log_length]
-    assert_only_armed_runners(gitea)
+    _first_step_kept(gitea, done, "The job ran past its deadline")
 
 
 def second_step_kept(rootfs: Path) -> bool:
@@ -273,23 +288,14 @@ async def test_a_vm_whose_executor_was_killed_after_its_first_step_shows_that_st
     ran = tmp_path / "ran.log"
     cfg, backend = vm_controller(gitea, nats_url, world, tmp_path)
     async with in_process(cfg, backends={"vm": backend}):
-        run = gitea.submit("owner/repo", THREE_STEPS.format(ran=ran))
-        await wait_for(lambda: recorded(ran), within=60, what="the job's second step running")
-        [box] = world.osb.listed()
-        await wait_for(lambda: second_step_kept(box.rootfs), within=30, what="the second step's start accepted")
+        run, box = await _second_step_started(gitea, world, ran)
         assert box.process is not None
         [executor] = executors_under(box.process.pid)
         os.kill(executor, signal.SIGKILL)
         done = await wait_run_done(gitea, run.id, within=60)
         await wait_for(lambda: nothing_left(world), within=30, what="the VM removed")
-    assert done.status == "failure"
-    task = gitea.task(done.jobs[0].task_id)
-    assert any("killed by SIGKILL" in row for row in task.log_rows), task.log_rows[-5:]
+    task = _first_step_kept(gitea, done, "killed by SIGKILL")
     assert not any("dynrunner-accepted-state" in row for row in task.log_rows)
-    assert [step.status for step in task.steps] == ["success", "cancelled", "skipped"], task.steps
-    first = task.steps[0]
-    assert "built" in task.log_rows[first.log_index : first.log_index + first.log_length]
-    assert_only_armed_runners(gitea)
 
 
 def executors_under(root: int) -> list[int]:

@@ -10,98 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dynrunner.controller.config.model import ControllerConfig
-from dynrunner.doubles.gitea import GiteaDouble
 from tests.fixtures.gitea import GiteaFactory
-from tests.fixtures.harness import REAL_EXECUTOR, config_data, in_process, wait_run_done
-
-BUILD = """
-on:
-  workflow_call:
-    inputs:
-      target:
-        type: string
-        required: true
-      level:
-        type: number
-        default: 1
-      strip:
-        type: boolean
-        default: false
-    secrets:
-      signing-key:
-        required: true
-    outputs:
-      artifact:
-        value: ${{ jobs.build.outputs.name }}
-jobs:
-  build:
-    runs-on: [self-hosted, local]
-    outputs:
-      name: ${{ steps.b.outputs.name }}
-    steps:
-      - id: b
-        run: |
-          echo "building ${{ inputs.target }} at level ${{ inputs.level }}, strip=${{ inputs.strip }}"
-          echo "signing with ${{ secrets.signing-key }}"
-          echo "name=${{ inputs.target }}-${{ inputs.level }}.tar" >> "$GITHUB_OUTPUT"
-"""
-
-NOTIFY = """
-on:
-  workflow_call:
-    inputs:
-      what:
-        type: string
-    outputs:
-      sent:
-        value: ${{ jobs.send.outputs.sent }}
-jobs:
-  send:
-    runs-on: [self-hosted, local]
-    outputs:
-      sent: ${{ steps.s.outputs.sent }}
-    steps:
-      - id: s
-        run: |
-          echo "notifying about ${{ inputs.what }} with ${{ secrets.WEBHOOK }}"
-          echo "sent=yes" >> "$GITHUB_OUTPUT"
-"""
-
-PIPELINE = """
-on: push
-jobs:
-  build:
-    uses: ./.gitea/workflows/build.yml
-    with:
-      target: app
-      level: 3
-      strip: true
-    secrets:
-      signing-key: ${{ secrets.SIGNING_KEY }}
-  notify:
-    needs: build
-    uses: shared/ci/.gitea/workflows/notify.yml@v1
-    with:
-      what: ${{ needs.build.outputs.artifact }}
-    secrets: inherit
-  report:
-    needs: [build, notify]
-    runs-on: [self-hosted, local]
-    steps:
-      - run: echo "artifact ${{ needs.build.outputs.artifact }}, notified ${{ needs.notify.outputs.sent }}"
-"""
-
-
-def _config(gitea: GiteaDouble, nats_url: str, tmp_path: Path) -> ControllerConfig:
-    data = config_data(
-        gitea_url=gitea.url,
-        registration_token=gitea.registration_token,
-        state_dir=tmp_path / "state",
-        nats_url=nats_url,
-        executor_command=[REAL_EXECUTOR],
-    )
-    return ControllerConfig.model_validate(data)
+from tests.fixtures.harness import in_process, real_executor_config, wait_run_done
+from tests.fixtures.reusable_workflows import BUILD, NOTIFY, PIPELINE_SECRETS, pipeline
 
 
 async def test_local_and_remote_reusable_workflows_with_inputs_secrets_and_outputs(
@@ -112,9 +23,9 @@ async def test_local_and_remote_reusable_workflows_with_inputs_secrets_and_outpu
         gitea.commit("owner/app", {".gitea/workflows/build.yml": BUILD})
         gitea.create_repository("shared/ci")
         gitea.commit("shared/ci", {".gitea/workflows/notify.yml": NOTIFY}, tags=["v1"])
-        async with in_process(_config(gitea, nats_url, tmp_path)):
+        async with in_process(real_executor_config(gitea, nats_url, tmp_path / "state")):
             run = gitea.submit(
-                "owner/app", PIPELINE, secrets={"SIGNING_KEY": "k3y-s3cret", "WEBHOOK": "https://hook/t0ken"}
+                "owner/app", pipeline("shared/ci/.gitea/workflows/notify.yml@v1"), secrets=PIPELINE_SECRETS
             )
             done = await wait_run_done(gitea, run.id, within=120)
         build, notify, report = (gitea.task(job.task_id) for job in done.jobs)

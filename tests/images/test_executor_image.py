@@ -134,3 +134,19 @@ def test_the_executor_image_runs_as_its_non_root_user(engine: Engine, executor_i
     assert engine.run_image(executor_image, "-c", "id -u; test -w /workspace && echo writable", entrypoint="sh") == (
         f"{IMAGE_UID}\nwritable\n"
     )
+
+
+def test_the_executor_image_stages_its_agent_and_node_for_a_pods_job_container(
+    engine: Engine, executor_image: str
+) -> None:
+    """What the Pod's init container `dynrunner-agent-install` runs (docs/containers.md): the
+    static agent (no ELF interpreter: any job image runs it) and the executor's Node."""
+    static = "import sys; print('dynamic' if b'ld-linux' in open(sys.argv[1], 'rb').read() else 'static')"
+    script = (
+        "dynrunner-executor stage-agent /tmp/shared >/dev/null && /tmp/shared/node/bin/node --version && "
+        f'python3 -c "{static}" /tmp/shared/dynrunner-agent && '
+        "{ /tmp/shared/dynrunner-agent /tmp/shared/agent.sock & sleep 1; "
+        "test -S /tmp/shared/agent.sock && echo listening; }"
+    )
+    out = engine.run_image(executor_image, "-c", script, entrypoint="sh").split()
+    assert out[0].startswith("v") and out[1:] == ["static", "listening"]

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from dynrunner.doubles.gitea import GiteaDouble
+from dynrunner.doubles.gitea.views import TaskView
 from dynrunner.proto.gitea import Result
 from tests.fixtures.executor import ExecutorHarness
 from tests.fixtures.harness import in_process, real_executor_config, wait_run_done
@@ -20,13 +22,26 @@ from tests.fixtures.job_images import JobImages, leftovers
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 
-def step_rows(view, index: int) -> list[str]:  # type: ignore[no-untyped-def]
-    step = view.steps[index]
-    return list(view.log_rows[step.log_index : step.log_index + step.log_length])
+@pytest.fixture(autouse=True)
+def nothing_left(engine: Engine, podman_env: dict[str, str]) -> Iterator[None]:
+    """Every test here runs with podman and ends with no container of a job left in it."""
+    yield
+    assert leftovers(engine) == []
+
+
+async def cancelled_once_logged(harness: ExecutorHarness, workflow: str, row: str, *, within: float) -> TaskView:
+    """Run `workflow`, cancel its run once its log has the row `row`, and return its task once
+    the executor ended (within `within` seconds of the cancel)."""
+    claimed = await harness.claim(workflow)
+    run = asyncio.create_task(harness.run(claimed))
+    await harness.wait_for_log(claimed.task_id, row, timeout_s=120)
+    harness.gitea.cancel_run(claimed.run.id)
+    assert await asyncio.wait_for(run, within) == 0
+    return harness.gitea.task(claimed.task_id)
 
 
 async def test_steps_run_in_a_shell_only_job_container_with_a_node_and_a_composite_action(
-    executor_harness: ExecutorHarness, job_images: JobImages, podman_env: dict[str, str], engine: Engine
+    executor_harness: ExecutorHarness, job_images: JobImages
 ) -> None:
     workflow = f"""
 on: push
@@ -69,9 +84,7 @@ jobs:
             '    - run: echo "composite in $(cat $GITHUB_WORKSPACE/made-in-container)"\n      shell: sh\n'
         ),
     }
-    claimed = await executor_harness.claim(workflow, files=files)
-    assert await executor_harness.run(claimed) == 0
-    view = executor_harness.gitea.task(claimed.task_id)
+    view = await executor_harness.run_job(workflow, files=files)
     rows = "\n".join(view.log_rows)
     assert view.result == Result.SUCCESS, rows
     assert [s.status for s in view.steps] == ["success", "success", "success", "failure", "success"]
@@ -82,11 +95,10 @@ jobs:
     assert "composite in hello" in rows
     assert "##[error]shell `bash` was not found on PATH in the job container" in rows
     assert "container id set=true later=from-github-env" in rows
-    assert leftovers(engine) == []
 
 
 async def test_a_redis_service_is_reachable_by_name_and_localhost_before_the_first_step(
-    executor_harness: ExecutorHarness, job_images: JobImages, podman_env: dict[str, str], engine: Engine
+    executor_harness: ExecutorHarness, job_images: JobImages
 ) -> None:
     probe = "exec 3<>/dev/tcp/$1/6379; printf 'PING\\r\\n' >&3; read -r answer <&3; echo \"$1 answered $answer\""
     workflow = f"""
@@ -106,100 +118,74 @@ jobs:
           set -- localhost; {probe}
           echo "port in context: ${{{{ job.services.redis.id != '' }}}}"
 """
-    claimed = await executor_harness.claim(workflow)
-    assert await executor_harness.run(claimed) == 0
-    view = executor_harness.gitea.task(claimed.task_id)
+    view = await executor_harness.run_job(workflow)
     rows = "\n".join(view.log_rows)
     assert view.result == Result.SUCCESS, rows
     assert "Service redis is healthy" in rows
     assert "redis answered +PONG\r" in rows or "redis answered +PONG" in rows
     assert "localhost answered +PONG" in rows
-    assert leftovers(engine) == []
 
 
-async def test_an_unhealthy_service_fails_the_job_naming_it_with_its_last_output(
-    executor_harness: ExecutorHarness, job_images: JobImages, podman_env: dict[str, str], engine: Engine
-) -> None:
-    workflow = f"""
+NEVER_STARTS = """
 on: push
 jobs:
   build:
     runs-on: self-hosted
-    services:
-      broken:
-        image: {job_images.redis}
-        options: --health-cmd "echo probe says no; exit 1" --health-interval 1s --health-retries 2
-    steps:
+{containers}    steps:
       - run: echo never
 """
-    claimed = await executor_harness.claim(workflow)
-    assert await executor_harness.run(claimed) == 0
-    view = executor_harness.gitea.task(claimed.task_id)
-    rows = "\n".join(view.log_rows)
-    assert view.result == Result.FAILURE
-    assert (
-        "##[error]Service 'broken' is unhealthy: its health check `echo probe says no; exit 1` still failed "
-        "after 2 s (exit code 1)." in rows
-    ), rows
-    assert "##[error]probe says no" in rows
-    assert "Ready to accept connections" in rows  # the service's own last output
-    assert [s.status for s in view.steps] != ["success"]
-    assert leftovers(engine) == []
+"""A job whose containers `{containers}` (indented as job keys; `{redis}` and `{bash}` name
+those images) keep its one step from running."""
 
-
-async def test_a_service_that_exits_fails_the_job_with_its_output(
-    executor_harness: ExecutorHarness, job_images: JobImages, podman_env: dict[str, str], engine: Engine
-) -> None:
-    workflow = f"""
-on: push
-jobs:
-  build:
-    runs-on: self-hosted
-    services:
+CONTAINERS_REFUSED: dict[str, tuple[str, list[str]]] = {
+    "unhealthy-service": (
+        """    services:
+      broken:
+        image: {redis}
+        options: --health-cmd "echo probe says no; exit 1" --health-interval 1s --health-retries 2
+""",
+        [
+            "##[error]Service 'broken' is unhealthy: its health check `echo probe says no; exit 1` still failed "
+            "after 2 s (exit code 1).",
+            "##[error]probe says no",
+            "Ready to accept connections",  # the service's own last output
+        ],
+    ),
+    "service-exits": (
+        """    services:
       crashing:
-        image: {job_images.bash}
+        image: {bash}
         options: >-
           --entrypoint '["/bin/sh", "-c", "echo crashed: $WHY; exit 3"]' --health-cmd false
           --health-interval 1s --health-retries 30 -e WHY=oops
-    steps:
-      - run: echo never
-"""
-    claimed = await executor_harness.claim(workflow)
-    assert await executor_harness.run(claimed) == 0
-    view = executor_harness.gitea.task(claimed.task_id)
-    rows = "\n".join(view.log_rows)
-    assert view.result == Result.FAILURE
-    assert "##[error]Service 'crashing' is unhealthy: it exited with code 3." in rows, rows
-    assert "##[error]crashed: oops" in rows
-    assert leftovers(engine) == []
-
-
-async def test_options_outside_the_subset_fail_the_job_naming_them(
-    executor_harness: ExecutorHarness, job_images: JobImages, podman_env: dict[str, str], engine: Engine
-) -> None:
-    workflow = f"""
-on: push
-jobs:
-  build:
-    runs-on: self-hosted
-    container:
-      image: {job_images.bash}
+""",
+        ["##[error]Service 'crashing' is unhealthy: it exited with code 3.", "##[error]crashed: oops"],
+    ),
+    "options-outside-the-subset": (
+        """    container:
+      image: {bash}
       options: --privileged
-    steps:
-      - run: echo never
-"""
-    claimed = await executor_harness.claim(workflow)
-    assert await executor_harness.run(claimed) == 0
-    view = executor_harness.gitea.task(claimed.task_id)
-    assert view.result == Result.FAILURE
-    assert "##[error]`container`: `--privileged` is not supported in `options` (supported: --user," in "\n".join(
-        view.log_rows
-    )
-    assert leftovers(engine) == []
+""",
+        ["##[error]`container`: `--privileged` is not supported in `options` (supported: --user,"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CONTAINERS_REFUSED))
+async def test_containers_that_cannot_serve_the_job_fail_it_saying_why(
+    executor_harness: ExecutorHarness, job_images: JobImages, case: str
+) -> None:
+    containers, expected = CONTAINERS_REFUSED[case]
+    images = {"redis": job_images.redis, "bash": job_images.bash}
+    view = await executor_harness.run_job(NEVER_STARTS.format(containers=containers.format(**images)))
+    rows = "\n".join(view.log_rows)
+    assert view.result == Result.FAILURE, rows
+    assert [line for line in expected if line not in rows] == [], rows
+    assert [s.status for s in view.steps] != ["success"]
 
 
 async def test_container_actions_docker_image_and_dockerfile(
-    executor_harness: ExecutorHarness, job_images: JobImages, podman_env: dict[str, str], engine: Engine
+    executor_harness: ExecutorHarness, job_images: JobImages, engine: Engine
 ) -> None:
     workflow = f"""
 on: push
@@ -231,21 +217,18 @@ jobs:
             "echo made > made-by-action\n"
         ),
     }
-    claimed = await executor_harness.claim(workflow, files=files)
-    assert await executor_harness.run(claimed) == 0
-    view = executor_harness.gitea.task(claimed.task_id)
+    view = await executor_harness.run_job(workflow, files=files)
     rows = "\n".join(view.log_rows)
     assert view.result == Result.SUCCESS, rows
     assert "docker-uri in /" in rows and "sees /" in rows
     assert "action got [hello tester] input=tester extra=from-runs-env" in rows
     assert "after hello tester file=made" in rows
-    assert leftovers(engine) == []
     built = engine.check("images", "--format", "{{.Repository}}", "--filter", "reference=localhost/dynrunner-action/*")
     assert built.split() == []  # the job's action image went with it
 
 
 async def test_a_cancel_stops_the_step_in_the_job_container_and_runs_always_steps(
-    executor_harness: ExecutorHarness, job_images: JobImages, podman_env: dict[str, str], engine: Engine
+    executor_harness: ExecutorHarness, job_images: JobImages
 ) -> None:
     workflow = f"""
 on: push
@@ -258,19 +241,13 @@ jobs:
       - if: always()
         run: echo cleanup ran in $(. /etc/os-release; echo $ID)
 """
-    claimed = await executor_harness.claim(workflow)
-    run = asyncio.create_task(executor_harness.run(claimed))
-    await executor_harness.wait_for_log(claimed.task_id, "started", timeout_s=120)
-    executor_harness.gitea.cancel_run(claimed.run.id)
-    assert await asyncio.wait_for(run, 120) == 0
-    view = executor_harness.gitea.task(claimed.task_id)
+    view = await cancelled_once_logged(executor_harness, workflow, "started", within=120)
     assert view.result == Result.CANCELLED
     assert "cleanup ran in debian" in view.log_rows
-    assert leftovers(engine) == []
 
 
 async def test_steps_on_the_host_reach_a_service_through_its_published_port(
-    executor_harness: ExecutorHarness, job_images: JobImages, podman_env: dict[str, str], engine: Engine
+    executor_harness: ExecutorHarness, job_images: JobImages
 ) -> None:
     workflow = f"""
 on: push
@@ -289,17 +266,14 @@ jobs:
           exec 3<>/dev/tcp/127.0.0.1/$port; printf 'PING\\r\\n' >&3; read -r answer <&3
           echo "host port $port answered ${{answer%$'\\r'}}"
 """
-    claimed = await executor_harness.claim(workflow)
-    assert await executor_harness.run(claimed) == 0
-    view = executor_harness.gitea.task(claimed.task_id)
+    view = await executor_harness.run_job(workflow)
     rows = "\n".join(view.log_rows)
     assert view.result == Result.SUCCESS, rows
     assert any(row.startswith("host port ") and row.endswith(" answered +PONG") for row in view.log_rows), rows
-    assert leftovers(engine) == []
 
 
 async def test_a_cancel_while_a_service_becomes_healthy_stops_the_job_and_removes_its_containers(
-    executor_harness: ExecutorHarness, job_images: JobImages, podman_env: dict[str, str], engine: Engine
+    executor_harness: ExecutorHarness, job_images: JobImages
 ) -> None:
     workflow = f"""
 on: push
@@ -314,20 +288,14 @@ jobs:
     steps:
       - run: echo never
 """
-    claimed = await executor_harness.claim(workflow)
-    run = asyncio.create_task(executor_harness.run(claimed))
-    await executor_harness.wait_for_log(claimed.task_id, "Waiting for service slow to be healthy", timeout_s=120)
-    executor_harness.gitea.cancel_run(claimed.run.id)
-    assert await asyncio.wait_for(run, 60) == 0
-    view = executor_harness.gitea.task(claimed.task_id)
+    view = await cancelled_once_logged(executor_harness, workflow, "Waiting for service slow to be healthy", within=60)
     assert view.result == Result.CANCELLED
     assert "The job was cancelled while its containers started." in view.log_rows
     assert "never" not in view.log_rows
-    assert leftovers(engine) == []
 
 
 async def test_credentials_are_masked_and_named_volumes_are_mounted(
-    executor_harness: ExecutorHarness, job_images: JobImages, podman_env: dict[str, str], engine: Engine
+    executor_harness: ExecutorHarness, job_images: JobImages, engine: Engine
 ) -> None:
     volume = f"dynrunner-test-{secrets.token_hex(4)}"
     workflow = f"""
@@ -367,11 +335,10 @@ jobs:
     assert "cached" in view.log_rows
     root = Path(claimed.assignment.executor.workspace)
     assert not (root / ".dynrunner" / "containers" / "auth.json").exists()  # removed with the job
-    assert leftovers(engine) == []
 
 
 async def test_a_local_pool_runs_a_job_container_with_a_service_through_the_controller(
-    gitea: GiteaDouble, nats_url: str, tmp_path: Path, job_images: JobImages, podman_env: dict[str, str], engine: Engine
+    gitea: GiteaDouble, nats_url: str, tmp_path: Path, job_images: JobImages
 ) -> None:
     """The whole path: the controller claims, the local backend starts the executor (passing
     it the podman settings), the executor starts the job container and the service."""
@@ -397,11 +364,10 @@ jobs:
         assert done.status == "success", "\n".join(rows)
         assert "Service redis is healthy" in rows
         assert "in debian without bash=yes" in rows
-    assert leftovers(engine) == []
 
 
 async def test_a_container_image_that_evaluates_to_nothing_runs_the_job_on_the_runner(
-    executor_harness: ExecutorHarness, podman_env: dict[str, str], engine: Engine
+    executor_harness: ExecutorHarness,
 ) -> None:
     workflow = """
 on: push
@@ -412,17 +378,12 @@ jobs:
     steps:
       - run: echo "on the runner, container=${{ job.container == null }}"
 """
-    claimed = await executor_harness.claim(workflow)
-    assert await executor_harness.run(claimed) == 0
-    view = executor_harness.gitea.task(claimed.task_id)
+    view = await executor_harness.run_job(workflow)
     assert view.result == Result.SUCCESS, "\n".join(view.log_rows)
     assert "on the runner, container=true" in view.log_rows
-    assert leftovers(engine) == []
 
 
-async def test_a_docker_uri_that_is_an_option_is_refused(
-    executor_harness: ExecutorHarness, podman_env: dict[str, str], engine: Engine
-) -> None:
+async def test_a_docker_uri_that_is_an_option_is_refused(executor_harness: ExecutorHarness) -> None:
     workflow = """
 on: push
 jobs:
@@ -431,16 +392,13 @@ jobs:
     steps:
       - uses: docker://--privileged
 """
-    claimed = await executor_harness.claim(workflow)
-    assert await executor_harness.run(claimed) == 0
-    view = executor_harness.gitea.task(claimed.task_id)
+    view = await executor_harness.run_job(workflow)
     assert view.result == Result.FAILURE
     assert "##[error]The action's image cannot be run: '--privileged' is not an image name." in view.log_rows
-    assert leftovers(engine) == []
 
 
 async def test_a_called_workflows_job_runs_in_its_job_container_with_its_service(
-    self_hosted_actions: ExecutorHarness, job_images: JobImages, podman_env: dict[str, str], engine: Engine
+    self_hosted_actions: ExecutorHarness, job_images: JobImages
 ) -> None:
     called = f"""
 on:
@@ -474,4 +432,3 @@ jobs:
     assert "Service cache is healthy" in rows
     assert "called job in debian, bash=none" in rows
     assert task.outputs == {"where": "container"}
-    assert leftovers(engine) == []

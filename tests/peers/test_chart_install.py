@@ -197,25 +197,8 @@ async def test_the_production_values_install_and_the_controller_runs_with_the_ch
     labels = real_kube.request("GET", f"/api/v1/namespaces/{jobs_ns}").json()["metadata"]["labels"]
     assert labels.get("pod-security.kubernetes.io/enforce") == "restricted", labels
     account = "ci-dynrunner-controller"
-    answer = real_kube.request(
-        "POST",
-        f"/api/v1/namespaces/{ns}/serviceaccounts/{account}/token",
-        json={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}},
-    )
-    assert answer.status_code == 201, answer.text
-    token = answer.json()["status"]["token"]
-    review = real_kube.request(
-        "POST",
-        "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews",
-        token=token,
-        json={
-            "apiVersion": "authorization.k8s.io/v1",
-            "kind": "SelfSubjectRulesReview",
-            "spec": {"namespace": jobs_ns},
-        },
-    )
-    assert review.status_code == 201, review.text
-    granted = _rules(review.json()) - EVERY_USER
+    token = _token(real_kube, ns, account)
+    granted = _granted(real_kube, token, jobs_ns)
     assert granted == _declared(jobs_ns), sorted(granted ^ _declared(jobs_ns))
 
     kubeconfig = real_kube.kubeconfig(tmp_path / "sa.kubeconfig", token=token, namespace=jobs_ns)

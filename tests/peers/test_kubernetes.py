@@ -13,7 +13,6 @@ spire-controller-manager (docs/real-peers.md).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import itertools
 import time
@@ -30,25 +29,23 @@ import pytest
 from dynrunner.controller.config.model import ControllerConfig
 from dynrunner.controller.demo import check, load_examples
 from dynrunner.doubles.gitea import GiteaDouble
+from dynrunner.doubles.gitea.views import RunView
 from dynrunner.doubles.kubernetes.remote import RemoteNode
-from tests.fixtures.harness import Subprocess, in_process, recorded, recording_workflow, wait_for, wait_run_done
-from tests.fixtures.kubernetes_backend import kube_controller_data
+from tests.fixtures.demo_examples import EXAMPLES, follow_example, submit_examples
+from tests.fixtures.harness import (
+    Subprocess,
+    first_job_log,
+    in_process,
+    recorded,
+    recording_workflow,
+    wait_for,
+    wait_run_done,
+)
+from tests.fixtures.kubernetes_backend import kube_controller_data, sleepy_workflow
 from tests.fixtures.real_kubernetes import USER_TOKENS, Gate, RealIdentity, RealKube, grant_controller
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 _numbers = itertools.count(1)
-SLEEPY = """
-on: push
-jobs:
-  build:
-    runs-on: [self-hosted, local]
-    steps:
-      - run: |
-          echo "job started"
-          sleep {seconds}
-          echo "job done"
-"""
 
 
 @pytest.fixture
@@ -90,27 +87,6 @@ def left(kube: RealKube, namespace: str) -> dict[str, list[str]]:
 NOTHING = {"pods": [], "secrets": []}
 
 
-async def _follow(gitea: GiteaDouble, example: Any) -> None:
-    when: dict[str, str] = example.expected.get("cancel_when_log_contains") or {}
-    deadline = time.monotonic() + 180
-    while True:
-        run = gitea.run(example.run_id)
-        for job in run.jobs:
-            needle = when.get(job.name)
-            log = gitea.task(job.task_id).log_rows if needle and job.task_id and not example.cancelled else []
-            if any(needle in row for row in log):
-                gitea.cancel_run(example.run_id)
-                example.cancelled = True
-        if run.status in ("success", "failure", "cancelled", "skipped"):
-            break
-        assert time.monotonic() < deadline, f"{example.name}: run still {run.status}"
-        await asyncio.sleep(0.2)
-    done = await wait_run_done(gitea, example.run_id)
-    example.run = {"status": done.status}
-    example.jobs = [{"name": job.name, "status": job.status, "task_id": job.task_id} for job in done.jobs]
-    example.logs = {job.name: list(gitea.task(job.task_id).log_rows) if job.task_id else [] for job in done.jobs}
-
-
 def _requests(kube: RealKube, since: float) -> list[dict[str, Any]]:
     """The controller's API requests (audit events) since `since` (epoch seconds)."""
     return [event for event in kube.audit_requests("dynrunner") if _stamp(event) >= since]
@@ -135,16 +111,9 @@ async def test_the_demo_examples_run_in_pods_admitted_as_restricted(
     )
     async with in_process(cfg) as running:
         started = time.time()
+        submit_examples(gitea, examples)
         for example in examples:
-            run = gitea.submit(
-                f"demo/{example.name}",
-                example.workflow,
-                secrets=example.expected.get("secrets") or {},
-                workflow_file=f"{example.name}.yml",
-            )
-            example.run_id = run.id
-        for example in examples:
-            await _follow(gitea, example)
+            await follow_example(gitea, example, within=180)
         await wait_for(
             lambda: not any(p.capacity.in_use for p in running.controller.pools.values()), within=60, what="reaped"
         )
@@ -171,9 +140,26 @@ def _pod_of(kube: RealKube, namespace: str) -> dict[str, Any] | None:
     return items[0] if items else None
 
 
-def _log(gitea: GiteaDouble, run_id: int) -> str:
-    job = gitea.run(run_id).jobs[0]
-    return "\n".join(gitea.task(job.task_id).log_rows) if job.task_id else ""
+def _the_pod(kube: RealKube, namespace: str) -> dict[str, Any]:
+    pod = _pod_of(kube, namespace)
+    assert pod is not None, f"no Pod in {namespace}"
+    return pod
+
+
+async def _started(gitea: GiteaDouble, seconds: float) -> RunView:
+    """A job that sleeps `seconds`, once it printed that it started."""
+    run = gitea.submit("acme/app", sleepy_workflow(seconds))
+    await wait_for(lambda: "job started" in first_job_log(gitea, run.id), within=90, what="the job to run")
+    return run
+
+
+async def _failed_saying(gitea: GiteaDouble, run_id: int, reason: str, kube: RealKube, namespace: str) -> None:
+    """The run failed with `reason` in its job's log, and nothing of it is left in `namespace`."""
+    done = await wait_run_done(gitea, run_id, within=90)
+    text = first_job_log(gitea, run_id)
+    assert done.status == "failure", text
+    assert reason in text, text
+    await wait_for(lambda: left(kube, namespace) == NOTHING, within=60, what="nothing left")
 
 
 async def test_a_pod_deleted_by_hand_fails_its_job_with_the_reason(
@@ -181,19 +167,14 @@ async def test_a_pod_deleted_by_hand_fails_its_job_with_the_reason(
 ) -> None:
     cfg = ControllerConfig.model_validate(config_data(gitea, nats_url, real_kube, namespace, tmp_path))
     async with in_process(cfg):
-        run = gitea.submit("acme/app", SLEEPY.format(seconds=120))
-        await wait_for(lambda: "job started" in _log(gitea, run.id), within=90, what="the job to run")
-        pod = _pod_of(real_kube, namespace)
-        assert pod is not None
+        run = await _started(gitea, 120)
+        pod = _the_pod(real_kube, namespace)
         answer = real_kube.request(
             "DELETE", f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}", json={"gracePeriodSeconds": 0}
         )
         assert answer.status_code == 200, answer.text
-        done = await wait_run_done(gitea, run.id, within=90)
-        text = _log(gitea, run.id)
-        assert done.status == "failure", text
-        assert "the job's Pod was deleted by someone other than the controller" in text, text
-        await wait_for(lambda: left(real_kube, namespace) == NOTHING, within=60, what="nothing left")
+        reason = "the job's Pod was deleted by someone other than the controller"
+        await _failed_saying(gitea, run.id, reason, real_kube, namespace)
 
 
 async def test_an_image_that_cannot_be_pulled_fails_the_job_with_the_reason(
@@ -203,12 +184,9 @@ async def test_an_image_that_cannot_be_pulled_fails_the_job_with_the_reason(
         gitea, nats_url, real_kube, namespace, tmp_path, image="registry.example/nope:1", imagePullTimeoutSeconds=1
     )
     async with in_process(ControllerConfig.model_validate(data)):
-        run = gitea.submit("acme/app", SLEEPY.format(seconds=1))
-        done = await wait_run_done(gitea, run.id, within=90)
-        text = _log(gitea, run.id)
-        assert done.status == "failure", text
-        assert "[dynrunner] the job failed: the executor image registry.example/nope:1 could not be pulled (" in text
-        await wait_for(lambda: left(real_kube, namespace) == NOTHING, within=60, what="nothing left")
+        run = gitea.submit("acme/app", sleepy_workflow(1))
+        reason = "[dynrunner] the job failed: the executor image registry.example/nope:1 could not be pulled ("
+        await _failed_saying(gitea, run.id, reason, real_kube, namespace)
 
 
 async def test_an_oom_killed_job_is_finalized_with_the_reason(
@@ -216,16 +194,10 @@ async def test_an_oom_killed_job_is_finalized_with_the_reason(
 ) -> None:
     data = config_data(gitea, nats_url, real_kube, namespace, tmp_path, resources={"limits": {"memory": "512Mi"}})
     async with in_process(ControllerConfig.model_validate(data)):
-        run = gitea.submit("acme/app", SLEEPY.format(seconds=120))
-        await wait_for(lambda: "job started" in _log(gitea, run.id), within=90, what="the job to run")
-        pod = _pod_of(real_kube, namespace)
-        assert pod is not None
-        real_node.oom_kill(namespace, pod["metadata"]["name"])
-        done = await wait_run_done(gitea, run.id, within=90)
-        text = _log(gitea, run.id)
-        assert done.status == "failure", text
-        assert "the job ran out of memory (memory limit 512Mi): the executor was OOMKilled" in text, text
-        await wait_for(lambda: left(real_kube, namespace) == NOTHING, within=60, what="nothing left")
+        run = await _started(gitea, 120)
+        real_node.oom_kill(namespace, _the_pod(real_kube, namespace)["metadata"]["name"])
+        reason = "the job ran out of memory (memory limit 512Mi): the executor was OOMKilled"
+        await _failed_saying(gitea, run.id, reason, real_kube, namespace)
 
 
 async def test_the_secret_is_collected_by_the_garbage_collector_through_its_owner(
@@ -235,10 +207,8 @@ async def test_the_secret_is_collected_by_the_garbage_collector_through_its_owne
     collector deletes the job's Secret (its ownerReference names the Pod)."""
     cfg = ControllerConfig.model_validate(config_data(gitea, nats_url, real_kube, namespace, tmp_path))
     async with in_process(cfg):
-        run = gitea.submit("acme/app", SLEEPY.format(seconds=120))
-        await wait_for(lambda: "job started" in _log(gitea, run.id), within=90, what="the job to run")
-    pod = _pod_of(real_kube, namespace)
-    assert pod is not None
+        await _started(gitea, 120)
+    pod = _the_pod(real_kube, namespace)
     secret = real_kube.request("GET", f"/api/v1/namespaces/{namespace}/secrets/{pod['metadata']['name']}").json()
     owners = secret["metadata"].get("ownerReferences") or []
     assert [(o["kind"], o["name"], o["uid"]) for o in owners] == [
@@ -261,8 +231,7 @@ async def test_a_watch_cut_while_the_pod_ended_resumes_after_compaction_and_reap
         data = config_data(gitea, nats_url, real_kube, namespace, tmp_path, url=gate.url)
         cfg = ControllerConfig.model_validate(data)
         async with in_process(cfg) as running:
-            run = gitea.submit("acme/app", SLEEPY.format(seconds=4))
-            await wait_for(lambda: "job started" in _log(gitea, run.id), within=90, what="the job to run")
+            run = await _started(gitea, 4)
             gate.close()
             cut = time.time()
             await wait_for(
@@ -278,7 +247,7 @@ async def test_a_watch_cut_while_the_pod_ended_resumes_after_compaction_and_reap
                 lambda: not any(p.capacity.in_use for p in running.controller.pools.values()), within=30, what="free"
             )
         done = await wait_run_done(gitea, run.id, within=30)
-        assert done.status == "success", _log(gitea, run.id)
+        assert done.status == "success", first_job_log(gitea, run.id)
         events = [e for e in _requests(real_kube, compacted) if (e.get("objectRef") or {}).get("resource") == "pods"]
         after = [_what(e) for e in events]
         # The watch resumed from a version etcd compacted away (answered 410 Gone in its
@@ -334,14 +303,13 @@ async def test_each_jobs_cluster_static_entry_becomes_an_entry_on_the_real_spire
     data["identity"]["svidTimeoutSeconds"] = 15
     cfg = ControllerConfig.model_validate(data)
     async with in_process(cfg):
-        run = gitea.submit("acme/app", SLEEPY.format(seconds=1))
+        run = gitea.submit("acme/app", sleepy_workflow(1))
 
         def ours() -> list[dict[str, Any]]:
             return [e for e in real_identity.entries() if e["spiffe_id"]["path"] == "/ci/acme/app/build"]
 
         entries = await wait_for(ours, within=90, what="the job's SPIRE entry")
-        pod = _pod_of(real_kube, namespace)
-        assert pod is not None
+        pod = _the_pod(real_kube, namespace)
         entry = entries[0]
         assert entry["id"].startswith("rp."), entry
         assert entry["spiffe_id"]["trust_domain"] == "example.org"
@@ -356,6 +324,7 @@ async def test_each_jobs_cluster_static_entry_becomes_an_entry_on_the_real_spire
         ]
         assert entry["x509_svid_ttl"] == 900
         done = await wait_run_done(gitea, run.id, within=90)
-        assert "workload identity spiffe://example.org/ci/acme/app/build not issued within 15s" in _log(gitea, run.id)
+        text = first_job_log(gitea, run.id)
+        assert "workload identity spiffe://example.org/ci/acme/app/build not issued within 15s" in text
         assert done.status == "failure"
         await wait_for(lambda: not ours(), within=60, what="the entry deleted with the Pod")

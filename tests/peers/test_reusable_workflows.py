@@ -5,8 +5,8 @@ job with no labels, which the controller's pool runner claims; its task has no s
 executor fetches the called workflows from Gitea's own git server with the task token (one of
 the caller's private repository at the run's commit, one of another, public repository at a
 branch), runs their jobs in that task, and the called workflow's outputs reach a later job
-through Gitea's `needs`. A secret passed to the called workflow is masked in the log Gitea
-stores.
+through Gitea's `needs`. A secret passed to the called workflow and one it inherits are
+masked in the log Gitea stores. The workflows are the e2e tier's (tests/fixtures/reusable_workflows.py).
 """
 
 from __future__ import annotations
@@ -20,72 +20,10 @@ import pytest
 
 from tests.fixtures.real_controller import controller_config, controller_running
 from tests.fixtures.real_gitea import RealGitea, Run
+from tests.fixtures.reusable_workflows import BUILD, NOTIFY, PIPELINE_SECRETS, pipeline
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 ORGS = itertools.count(1)
-
-BUILD = """
-on:
-  workflow_call:
-    inputs:
-      target:
-        type: string
-        required: true
-      level:
-        type: number
-        default: 1
-    secrets:
-      key:
-        required: true
-    outputs:
-      artifact:
-        value: ${{ jobs.build.outputs.name }}
-jobs:
-  build:
-    runs-on: [self-hosted, local]
-    outputs:
-      name: ${{ steps.b.outputs.name }}
-    steps:
-      - id: b
-        run: |
-          echo "building ${{ inputs.target }} at level ${{ inputs.level }} with ${{ secrets.key }}"
-          echo "name=${{ inputs.target }}-${{ inputs.level }}.tar" >> "$GITHUB_OUTPUT"
-"""
-
-NOTIFY = """
-on:
-  workflow_call:
-    inputs:
-      what:
-        type: string
-jobs:
-  send:
-    runs-on: [self-hosted, local]
-    steps:
-      - run: echo "notifying about ${{ inputs.what }}"
-"""
-
-PIPELINE = """
-on: push
-jobs:
-  build:
-    uses: ./.gitea/workflows/build.yml
-    with:
-      target: app
-      level: 3
-    secrets:
-      key: ${{ secrets.SIGNING_KEY }}
-  notify:
-    needs: build
-    uses: {org}/shared/.gitea/workflows/notify.yml@main
-    with:
-      what: ${{ needs.build.outputs.artifact }}
-  report:
-    needs: [build, notify]
-    runs-on: [self-hosted, local]
-    steps:
-      - run: echo "artifact ${{ needs.build.outputs.artifact }}"
-"""
 
 
 async def _wait(gitea: RealGitea, repo: str, within: float = 150.0) -> Run | None:
@@ -105,10 +43,12 @@ async def test_local_and_remote_reusable_workflows_on_a_real_release(real_gitea:
     shared = await asyncio.to_thread(gitea.create_repo, org, "shared")
     await asyncio.to_thread(gitea.commit_file, shared, ".gitea/workflows/notify.yml", NOTIFY)
     app = await asyncio.to_thread(gitea.create_repo, org, "app", private=True)
-    await asyncio.to_thread(gitea.set_secret, app, "SIGNING_KEY", "k3y-s3cret")
+    for name, value in PIPELINE_SECRETS.items():
+        await asyncio.to_thread(gitea.set_secret, app, name, value)
     await asyncio.to_thread(gitea.commit_file, app, ".gitea/workflows/build.yml", BUILD)
     async with controller_running(controller_config(gitea.url, gitea.registration_token, tmp_path)):
-        await asyncio.to_thread(gitea.commit_file, app, ".gitea/workflows/ci.yml", PIPELINE.replace("{org}", org))
+        workflow = pipeline(f"{org}/shared/.gitea/workflows/notify.yml@main")
+        await asyncio.to_thread(gitea.commit_file, app, ".gitea/workflows/ci.yml", workflow)
         run = await _wait(gitea, app)
     assert run is not None, f"Gitea {gitea.version}: the run did not end"
     jobs = {job.name: job for job in run.jobs}
@@ -116,7 +56,9 @@ async def test_local_and_remote_reusable_workflows_on_a_real_release(real_gitea:
     assert run.status == "success", f"Gitea {gitea.version}:\n{report}"
     assert set(jobs) == {"build", "notify", "report"}
     assert jobs["build"].steps == [] and jobs["notify"].steps == []  # a calling job's task has no steps
-    assert "building app at level 3 with ***" in jobs["build"].log
-    assert "k3y-s3cret" not in jobs["build"].log
-    assert "notifying about app-3.tar" in jobs["notify"].log
-    assert "artifact app-3.tar" in jobs["report"].log
+    assert "building app at level 3, strip=true" in jobs["build"].log
+    assert "signing with ***" in jobs["build"].log
+    assert "notifying about app-3.tar with ***" in jobs["notify"].log  # an inherited secret
+    assert "artifact app-3.tar, notified yes" in jobs["report"].log
+    stored = "\n".join(job.log for job in run.jobs)
+    assert "k3y-s3cret" not in stored and "t0ken" not in stored

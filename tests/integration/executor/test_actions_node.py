@@ -12,6 +12,7 @@ import pytest
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.doubles.gitea.views import TaskView
 from dynrunner.proto.gitea import Result
+from tests.fixtures.action_bundles import CHECKOUT
 from tests.fixtures.clients import ActionClients
 from tests.fixtures.executor import ExecutorHarness, rows_of
 
@@ -238,34 +239,6 @@ def _echo_action(text: str) -> str:
     return f"runs:\n  using: composite\n  steps:\n    - shell: sh\n      run: echo {text}\n"
 
 
-CHECKOUT_LIKE = {
-    "action.yml": """
-name: checkout-like
-inputs:
-  repository:
-    default: ${{ github.repository }}
-  ref:
-    default: ${{ github.sha }}
-  token:
-    default: ${{ github.token }}
-runs:
-  using: node20
-  main: main.js
-""",
-    "main.js": """
-const { execFileSync } = require('child_process');
-const env = process.env;
-const basic = Buffer.from(`x-access-token:${env.INPUT_TOKEN}`).toString('base64');
-const git = (...args) => execFileSync('git', args, { cwd: env.GITHUB_WORKSPACE, stdio: 'inherit' });
-git('init', '-q', '.');
-git('config', '--local', `http.${env.GITHUB_SERVER_URL}/.extraheader`, `AUTHORIZATION: basic ${basic}`);
-git('fetch', '-q', '--depth=1', `${env.GITHUB_SERVER_URL}/${env.INPUT_REPOSITORY}`, env.INPUT_REF);
-git('checkout', '-q', 'FETCH_HEAD');
-console.log(`checked out ${env.INPUT_REPOSITORY}@${env.INPUT_REF.slice(0, 7)} with the task token`);
-""",
-}
-
-
 async def test_a_checkout_style_action_reads_the_private_repository_with_the_task_token(
     self_hosted_actions: ExecutorHarness,
 ) -> None:
@@ -273,7 +246,7 @@ async def test_a_checkout_style_action_reads_the_private_repository_with_the_tas
     `token` input's default, `${{ github.token }}`), against Gitea's git server; the job then
     uses a local action from the repository it checked out."""
     gitea = self_hosted_actions.gitea
-    publish(gitea, "acme/checkout", CHECKOUT_LIKE)
+    publish(gitea, "acme/checkout", CHECKOUT)
     gitea.create_repository("owner/app", private=True)
     gitea.commit(
         "owner/app",

@@ -121,3 +121,59 @@ async def test_the_agent_gone_fails_the_step_clearly(tmp_path: Path) -> None:
         (tmp_path / "agent.sock").unlink()
     with pytest.raises(OSError, match="agent is not reachable"):
         await run(AgentProcesses(tmp_path / "agent.sock"), ["true"])
+
+
+async def test_env_answers_the_agents_own_environment(tmp_path: Path) -> None:
+    """In a Pod the agent is the job container's first process: its environment is the image's."""
+    socket = tmp_path / "agent.sock"
+    env = {"PATH": "/opt/image/bin:/usr/bin:/bin", "IMAGE_VAR": "from the image", "EQUALS": "a=b"}
+    proc = await asyncio.create_subprocess_exec(str(agent_binary()), str(socket), env=env)
+    try:
+        agent = await started(AgentProcesses(socket))
+        assert await agent.env() == env
+    finally:
+        proc.terminate()
+        await asyncio.wait_for(proc.wait(), 5)
+
+
+async def test_shutdown_kills_every_process_group_it_started_and_exits(tmp_path: Path) -> None:
+    socket = tmp_path / "agent.sock"
+    proc = await asyncio.create_subprocess_exec(str(agent_binary()), str(socket))
+    try:
+        agent = await started(AgentProcesses(socket))
+        # a step that left a process behind (its group outlives it), and one still running
+        _, _, lines = await run(agent, ["sh", "-c", "sleep 300 >/dev/null 2>&1 & echo $!"])
+        left = int(lines[0])
+        running = asyncio.create_task(run(agent, ["sh", "-c", "echo started; exec sleep 300"]))
+        await asyncio.sleep(0.3)
+        assert await agent.shutdown() == 2
+        assert await asyncio.wait_for(proc.wait(), 5) == 0
+        assert not socket.exists()
+        with pytest.raises(OSError, match="broke off"):
+            await asyncio.wait_for(running, 5)
+        for _ in range(100):  # the killed sleep was re-parented: its reaper may take a moment
+            if not _alive(left):
+                break
+            await asyncio.sleep(0.05)
+        assert not _alive(left)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def started(agent: AgentProcesses) -> AgentProcesses:
+    for _ in range(500):
+        if agent.socket.exists():
+            return agent
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"the agent did not listen at {agent.socket}")
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` is a process that has not ended (a zombie counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fp:
+            return fp.read().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

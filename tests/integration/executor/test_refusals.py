@@ -6,9 +6,10 @@ import dataclasses
 
 import pytest
 
+from dynrunner.doubles.gitea.views import TaskView
 from dynrunner.proto.assignment import encode
 from dynrunner.proto.gitea import Result
-from tests.fixtures.executor import ExecutorHarness
+from tests.fixtures.executor import ExecutorHarness, rows_of
 
 SIMPLE = """
 on: push
@@ -24,6 +25,13 @@ def errors(rows: list[str]) -> list[str]:
     return [row for row in rows if row.startswith("##[error]")]
 
 
+async def run_in_a_pod(harness: ExecutorHarness, workflow: str) -> TaskView:
+    """Claim `workflow` and run it as the executor of a Pod pool runs it; return its task."""
+    claimed = await harness.claim(workflow)
+    assert await harness.run(dataclasses.replace(claimed.assignment, backend="kubernetes")) == 0
+    return harness.gitea.task(claimed.task_id)
+
+
 async def test_job_if_false_reports_the_job_skipped(executor_harness: ExecutorHarness) -> None:
     workflow = """
 on: push
@@ -35,9 +43,7 @@ jobs:
       - run: echo never
       - run: echo never
 """
-    claimed = await executor_harness.claim(workflow)
-    assert await executor_harness.run(claimed) == 0
-    task = executor_harness.gitea.task(claimed.task_id)
+    task = await executor_harness.run_job(workflow)
     assert task.result == Result.SKIPPED
     assert [s.status for s in task.steps] == ["skipped", "skipped"]
     assert any("Skipping job" in row for row in task.log_rows)
@@ -112,9 +118,7 @@ async def test_an_unexpected_error_while_parsing_is_reported(
         raise KeyError("a parser bug")
 
     monkeypatch.setattr(run, "parse_workflow", broken)
-    claimed = await executor_harness.claim(SIMPLE)
-    assert await executor_harness.run(claimed) == 0
-    view = executor_harness.gitea.task(claimed.task_id)
+    view = await executor_harness.run_job(SIMPLE)
     assert view.result == Result.FAILURE
     (error,) = errors(view.log_rows)
     assert "KeyError" in error and "a parser bug" in error
@@ -189,9 +193,7 @@ async def test_a_job_not_run_because_gitea_was_unreachable_says_so(
         await handshake(self, deadline)
 
     monkeypatch.setattr(Reporter, "_handshake", unreachable_at_first)
-    claimed = await executor_harness.claim(SIMPLE)
-    assert await executor_harness.run(claimed) == 0
-    view = executor_harness.gitea.task(claimed.task_id)
+    view = await executor_harness.run_job(SIMPLE)
     assert view.result == Result.FAILURE
     assert errors(view.log_rows) == [
         "##[error]The job was not run: Gitea could not be reached to report it (Unavailable: no answer within 120s)."
@@ -215,12 +217,10 @@ jobs:
       - if: always()
         run: echo "run steps still work"
 """
-    claimed = await executor_harness.claim(workflow)
-    assert await executor_harness.run(claimed) == 0
-    view = executor_harness.gitea.task(claimed.task_id)
+    view = await executor_harness.run_job(workflow)
     assert view.result == Result.FAILURE
     assert [s.status for s in view.steps] == ["failure", "success"]
-    first = view.log_rows[view.steps[0].log_index : view.steps[0].log_index + view.steps[0].log_length]
+    first = rows_of(view, 0)
     assert first[:4] == ["##[group]Run docker://alpine:3.20", "with:", "  args: echo hi", "##[endgroup]"]
     assert first[4] == (
         "##[error]The action docker://alpine:3.20 is a Docker container action, which needs a container engine, and "
@@ -245,9 +245,7 @@ jobs:
     steps:
       - run: echo hi
 """
-    claimed = await executor_harness.claim(workflow)
-    assert await executor_harness.run(claimed) == 0
-    view = executor_harness.gitea.task(claimed.task_id)
+    view = await executor_harness.run_job(workflow)
     assert view.result == Result.FAILURE
     (error,) = errors(view.log_rows)
     assert error == (
@@ -256,26 +254,33 @@ jobs:
     )
 
 
-async def test_container_and_services_are_refused_in_pods(executor_harness: ExecutorHarness) -> None:
-    workflow = """
+@pytest.mark.parametrize(
+    ("keys", "what"),
+    [
+        ("services:\n      db:\n        image: postgres:16", "declares `services:` (db)"),
+        ("container: node:20", "sets `container:`"),
+    ],
+)
+async def test_containers_a_pod_was_not_built_with_are_refused(
+    executor_harness: ExecutorHarness, keys: str, what: str
+) -> None:
+    """An older controller's Pod: no sidecars named in DYNRUNNER_SERVICES_PROVIDED, no job
+    container socket (DYNRUNNER_JOB_CONTAINER_SOCKET)."""
+    workflow = f"""
 on: push
 jobs:
   build:
     runs-on: self-hosted
-    services:
-      db:
-        image: postgres:16
+    {keys}
     steps:
       - run: echo hi
 """
-    claimed = await executor_harness.claim(workflow)
-    assignment = dataclasses.replace(claimed.assignment, backend="kubernetes")
-    assert await executor_harness.run(assignment) == 0
-    view = executor_harness.gitea.task(claimed.task_id)
+    view = await run_in_a_pod(executor_harness, workflow)
     assert view.result == Result.FAILURE
     (error,) = errors(view.log_rows)
-    assert error.startswith(
-        "##[error]The job declares `services:` (db), which this runner does not run in Pod pools yet"
+    assert error == (
+        f"##[error]The job {what}, which its Pod was not built to run (by a controller older than this executor): "
+        "run the job in a local or VM pool, or update the controller (docs/containers.md)."
     )
 
 
@@ -298,9 +303,7 @@ jobs:
       - if: always()
         run: echo "X=$X NODE_OPTIONS=${NODE_OPTIONS:-unset}"
 """
-    claimed = await executor_harness.claim(workflow)
-    assert await executor_harness.run(claimed) == 0
-    view = executor_harness.gitea.task(claimed.task_id)
+    view = await executor_harness.run_job(workflow)
     assert [s.status for s in view.steps] == ["failure", "failure", "success", "success"]
     log = view.log_rows
     assert any("The `set-env` command is disabled" in row for row in log)
@@ -328,10 +331,7 @@ jobs:
       - run: echo "port ${{ job.services.db.ports['5432'] }} with pull-password-1"
 """
     monkeypatch.setenv("DYNRUNNER_SERVICES_PROVIDED", "db")
-    claimed = await executor_harness.claim(workflow)
-    assignment = dataclasses.replace(claimed.assignment, backend="kubernetes")
-    assert await executor_harness.run(assignment) == 0
-    view = executor_harness.gitea.task(claimed.task_id)
+    view = await run_in_a_pod(executor_harness, workflow)
     assert view.result == Result.SUCCESS, view.log_rows
     assert any(row.endswith("port 5432 with ***") for row in view.log_rows), view.log_rows
     assert not any("pull-password-1" in row for row in view.log_rows)
@@ -354,8 +354,5 @@ jobs:
       - run: echo hi
 """
     monkeypatch.setenv("DYNRUNNER_SERVICES_PROVIDED", "db")
-    claimed = await executor_harness.claim(workflow)
-    assignment = dataclasses.replace(claimed.assignment, backend="kubernetes")
-    assert await executor_harness.run(assignment) == 0
-    (error,) = errors(executor_harness.gitea.task(claimed.task_id).log_rows)
-    assert "does not run in Pod pools yet" in error
+    (error,) = errors((await run_in_a_pod(executor_harness, workflow)).log_rows)
+    assert "which its Pod was not built to run" in error

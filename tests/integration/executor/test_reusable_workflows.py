@@ -12,168 +12,41 @@ import pytest
 
 from dynrunner.proto.gitea import Result
 from tests.fixtures.executor import ExecutorHarness
-
-CALLED = """
-on:
-  workflow_call:
-    inputs:
-      who:
-        type: string
-        required: true
-      times:
-        type: number
-        default: 2
-      loud:
-        type: boolean
-        default: false
-    secrets:
-      token:
-        required: true
-    outputs:
-      greeting:
-        value: ${{ jobs.greet.outputs.text }}
-      count:
-        value: ${{ jobs.count.outputs.n }}
-jobs:
-  greet:
-    runs-on: self-hosted
-    outputs:
-      text: ${{ steps.say.outputs.text }}
-    steps:
-      - id: say
-        run: |
-          echo "hello ${{ inputs.who }} x${{ inputs.times }} loud=${{ inputs.loud }}"
-          echo "type=${{ inputs.loud && 'yes' || 'no' }}"
-          echo "secret is ${{ secrets.token }}"
-          echo "job is $GITHUB_JOB"
-          echo "text=hi ${{ inputs.who }}" >> "$GITHUB_OUTPUT"
-  count:
-    needs: greet
-    runs-on: self-hosted
-    strategy:
-      matrix:
-        n: [1, 2]
-    outputs:
-      n: ${{ steps.c.outputs.n }}
-    steps:
-      - id: c
-        run: |
-          echo "matrix ${{ matrix.n }} after ${{ needs.greet.outputs.text }}"
-          echo "n=${{ matrix.n }}" >> "$GITHUB_OUTPUT"
-"""
-
-
-def _caller(uses: str, extra: str = "") -> str:
-    return f"""
-on: push
-jobs:
-  call:
-    uses: {uses}
-    with:
-      who: world
-      times: 3
-      loud: true
-    secrets:
-      token: ${{{{ secrets.MY_TOKEN }}}}
-{extra}"""
+from tests.fixtures.reusable_workflows import GREET, caller, levels, nested_caller, the_callers_repository
 
 
 async def test_a_local_reusable_workflow_runs_in_the_callers_task(self_hosted_actions: ExecutorHarness) -> None:
-    gitea = self_hosted_actions.gitea
-    gitea.create_repository("owner/repo", private=True)
-    gitea.commit("owner/repo", {".gitea/workflows/called.yml": CALLED})
-    task = await self_hosted_actions.run_job(
-        _caller("./.gitea/workflows/called.yml"), secrets={"MY_TOKEN": "t0ps3cret"}
-    )
+    the_callers_repository(self_hosted_actions, {".gitea/workflows/called.yml": GREET})
+    task = await self_hosted_actions.run_job(caller("./.gitea/workflows/called.yml"), secrets={"MY_TOKEN": "t0ps3cret"})
     rows = task.log_rows
     assert task.result == Result.SUCCESS, rows
     assert task.steps == []
-    assert "hello world x3 loud=true" in rows and "type=yes" in rows
-    assert "secret is ***" in rows and not any("t0ps3cret" in row for row in rows)
-    assert "job is greet" in rows
+    assert "hello world x3 loud=true note=none" in rows and "loud is a true value, three=true" in rows
+    assert "secret is ***, other is ''" in rows and not any("t0ps3cret" in row for row in rows)
+    assert "event push, job greet" in rows
+    assert "inner needs hi world result success" in rows
     assert "matrix 1 after hi world" in rows and "matrix 2 after hi world" in rows
-    assert task.outputs == {"greeting": "hi world", "count": "2"}
+    assert task.outputs == {"greeting": "hi world", "both": "hi world/yes", "count": "2"}
 
 
 async def test_a_remote_reusable_workflow_is_fetched_at_its_ref(self_hosted_actions: ExecutorHarness) -> None:
     gitea = self_hosted_actions.gitea
     gitea.create_repository("shared/ci")  # public: a task token reads its own repository and public ones
-    gitea.commit("shared/ci", {".github/workflows/greet.yml": CALLED}, tags=["v1"])
-    gitea.commit("shared/ci", {".github/workflows/greet.yml": CALLED.replace("hello", "changed")})
+    gitea.commit("shared/ci", {".github/workflows/greet.yml": GREET}, tags=["v1"])
+    gitea.commit("shared/ci", {".github/workflows/greet.yml": GREET.replace("hello", "changed")})
     task = await self_hosted_actions.run_job(
-        _caller("shared/ci/.github/workflows/greet.yml@v1"), secrets={"MY_TOKEN": "t0ps3cret"}
+        caller("shared/ci/.github/workflows/greet.yml@v1"), secrets={"MY_TOKEN": "t0ps3cret"}
     )
     assert task.result == Result.SUCCESS, "\n".join(task.log_rows)
-    assert "hello world x3 loud=true" in task.log_rows
+    assert "hello world x3 loud=true note=none" in task.log_rows
     assert task.outputs["greeting"] == "hi world"
-
-
-NESTED = """
-on:
-  workflow_call:
-    inputs:
-      path:
-        type: string
-    outputs:
-      deepest:
-        value: ${{{{ jobs.down.outputs.deepest }}}}
-jobs:
-  down:
-    uses: ./.gitea/workflows/level{next}.yml
-    with:
-      path: ${{{{ inputs.path }}}}/{next}
-    secrets: inherit
-"""
-
-BOTTOM = """
-on:
-  workflow_call:
-    inputs:
-      path:
-        type: string
-    outputs:
-      deepest:
-        value: ${{ jobs.leaf.outputs.path }}
-jobs:
-  leaf:
-    runs-on: self-hosted
-    outputs:
-      path: ${{ inputs.path }}
-    steps:
-      - run: echo "leaf at ${{ inputs.path }}, inherited ${{ secrets.MY_TOKEN }}"
-"""
-
-
-def _levels(count: int) -> dict[str, str]:
-    """Workflows level1..level<count>: each calls the next, the last runs a step."""
-    files = {f".gitea/workflows/level{i}.yml": NESTED.format(next=i + 1) for i in range(1, count)}
-    files[f".gitea/workflows/level{count}.yml"] = BOTTOM
-    return files
-
-
-TOP = """
-on: push
-jobs:
-  top:
-    uses: ./.gitea/workflows/level1.yml
-    with:
-      path: "1"
-    secrets: inherit
-  after:
-    needs: top
-    runs-on: self-hosted
-    steps:
-      - run: echo "deepest ${{ needs.top.outputs.deepest }}"
-"""
 
 
 async def test_nested_calls_up_to_ten_levels_and_outputs_for_a_later_job(
     self_hosted_actions: ExecutorHarness,
 ) -> None:
-    gitea = self_hosted_actions.gitea
-    gitea.create_repository("owner/repo", private=True)
-    gitea.commit("owner/repo", _levels(9))  # the caller + 9 levels of reusable workflows
-    claimed = await self_hosted_actions.claim(TOP, secrets={"MY_TOKEN": "inh3rited"})
+    gitea = the_callers_repository(self_hosted_actions, levels(9))  # the caller + 9 levels of reusable workflows
+    claimed = await self_hosted_actions.claim(nested_caller(), secrets={"MY_TOKEN": "inh3rited"})
     assert await self_hosted_actions.run(claimed) == 0
     task = gitea.task(claimed.task_id)
     assert task.result == Result.SUCCESS, "\n".join(task.log_rows)
@@ -220,16 +93,14 @@ jobs:
 
 @pytest.mark.parametrize("case", sorted(BAD))
 async def test_a_bad_call_fails_the_job_saying_why(self_hosted_actions: ExecutorHarness, case: str) -> None:
-    gitea = self_hosted_actions.gitea
-    gitea.create_repository("owner/repo", private=True)
     files = {
-        ".gitea/workflows/called.yml": CALLED,
+        ".gitea/workflows/called.yml": GREET,
         ".gitea/workflows/plain.yml": "on: push\njobs:\n  a:\n    runs-on: x\n    steps:\n      - run: echo\n",
         ".gitea/workflows/loop.yml": LOOP,
-        "ci/called.yml": CALLED,
-        **_levels(10),
+        "ci/called.yml": GREET,
+        **levels(10),
     }
-    gitea.commit("owner/repo", files)
+    the_callers_repository(self_hosted_actions, files)
     uses, expected = BAD[case]
     task = await self_hosted_actions.run_job(_bad_caller(case, uses))
     assert task.result == Result.FAILURE
@@ -258,9 +129,7 @@ jobs:
 
 
 async def test_a_cancel_stops_the_called_job_and_starts_no_other(self_hosted_actions: ExecutorHarness) -> None:
-    gitea = self_hosted_actions.gitea
-    gitea.create_repository("owner/repo", private=True)
-    gitea.commit("owner/repo", {".gitea/workflows/slow.yml": SLOW})
+    gitea = the_callers_repository(self_hosted_actions, {".gitea/workflows/slow.yml": SLOW})
     claimed = await self_hosted_actions.claim("on: push\njobs:\n  call:\n    uses: ./.gitea/workflows/slow.yml\n")
     running = asyncio.create_task(self_hosted_actions.run(claimed))
     await self_hosted_actions.wait_for_log(claimed.task_id, "first started")
@@ -274,10 +143,8 @@ async def test_a_cancel_stops_the_called_job_and_starts_no_other(self_hosted_act
 
 
 async def test_nested_calls_fetch_each_repository_once(self_hosted_actions: ExecutorHarness) -> None:
-    gitea = self_hosted_actions.gitea
-    gitea.create_repository("owner/repo", private=True)
-    gitea.commit("owner/repo", _levels(3))
-    task = await self_hosted_actions.run_job(TOP.split("  after:", maxsplit=1)[0], secrets={"MY_TOKEN": "x"})
+    the_callers_repository(self_hosted_actions, levels(3))
+    task = await self_hosted_actions.run_job(nested_caller(later=False), secrets={"MY_TOKEN": "x"})
     assert task.result == Result.SUCCESS, "\n".join(task.log_rows)
     assert sum(row.startswith("Download action repository 'owner/repo@") for row in task.log_rows) == 1
 
@@ -302,9 +169,7 @@ jobs:
 
 
 async def test_a_called_job_under_continue_on_error_lets_the_others_run(self_hosted_actions: ExecutorHarness) -> None:
-    gitea = self_hosted_actions.gitea
-    gitea.create_repository("owner/repo", private=True)
-    gitea.commit("owner/repo", {".gitea/workflows/tolerant.yml": TOLERANT})
+    the_callers_repository(self_hosted_actions, {".gitea/workflows/tolerant.yml": TOLERANT})
     task = await self_hosted_actions.run_job("on: push\njobs:\n  call:\n    uses: ./.gitea/workflows/tolerant.yml\n")
     assert task.result == Result.SUCCESS, "\n".join(task.log_rows)
     assert "ran after flaky, which was failure" in task.log_rows

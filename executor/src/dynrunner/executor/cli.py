@@ -16,6 +16,10 @@ SUBCOMMANDS = {
     "run": ("dynrunner.executor.run", "run one assigned Gitea task and report it"),
     "expr": ("dynrunner.executor.expr_cli", "evaluate GitHub Actions expressions"),
     "artifact": ("dynrunner.executor.runtime.cli", "import and list job-to-job artifacts"),
+    "stage-agent": (
+        "dynrunner.executor.containers.stage",
+        "copy the container agent and Node into a Pod's shared directory",
+    ),
 }
 
 

@@ -25,13 +25,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from dynrunner.executor.actions import Actions, NodeRuntime
 from dynrunner.executor.actions.reference import GITHUB_URL
 from dynrunner.executor.actions.store import SEEDED_CACHE_ENV, ActionStore
 from dynrunner.executor.containers.actions import PodmanImages
-from dynrunner.executor.containers.podman import NODE_MOUNT, ContainerError, JobContainers, Podman, PodmanConfig
+from dynrunner.executor.containers.pod import PodContainerConfig, PodJobContainer, sidecar_context
+from dynrunner.executor.containers.podman import JobContainers, Podman, PodmanConfig
+from dynrunner.executor.containers.source import JobContainerSource, start_within
 from dynrunner.executor.containers.spec import ContainerSpec, SpecError, read_job_containers
 from dynrunner.executor.contexts import (
     Environment,
@@ -106,6 +107,13 @@ class _JobParts:
 class JobResult:
     result: Result
     skipped: bool = False
+
+
+def _limit(limit_s: float, hard_deadline: float | None) -> float:
+    """`limit_s`, or less when the assignment's hard deadline comes first."""
+    if hard_deadline is None:
+        return limit_s
+    return min(limit_s, hard_deadline - asyncio.get_running_loop().time())
 
 
 def _when(deadline: datetime | None) -> float | None:
@@ -237,30 +245,30 @@ class JobRunner:
 
         node = NodeRuntime()
         podman = PodmanConfig.from_env(os.environ)
-        containers: JobContainers | None = None
+        pod = PodContainerConfig.from_env(os.environ) if self.frame is None else None
+        source: JobContainerSource | None = None
         base_env = process_base_env()
         processes: Processes = LOCAL
         job_spec: ContainerSpec | None = None
         service_specs: list[ContainerSpec] = []
-        provided = not job.container and bool(job.services) and _provided_services() == set(job.services)
+        provided = bool(job.services) and _provided_services() == set(job.services)
         if job.container or job.services:
-            assert podman is not None or provided  # _refusal said so otherwise
             try:
                 job_spec, service_specs = read_job_containers(job.container, job.services, evaluator.text)
             except (SpecError, ExpressionError) as err:
                 self.error(str(err))
                 return JobResult(Result.FAILURE)
-        if provided:
-            for service in service_specs:
-                if service.credentials:
-                    self.masker.add(service.credentials[1])
-            contexts.services = _sidecar_context(service_specs)
-            self.log(f"Services: {', '.join(s.name for s in service_specs)} (sidecars of the job's Pod, healthy)")
-        elif podman is not None and (job_spec is not None or service_specs):
             for spec in (job_spec, *service_specs):
                 if spec is not None and spec.credentials:
                     self.masker.add(spec.credentials[1])
-            containers = JobContainers(
+        if pod is not None and job_spec is not None:
+            source = PodJobContainer(pod, log=self.log)
+            podman = None  # the Pod is the job's boundary: no podman inside it
+        elif provided and job_spec is None:
+            contexts.services = sidecar_context(service_specs)
+            self.log(f"Services: {', '.join(s.name for s in service_specs)} (sidecars of the job's Pod, healthy)")
+        elif podman is not None and (job_spec is not None or service_specs):
+            source = JobContainers(
                 Podman(podman),
                 job_id=str(a.task.id),
                 root=ws.root,
@@ -268,16 +276,26 @@ class JobRunner:
                 log=self.log,
                 node=node.executable() if job_spec else "",
             )
-            ended = await self._start(containers, job_spec, service_specs, timeout * 60, _when(a.deadline))
-            if ended is not None:
-                await containers.close()
-                return ended
-            contexts.container = containers.job_context()
-            contexts.services = containers.services_context()
-            if job_spec is not None and containers.processes is not None:
-                base_env = {**containers.image_env, **job_spec.env}
-                processes = containers.processes
-                node = NodeRuntime(mounted_at=NODE_MOUNT)
+        if source is not None:
+            not_started = await start_within(
+                source,
+                job_spec,
+                service_specs,
+                limit_s=_limit(timeout * 60, _when(a.deadline)),
+                cancelled=self.reporter.cancelled,
+                shutdown=self.shutdown,
+            )
+            if not_started is not None:
+                (self.error if not_started.error else self.log)(not_started.message)
+                await source.close()
+                return JobResult(not_started.result)
+            contexts.container = source.job_context()
+            contexts.services = source.services_context()
+            if job_spec is not None and source.processes is not None:
+                base_env = {**source.image_env, **job_spec.env}
+                processes = source.processes
+                node = NodeRuntime(mounted_at=source.node_mount)
+        containers = source if isinstance(source, JobContainers) else None
         images = None
         if podman is not None:
             label = containers.prefix if containers else f"dynrunner-{a.task.id}"
@@ -304,51 +322,14 @@ class JobRunner:
                 processes,
                 images,
                 node,
+                identity=source is None or source.identity_reachable or job_spec is None,
+                workload_api=source is None or source.workload_api_reachable or job_spec is None,
             )
         finally:
             if images is not None:
                 await images.aclose()
-            if containers is not None:
-                await containers.close()
-
-    async def _start(
-        self,
-        containers: JobContainers,
-        job: ContainerSpec | None,
-        services: list[ContainerSpec],
-        limit_s: float,
-        hard_deadline: float | None,
-    ) -> JobResult | None:
-        """Start the job's containers; None once they run, else the job's result (logged why).
-        A cancel, the runner shutting down or the job's time running out stop a slow start
-        (a long pull, a service that takes its time to become healthy)."""
-        loop = asyncio.get_running_loop()
-        if hard_deadline is not None:
-            limit_s = min(limit_s, hard_deadline - loop.time())
-        start = asyncio.create_task(containers.start(job, services), name="job-containers-start")
-        cancelled = asyncio.create_task(self.reporter.cancelled.wait(), name="job-containers-cancel-watch")
-        shutdown = asyncio.create_task(self.shutdown.wait(), name="job-containers-shutdown-watch")
-        try:
-            await asyncio.wait({start, cancelled, shutdown}, timeout=max(limit_s, 0), return_when="FIRST_COMPLETED")
-        finally:
-            for task in (start, cancelled, shutdown):
-                task.cancel()
-            results = await asyncio.gather(start, cancelled, shutdown, return_exceptions=True)
-        if start.done() and not start.cancelled() and results[0] is None:
-            return None
-        error = results[0]
-        if isinstance(error, (ContainerError, OSError)):
-            self.error(str(error))
-        elif isinstance(error, BaseException) and not isinstance(error, asyncio.CancelledError):
-            raise error
-        elif self.reporter.cancelled.is_set():
-            self.log("The job was cancelled while its containers started.")
-            return JobResult(Result.CANCELLED)
-        elif self.shutdown.is_set():
-            self.error("The runner is shutting down: the job's containers were not started.")
-        else:
-            self.error(f"The job's containers did not start within the job's time ({limit_s / 60:.0f} minutes).")
-        return JobResult(Result.FAILURE)
+            if source is not None:
+                await source.close()
 
     async def _steps(
         self,
@@ -357,8 +338,14 @@ class JobRunner:
         processes: Processes,
         images: ContainerImages | None,
         node: NodeRuntime,
+        *,
+        identity: bool,
+        workload_api: bool,
     ) -> JobResult:
-        """The steps, the post stages and the job's outputs, once its environment is ready."""
+        """The steps, the post stages and the job's outputs, once its environment is ready;
+        `identity`: whether the steps can reach the ID-token endpoint (not in a podman job
+        container), `workload_api`: whether the Workload API issues them the job's SVID (not in
+        any job container)."""
         a = self.assignment
         job = self.workflow.job
         where, contexts, evaluator, scope, runtime, signals = (
@@ -373,15 +360,19 @@ class JobRunner:
         ws = runtime.workspace
         github = contexts.github
         id_request_token = str((a.task.context or {}).get("actions_id_token_request_token", ""))
-        id_tokens = await open_id_tokens(
-            a, grant_of(self.workflow.permissions, self.workflow.job.permissions), self.masker.add, self.log
-        )
+        grant = grant_of(self.workflow.permissions, self.workflow.job.permissions)
+        id_tokens = await open_id_tokens(a, grant, self.masker.add, self.log) if identity else None
+        if not identity and (grant.granted or a.executor.identity.enabled):
+            self.log(
+                "The job's identity (SPIFFE_ENDPOINT_SOCKET, OIDC ID tokens) is not available to steps in a podman "
+                "job container (docs/containers.md)."
+            )
         services = await open_services(a.executor.cache, _runtime_token(a), self.warning)
         environment = StepEnvironment(
             base_env,
             runner_env(github, where, _runtime_token(a), runner_debug, id_request_token)
             | services.env()
-            | workload_api_env(a.executor.identity)
+            | (workload_api_env(a.executor.identity) if workload_api else {})
             | (id_tokens.env() if id_tokens else {}),
             ws.bin_dir,
         )
@@ -476,13 +467,20 @@ class JobRunner:
             return f"The assignment is for job {key!r}, but the workflow Gitea sent holds job {job.key!r}."
         if not (job.container or job.services):
             return None
-        if not job.container and _provided_services() == set(job.services):
-            return None  # the job's Pod runs them as sidecars (docs/kubernetes.md, "Services")
+        provided = not job.services or _provided_services() == set(job.services)
+        pod_container = job.container and self.frame is None and PodContainerConfig.from_env(os.environ) is not None
+        if provided and (not job.container or pod_container):
+            return None  # the job's Pod runs them (docs/containers.md, "Pods: job containers")
         what = "sets `container:`" if job.container else f"declares `services:` ({', '.join(sorted(job.services))})"
         if self.assignment.backend == "kubernetes":
+            if job.container and self.frame is not None:
+                return (
+                    f"The job {what} in a called workflow, which this runner does not run in Pod pools: the job's "
+                    "Pod has one job container, the calling job's. Run the called job in a local or VM pool."
+                )
             return (
-                f"The job {what}, which this runner does not run in Pod pools yet: job and service containers "
-                "run in local and VM pools with podman (docs/containers.md). Use such a pool, or remove it."
+                f"The job {what}, which its Pod was not built to run (by a controller older than this executor): "
+                "run the job in a local or VM pool, or update the controller (docs/containers.md)."
             )
         if PodmanConfig.from_env(os.environ) is None:
             return (
@@ -560,12 +558,3 @@ def _runtime_token(a: Assignment) -> str:
 def _provided_services() -> set[str]:
     """The services the job's Pod already runs as sidecars (set by the Kubernetes backend)."""
     return {name for name in os.environ.get(SERVICES_PROVIDED_ENV, "").split(",") if name}
-
-
-def _sidecar_context(specs: list[ContainerSpec]) -> dict[str, Any]:
-    """`job.services` for sidecars: no container id the job could use, the Pod's network, and
-    each port as itself (reached on localhost or the service's name)."""
-    return {
-        spec.name: {"id": "", "network": "", "ports": {p.rsplit(":", 1)[-1]: p.rsplit(":", 1)[-1] for p in spec.ports}}
-        for spec in specs
-    }

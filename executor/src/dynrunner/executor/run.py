@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from dynrunner.executor.containers.pod import job_container_socket, shutdown_agent
 from dynrunner.executor.job import JobResult, JobRunner, JobSettings
 from dynrunner.executor.masking import Masker
 from dynrunner.executor.reporter import Reporter, ReporterConfig
@@ -131,8 +132,19 @@ def _masker(a: Assignment) -> Masker:
 
 
 async def run_assignment(data: bytes, options: RunOptions | None = None) -> int:
-    """Run (or refuse) one encoded assignment; returns the exit status."""
-    options = options or RunOptions()
+    """Run (or refuse) one encoded assignment; returns the exit status. In a Pod with a job
+    container, its agent is then asked to shut down, whatever happened (the job loop asks
+    first when it ran the job; this covers a job refused, skipped or failed before), so the
+    Pod ends with the executor (docs/containers.md)."""
+    try:
+        return await _run_assignment(data, options or RunOptions())
+    finally:
+        socket = job_container_socket()
+        if socket is not None:
+            await asyncio.shield(shutdown_agent(socket))
+
+
+async def _run_assignment(data: bytes, options: RunOptions) -> int:
     try:
         assignment = decode(data)
     except AssignmentError as err:

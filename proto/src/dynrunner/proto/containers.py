@@ -18,6 +18,12 @@ from typing import Any
 SERVICES_PROVIDED_ENV = "DYNRUNNER_SERVICES_PROVIDED"
 """Set for an executor whose environment already runs the job's services (a Kubernetes Pod's
 sidecars): their names, comma-separated; the executor then starts none itself."""
+JOB_CONTAINER_SOCKET_ENV = "DYNRUNNER_JOB_CONTAINER_SOCKET"
+"""Set for an executor whose Pod runs the job container (`job`, command `dynrunner-agent`):
+the agent's socket in the shared `emptyDir` (`/__dynrunner/agent.sock`); no podman then."""
+JOB_CONTAINER_NODE_ENV = "DYNRUNNER_JOB_CONTAINER_NODE"
+"""Beside JOB_CONTAINER_SOCKET_ENV: where the job container sees the staged Node binary
+(`/__dynrunner/node/bin/node`), for Node actions."""
 JOB_CONTAINER = "jobs.<job_id>.container"
 JOB_CONTAINER_ENV = "jobs.<job_id>.container.env.<env_id>"
 JOB_CONTAINER_CREDENTIALS = "jobs.<job_id>.container.credentials"

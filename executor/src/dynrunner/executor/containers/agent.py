@@ -3,7 +3,8 @@
 One unix connection per process: a `run` frame (argv, the whole environment, cwd), then the
 agent's `out` frames until `exit` (or `error`: it could not start). Stopping sends the step's
 process group SIGINT, SIGTERM after `sigint_grace`, SIGKILL after `sigterm_grace`, as a local
-step is stopped. Frames: a type byte, a 4-byte big-endian length, the payload.
+step is stopped. `which`, `env` and `shutdown` are one request and one answer each.
+Frames: a type byte, a 4-byte big-endian length, the payload.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from dynrunner.executor.steps.process import LineSplitter, StopTimings
 
-RUN, SIGNAL, WHICH = b"r", b"s", b"w"
+RUN, SIGNAL, WHICH, ENV, SHUTDOWN = b"r", b"s", b"w", b"v", b"q"
 OUT, EXIT, ERROR, PATH = b"o", b"x", b"e", b"p"
 HEAD = struct.Struct(">cI")
 MAX_FRAME = 1 << 24
@@ -55,23 +56,48 @@ class AgentProcesses:
         except OSError as err:
             raise AgentError(f"the job container's agent is not reachable at {self.socket}: {err}") from err
 
+    async def _ask(self, kind: bytes, payload: bytes) -> tuple[bytes, bytes]:
+        """One request, one answer (`which`, `env`, `shutdown`)."""
+        reader, writer = await self._connect()
+        try:
+            writer.write(frame(kind, payload))
+            await writer.drain()
+            return await read_frame(reader)
+        except (asyncio.IncompleteReadError, ConnectionError) as err:
+            raise AgentError(f"the job container's agent broke off: {err}") from err
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+
     async def which(self, names: Sequence[str], path: str) -> dict[str, str]:
         found: dict[str, str] = {}
         for name in names:
-            reader, writer = await self._connect()
-            try:
-                writer.write(frame(WHICH, json.dumps({"name": name, "path": path}).encode()))
-                await writer.drain()
-                kind, payload = await read_frame(reader)
-            except (asyncio.IncompleteReadError, ConnectionError) as err:
-                raise AgentError(f"the job container's agent broke off: {err}") from err
-            finally:
-                writer.close()
-                with contextlib.suppress(OSError):
-                    await writer.wait_closed()
+            kind, payload = await self._ask(WHICH, json.dumps({"name": name, "path": path}).encode())
             if kind == PATH and payload:
                 found[name] = payload.decode()
         return found
+
+    async def env(self) -> dict[str, str]:
+        """The agent's own environment: in a Pod's job container, the image's ENV and
+        `container.env` (the agent is the container's first process)."""
+        kind, payload = await self._ask(ENV, b"")
+        if kind != ENV:
+            raise AgentError(f"the agent answered `env` with a frame {kind!r} (is it older than this executor?)")
+        try:
+            items = json.loads(payload)
+        except ValueError as err:
+            raise AgentError(f"the agent's environment is not a JSON list: {err}") from err
+        if not isinstance(items, list):
+            raise AgentError("the agent's environment is not a JSON list")
+        return dict(str(item).partition("=")[::2] for item in items)
+
+    async def shutdown(self) -> int:
+        """Ask the agent to kill every process group it started and exit; how many it killed."""
+        kind, payload = await self._ask(SHUTDOWN, b"")
+        if kind != SHUTDOWN:
+            raise AgentError(f"the agent answered `shutdown` with a frame {kind!r}")
+        return int(payload or b"0")
 
     async def run(
         self,

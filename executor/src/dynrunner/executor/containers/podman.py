@@ -146,7 +146,13 @@ class Started:
 
 
 class JobContainers:
-    """The containers of one job; `start` before the first step, `close` after the last."""
+    """The containers of one job; `start` before the first step, `close` after the last
+    (`JobContainerSource`, containers/source.py)."""
+
+    node_mount = NODE_MOUNT
+    identity_reachable = False
+    """A podman job container has its own network namespace and no Workload API socket."""
+    workload_api_reachable = False
 
     def __init__(
         self,

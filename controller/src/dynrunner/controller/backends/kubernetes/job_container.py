@@ -31,17 +31,15 @@ from dynrunner.controller.backends.kubernetes.services import (
     user,
     volume_mounts,
 )
-from dynrunner.proto.containers import ContainerSpec
+from dynrunner.proto.containers import JOB_CONTAINER_NODE_ENV, JOB_CONTAINER_SOCKET_ENV, ContainerSpec
 
 AGENT_VOLUME = "dynrunner-agent"
 AGENT_DIR = "/__dynrunner"
 AGENT = f"{AGENT_DIR}/dynrunner-agent"
 AGENT_SOCKET = f"{AGENT_DIR}/agent.sock"
 AGENT_NODE = f"{AGENT_DIR}/node/bin/node"
-SOCKET_ENV = "DYNRUNNER_JOB_CONTAINER_SOCKET"
-"""Tells the executor its steps run through the agent at this socket (it starts no podman)."""
-NODE_ENV = "DYNRUNNER_JOB_CONTAINER_NODE"
-"""Where the job container sees the executor's Node (for Node actions)."""
+SOCKET_ENV = JOB_CONTAINER_SOCKET_ENV
+NODE_ENV = JOB_CONTAINER_NODE_ENV
 STAGE_AGENT = "stage-agent"
 """The executor's subcommand that copies the agent and Node into a directory."""
 
