@@ -31,7 +31,6 @@ import pytest
 
 from dynrunner.controller.config.model import ControllerConfig
 from dynrunner.doubles.gitea import GiteaDouble
-from dynrunner.executor.cli import SUBCOMMANDS
 from tests.fixtures import redis_like
 from tests.fixtures.harness import in_process, wait_run_done
 from tests.fixtures.kubernetes_backend import kube_controller_data
@@ -76,9 +75,6 @@ async def test_claim_to_first_step_in_pods(
             "job container + redis service": {"container": True, "service": port},
             "redis service, steps in the executor": {"container": False, "service": port},
         }
-        if "stage-agent" not in SUBCOMMANDS:
-            print("job containers in Pods: the executor has no `stage-agent` yet: those variants not measured")
-            variants = {k: v for k, v in variants.items() if not v["container"]}
         figures: dict[str, dict[str, list[float]]] = {name: {"delay": [], "wall": []} for name in variants}
         with kube_cluster_factory(**options) as cluster:
             kubeconfig = cluster.api.write_kubeconfig(tmp_path / "kubeconfig")

@@ -22,7 +22,6 @@ import pytest
 from dynrunner.controller.config.model import ControllerConfig
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.doubles.kubernetes.cluster import Cluster
-from dynrunner.executor.cli import SUBCOMMANDS
 from tests.fixtures import redis_like
 from tests.fixtures.gitea import GiteaFactory
 from tests.fixtures.harness import in_process, wait_for, wait_run_done
@@ -74,12 +73,6 @@ runs:
 """,
 }
 PROBE = f"python {redis_like.__file__} probe {{port}}"
-
-pytestmark = pytest.mark.skipif(
-    "stage-agent" not in SUBCOMMANDS,
-    reason="needs the executor side of Pod job containers (branch podjobexe: `dynrunner-executor stage-agent`, "
-    "the agent's `env` and `shutdown`) and the controller side (branch podjobctl: the Pod's `job` container)",
-)
 
 
 def workflow(port: int, health: str) -> str:
@@ -301,8 +294,9 @@ async def test_an_executor_image_without_the_agent_fails_the_job_saying_so(
             done = await wait_run_done(gitea, run.id, within=90)
             text = log_of(gitea, run.id)
             assert done.status == "failure", text
-            assert "dynrunner-agent-install" in text, text
-            assert "dynrunner-agent" in text and "sleeping under" not in text, text
+            assert "the agent for the job container could not be installed: dynrunner-agent-install" in text, text
+            assert "the container agent (dynrunner-agent, `make agent`) is not installed here" in text, text
+            assert "sleeping under" not in text, text
             await nothing_left(cluster, running)
 
 
