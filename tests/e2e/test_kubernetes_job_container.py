@@ -4,11 +4,12 @@ a `job` container (the job image) running that agent; the executor runs every st
 (docs/containers.md, "Pods: job containers"). The kubelet double runs it all as local
 processes (tests/fixtures/pod_job_containers.py): the steps see the job image's environment and
 the container spec's `env`, the workspace at the executor's path, a service on `localhost`
-started before the first step; Node and composite actions run there too; a cancel stops a step
-there and the `always()` step still runs; an unhealthy service fails the job naming it. Every
-Pod's agent (PID 1 of `job`) is ended by the executor's `shutdown` request,
-and nothing is left: no Pod, Secret (the pull Secret too) or ClusterStaticEntry, no agent
-process, no step process."""
+started before the first step, the executor's ID-token endpoint; Node and composite actions
+run there too; a cancel stops a step there and the `always()` step still runs; an unhealthy
+service fails the job naming it; a job whose agent cannot be staged, or whose executor is
+killed before it ends the agent, fails with the reason. Every Pod's agent (PID 1 of `job`) is
+ended by the executor's `shutdown` request or by the Pod's deletion, and nothing is left: no
+Pod, Secret (the pull Secret too) or ClusterStaticEntry, no agent process, no step process."""
 
 from __future__ import annotations
 
@@ -81,6 +82,8 @@ on: push
 jobs:
   build:
     runs-on: [self-hosted, local]
+    permissions:
+      id-token: write
     container:
       image: {JOB_IMAGE}
       env:
@@ -115,6 +118,16 @@ jobs:
         with:
           who: ${{{{ steps.node.outputs.said }}}}
       - run: echo "${{{{ steps.greet.outputs.said }}}}; the workspace has $(cat shared.txt)"
+      - run: |
+          python3 - <<'PY'
+          import base64, json, os, urllib.request
+          url = os.environ["ACTIONS_ID_TOKEN_REQUEST_URL"] + "&audience=sts.example"
+          bearer = {{"Authorization": "Bearer " + os.environ["ACTIONS_ID_TOKEN_REQUEST_TOKEN"]}}
+          token = json.load(urllib.request.urlopen(urllib.request.Request(url, headers=bearer), timeout=10))["value"]
+          part = token.split(".")[1]
+          claims = json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))
+          print("ID token for", claims["sub"], "audience", claims["aud"])
+          PY
 """
 
 
@@ -219,6 +232,8 @@ async def test_steps_and_actions_run_in_the_job_container_beside_a_service(
     assert f"node action for pods: the staged node, parent dynrunner-agent, image {IMAGE_MARK}" in text, text
     assert f"composite step under dynrunner-agent sees {IMAGE_MARK}" in text, text
     assert "greeted hello pods; the workspace has from the first step" in text, text
+    # The executor's ID-token endpoint on the Pod's loopback answers a step in `job`.
+    assert "ID token for spiffe://example.org/ci/acme/app/build audience sts.example" in text, text
 
     spec = versions[0]["spec"]
     assert spec["initContainers"][0]["name"] == "dynrunner-agent-install"
