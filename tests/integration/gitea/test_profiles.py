@@ -20,6 +20,7 @@ from dynrunner.doubles.gitea.profiles import PROFILES
 from dynrunner.proto.gitea import Internal, LogRow, Result, StepState, TaskState, Unauthenticated, Unavailable
 from tests.fixtures.gitea import GiteaFactory
 from tests.fixtures.gitea_calls import final_state, job, now, register, workflow
+from tests.fixtures.harness import wait_for
 
 RELEASED = ("1.24", "1.25", "1.26")
 EVERY = (*RELEASED, "main")
@@ -156,11 +157,14 @@ async def test_a_fetch_cancelled_after_its_claim_is_released_only_on_main(
     gitea.hooks.build_delay_s = 0.4
     with pytest.raises(Unavailable):
         await runner.fetch_task(0, timeout_s=0.1)
-    await asyncio.sleep(0.5)
-    [claimed] = gitea.jobs(run.id)
+    # The claim is released (or kept) when the double's FetchTask ends, 0.4 s on, later under load.
+    await wait_for(lambda: gitea.costs().calls.get("FetchTask"), within=30, what="the FetchTask to end")
     if gitea_profile == "main":
-        assert (claimed.status, claimed.task_id) == ("waiting", 0)
+        await wait_for(lambda: gitea.jobs(run.id)[0].status == "waiting", within=30, what="the claim released")
+        assert gitea.jobs(run.id)[0].task_id == 0
         return
+    await asyncio.sleep(0.2)  # a release would follow the call's end at once
+    [claimed] = gitea.jobs(run.id)
     assert claimed.status == "running" and claimed.task_id != 0
     gitea.hooks.build_delay_s = 0
     assert (await runner.fetch_task(0)).task is None  # the runner holds a running task
