@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -115,7 +116,7 @@ def test_a_pod_runs_as_a_process_with_its_secret_volume_env_and_working_director
         and terminated.started_at
         and terminated.container_id.startswith("containerd://")
     )
-    out = json.loads(next(cluster.root.rglob("out.json")).read_text())
+    out = json.loads((next(cluster.root.rglob("volumes/ws")) / "out.json").read_text())
     assert out["files"] == {"token-file": "t0k", "user": "ci"} and out["mode"] == "0o440"
     assert out["env"] == {
         "GREETING": "hello",
@@ -291,6 +292,23 @@ def test_oom_killed(cluster, v1):
     assert (terminated.exit_code, terminated.reason) == (137, "OOMKilled")
 
 
+def test_one_container_oom_killed_leaves_the_others_and_the_pod_running(cluster, v1):
+    body = with_inits("half", [], [shared("executor", "sleep 30"), shared("job", "sleep 30")])
+    del body["spec"]["initContainers"]
+    v1.create_namespaced_pod("default", body)
+    phase(v1, "half", "Running")
+    cluster.oom_kill("default", "half", "executor")
+
+    def executor_ended() -> Any:
+        p = v1.read_namespaced_pod("half", "default")
+        states = {s.name: s.state for s in p.status.container_statuses}
+        return states["executor"].terminated and (p, states)
+
+    p, states = wait_for(executor_ended)
+    assert (states["executor"].terminated.exit_code, states["executor"].terminated.reason) == (137, "OOMKilled")
+    assert p.status.phase == "Running" and states["job"].running
+
+
 def test_evicted(cluster, v1):
     v1.create_namespaced_pod("default", pod("ev", "sleep 30"))
     phase(v1, "ev", "Running")
@@ -434,3 +452,212 @@ def test_stopping_the_cluster_ends_and_reaps_every_container(kube_cluster_factor
         for name in ("a", "b"):
             phase(v1, name, "Running")
     gc.collect()
+
+
+def shared(name: str, script: str, **container: Any) -> dict[str, Any]:
+    """A busybox container mounting the Pod's emptyDir `tools` at /tools."""
+    return {"name": name, "image": SH, "args": [script], "volumeMounts": [{"name": "tools", "mountPath": "/tools"}]} | (
+        container
+    )
+
+
+def with_inits(name: str, inits: list[dict[str, Any]], containers: list[dict[str, Any]]) -> dict[str, Any]:
+    spec = {"restartPolicy": "Never", "initContainers": inits, "containers": containers}
+    return {"metadata": {"name": name}, "spec": {**spec, "volumes": [{"name": "tools", "emptyDir": {}}]}}
+
+
+def condition_of(p: client.V1Pod, type_: str) -> tuple[str, str | None, str | None]:
+    found = next(c for c in p.status.conditions if c.type == type_)
+    return found.status, found.reason, found.message
+
+
+def test_init_containers_run_in_order_each_to_completion_before_the_next_and_the_main_containers(v1, cluster):
+    """The second init container stages a program into the shared emptyDir; the sidecar after
+    it starts only then; the main container runs the staged program by its container path."""
+    stage = "echo second >> /tools/order; printf '#!/bin/sh\\necho staged \"$@\"\\n' > /tools/run; chmod 755 /tools/run"
+    body = with_inits(
+        "inits",
+        [
+            shared("first", "sleep 1; echo first >> /tools/order"),
+            shared("second", stage),
+            shared("side", "echo side >> /tools/order; exec sleep 30", restartPolicy="Always"),
+        ],
+        [shared("main", "", command=["/tools/run", "hello"], args=[])],
+    )
+    v1.create_namespaced_pod("default", body)
+
+    def first_running() -> Any:
+        p = v1.read_namespaced_pod("inits", "default")
+        return any(s.name == "first" and s.state.running for s in p.status.init_container_statuses or []) and p
+
+    during = wait_for(first_running)
+    assert during.status.phase == "Pending"
+    assert [s.state.waiting.reason for s in during.status.container_statuses] == ["PodInitializing"]
+    assert [s.state.waiting.reason for s in during.status.init_container_statuses[1:]] == ["PodInitializing"] * 2
+    assert condition_of(during, "Initialized") == (
+        "False",
+        "ContainersNotInitialized",
+        "containers with incomplete status: [first second side]",
+    )
+
+    done = phase(v1, "inits", "Succeeded", "Failed")
+    assert done.status.phase == "Succeeded", done.status
+    assert v1.read_namespaced_pod_log("inits", "default", container="main") == "staged hello\n"
+    assert (next(cluster.root.rglob("volumes/tools")) / "order").read_text().split() == ["first", "second", "side"]
+    statuses = {s.name: s for s in done.status.init_container_statuses}
+    for name in ("first", "second"):
+        terminated = statuses[name].state.terminated
+        assert (terminated.exit_code, terminated.reason, statuses[name].ready) == (0, "Completed", True)
+    assert condition_of(done, "Initialized")[0] == "True"
+    side = wait_for(
+        lambda: (
+            (
+                s := next(
+                    s
+                    for s in v1.read_namespaced_pod("inits", "default").status.init_container_statuses
+                    if s.name == "side"
+                )
+            ).state.terminated
+            and s
+        )
+    )
+    assert (side.state.terminated.exit_code, side.ready, side.started) == (143, False, False), "stopped by SIGTERM"
+    started = [m.removeprefix("Started container ") for _, r, m in events(v1, "inits") if r == "Started"]
+    assert started == ["first", "second", "side", "main"]
+
+
+def test_a_failing_init_container_fails_the_pod_and_nothing_after_it_runs(v1, cluster):
+    body = with_inits(
+        "broken",
+        [
+            shared("ok", "true"),
+            shared("bad", "echo no agent here >&2; exit 3", terminationMessagePolicy="FallbackToLogsOnError"),
+            shared("never", "touch /tools/never"),
+        ],
+        [shared("main", "touch /tools/main")],
+    )
+    v1.create_namespaced_pod("default", body)
+    done = phase(v1, "broken", "Failed")
+    statuses = {s.name: s for s in done.status.init_container_statuses}
+    bad = statuses["bad"].state.terminated
+    assert (bad.exit_code, bad.reason, bad.message, statuses["bad"].ready) == (3, "Error", "no agent here", False)
+    assert statuses["ok"].state.terminated.reason == "Completed" and statuses["ok"].ready
+    assert statuses["never"].state.waiting.reason == "PodInitializing"
+    assert done.status.container_statuses[0].state.waiting.reason == "PodInitializing"
+    assert condition_of(done, "Initialized") == (
+        "False",
+        "ContainersNotInitialized",
+        "containers with incomplete status: [bad never]",
+    )
+    assert condition_of(done, "Ready")[:2] == ("False", "PodFailed")
+    tools = next(cluster.root.rglob("volumes/tools"))
+    assert not (tools / "never").exists() and not (tools / "main").exists()
+    started = [m for _, r, m in events(v1, "broken") if r == "Started"]
+    assert started == ["Started container ok", "Started container bad"]
+
+
+def test_a_pod_keeps_running_while_any_container_runs(v1, cluster):
+    """restartPolicy Never: `executor` exiting does not end the Pod while `job` still runs; the
+    phase comes when both have ended (Failed: the executor's exit 2, though `job` exited 0)."""
+    body = with_inits(
+        "pair",
+        [],
+        [shared("executor", "exit 2"), shared("job", "while [ ! -e /tools/stop ]; do sleep 0.05; done")],
+    )
+    del body["spec"]["initContainers"]
+    v1.create_namespaced_pod("default", body)
+
+    def executor_ended() -> Any:
+        p = v1.read_namespaced_pod("pair", "default")
+        states = {s.name: s.state for s in p.status.container_statuses or []}
+        return states.get("executor") and states["executor"].terminated and p
+
+    ended = wait_for(executor_ended)
+    for _ in range(10):
+        now_ = v1.read_namespaced_pod("pair", "default")
+        job = next(s for s in now_.status.container_statuses if s.name == "job")
+        assert now_.status.phase == "Running" and job.state.running, now_.status
+    (next(cluster.root.rglob("volumes/tools")) / "stop").touch()
+    done = phase(v1, "pair", "Succeeded", "Failed")
+    states = {s.name: s.state.terminated for s in done.status.container_statuses}
+    assert done.status.phase == "Failed" and (states["executor"].exit_code, states["job"].exit_code) == (2, 0)
+    assert ended.status.container_statuses[0].state.terminated.exit_code == 2
+
+
+def test_a_pod_deleted_while_an_init_container_runs_stops_it(v1, cluster):
+    script = "trap 'echo got-term; exit 143' TERM; echo started; while true; do sleep 0.05; done"
+    body = with_inits("stuck", [shared("wait", script)], [shared("main", "touch /tools/main")])
+    body["spec"]["terminationGracePeriodSeconds"] = 5
+    v1.create_namespaced_pod("default", body)
+    wait_for(lambda: (log := next(cluster.root.rglob("wait.log"), None)) and "started" in log.read_text())
+    v1.delete_namespaced_pod("stuck", "default")
+    wait_for(lambda: not v1.list_namespaced_pod("default", field_selector="metadata.name=stuck").items)
+    assert "got-term" in next(cluster.root.rglob("wait.log")).read_text()
+    assert "Started container main" not in [m for _, _, m in events(v1, "stuck")]
+    assert not any(ref.pod_name == "stuck" for ref in cluster.registry.values())
+
+
+def test_a_job_container_runs_the_agent_an_init_container_staged(v1, cluster):
+    """The shape of a Pod job with `container:` (docs/containers.md): an init container copies
+    the agent into the `emptyDir` at /__dynrunner, the `job` container's command is that copy
+    (its path rewritten to the emptyDir's host directory) with its socket there; the Pod stays
+    Running after `executor` exits while the agent runs, and a delete stops the agent."""
+    from tests.fixtures.agent import agent_binary
+    from tests.fixtures.pod_job_containers import agent_processes
+
+    agent = agent_binary()
+    mount = [{"name": "agent", "mountPath": "/__dynrunner"}]
+    stage = f"cp {agent} /__dynrunner/dynrunner-agent && chmod 0755 /__dynrunner/dynrunner-agent"
+    body = {
+        "metadata": {"name": "job-pod"},
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 2,
+            "volumes": [{"name": "agent", "emptyDir": {}}],
+            "initContainers": [
+                {"name": "dynrunner-agent-install", "image": SH, "args": [stage], "volumeMounts": mount}
+            ],
+            "containers": [
+                {"name": "executor", "image": SH, "args": ["test -S /__dynrunner/agent.sock || sleep 1"]}
+                | {"volumeMounts": mount},
+                {
+                    "name": "job",
+                    "image": SH,
+                    "command": ["/__dynrunner/dynrunner-agent", "/__dynrunner/agent.sock"],
+                    "volumeMounts": mount,
+                },
+            ],
+        },
+    }
+    v1.create_namespaced_pod("default", body)
+    staged = wait_for(
+        lambda: (
+            (volume := next(cluster.root.rglob("volumes/agent"), None))
+            and (volume / "agent.sock").exists()
+            and (volume / "agent.sock")
+        )
+    )
+    assert staged.is_socket() and (staged.parent / "dynrunner-agent").stat().st_mode & 0o777 == 0o755
+    wait_for(
+        lambda: any(
+            s.name == "executor" and s.state.terminated
+            for s in v1.read_namespaced_pod("job-pod", "default").status.container_statuses
+        )
+    )
+    p = v1.read_namespaced_pod("job-pod", "default")
+    assert p.status.phase == "Running" and next(s for s in p.status.container_statuses if s.name == "job").state.running
+    assert agent_processes(cluster), "the staged agent runs"
+    v1.delete_namespaced_pod("job-pod", "default")
+    wait_for(lambda: not v1.list_namespaced_pod("default", field_selector="metadata.name=job-pod").items)
+    wait_for(lambda: not agent_processes(cluster))
+
+
+def test_a_containers_processes_end_with_it_even_in_process_groups_of_their_own(v1, cluster):
+    """As the kernel ends a PID namespace with its init: a background job of the container's
+    shell in its own process group (`set -m`; an agent's steps are the same) does not outlive it."""
+    body = with_inits("bg", [], [shared("main", "set -m; sleep 614 & echo $! > /tools/bg; sleep 0.2")])
+    del body["spec"]["initContainers"]
+    v1.create_namespaced_pod("default", body)
+    assert phase(v1, "bg", "Succeeded", "Failed").status.phase == "Succeeded"
+    pid = int((next(cluster.root.rglob("volumes/tools")) / "bg").read_text())
+    wait_for(lambda: not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text())

@@ -169,9 +169,14 @@ class Cluster:
 
         self.api.call(find)
 
-    def oom_kill(self, namespace: str, name: str) -> None:
-        """The kernel's OOM killer takes the Pod's container: exit 137, reason OOMKilled."""
-        self._worker_call(namespace, name, lambda w: w.terminate("", "", 0, "OOMKilled"))
+    def oom_kill(self, namespace: str, name: str, container: str | None = None) -> None:
+        """The kernel's OOM killer takes the Pod's containers (or only `container`, whose
+        memory limit it reached): exit 137, reason OOMKilled. One container killed leaves the
+        others running, and the Pod with them."""
+        if container is None:
+            self._worker_call(namespace, name, lambda w: w.terminate("", "", 0, "OOMKilled"))
+        else:
+            self._worker_call(namespace, name, lambda w: w.oom_kill(container))
 
     def evict(self, namespace: str, name: str, resource: str = "memory") -> None:
         """The kubelet evicts the Pod under node pressure: phase Failed, reason Evicted."""

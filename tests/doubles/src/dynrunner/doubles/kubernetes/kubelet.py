@@ -1,7 +1,15 @@
 """A kubelet double: registers its Node, and for each Pod bound to it mounts the volumes,
 "pulls" the images (as configured in `Image`s), and really runs each container as a local
 process in a session of its own, reporting phases, container states, conditions and
-events as pkg/kubelet does (restartPolicy Never; init containers are not modelled).
+events as pkg/kubelet does (restartPolicy Never).
+
+Init containers run in spec order, as kuberuntime's computeInitContainerActions does: a
+regular one runs to completion before the next one starts (exit 0 → terminated Completed,
+`ready: true`); one that fails fails the Pod (phase Failed, its terminated state, Initialized
+False "containers with incomplete status: [...]"; `kubectl` renders that as `Init:Error`);
+a native sidecar (`restartPolicy: Always`) is started, and the next one waits for its startup
+probe. The main containers then start together and the Pod runs while any of them runs (a
+`job` container beside `executor` keeps it Running until it exits too), then the sidecars stop.
 
 Termination follows the kubelet's killPod: a Pod deleted by someone else (deletionTimestamp
 set) gets a `Killing` event, SIGTERM, its grace period, SIGKILL, a final status, then the
@@ -14,7 +22,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -58,6 +68,14 @@ class _Terminate(Exception):
     pass
 
 
+class _InitFailed(Exception):
+    """A regular init container failed: with restartPolicy Never the Pod fails."""
+
+
+def _has(pod: Obj, name: str) -> bool:
+    return any(c["name"] == name for kind in ("initContainers", "containers") for c in pod["spec"].get(kind) or [])
+
+
 class PodWorker:
     def __init__(self, kubelet: Kubelet, pod: Obj) -> None:
         self.kubelet = kubelet
@@ -70,8 +88,13 @@ class PodWorker:
         self.procs: dict[str, asyncio.subprocess.Process] = {}
         self.started_at: dict[str, str] = {}
         self.container_ids: dict[str, str] = {}
+        self.oom_killed: set[str] = set()
         self.sidecars: dict[str, asyncio.subprocess.Process] = {}
         """Native sidecars (init containers with `restartPolicy: Always`) now running."""
+
+    def processes(self) -> list[asyncio.subprocess.Process]:
+        """Every process of the Pod: main and running init containers, and sidecars."""
+        return [*self.procs.values(), *self.sidecars.values()]
 
     # --- store access -------------------------------------------------------------------
     def pod(self) -> Obj | None:
@@ -88,28 +111,38 @@ class PodWorker:
         with contextlib.suppress(status.ApiError):
             self.kubelet.store.update(resources.PODS, self.namespace, self.name, new, "status")
 
-    def event(self, type_: str, reason: str, message: str, container: str = "", kind: str = "containers") -> None:
+    def event(self, type_: str, reason: str, message: str, container: str = "", kind: str = "") -> None:
         pod = self.pod()
         if pod is None or self.kubelet.lost:
             return
+        if container and not kind:
+            kind = self.spec_of(pod, container)[1] if _has(pod, container) else "containers"
         presented = {**pod, "apiVersion": "v1", "kind": "Pod"}
         self.kubelet.recorder.event(
             presented, type_, reason, message, f"spec.{kind}{{{container}}}" if container else ""
         )
 
     def set_init_container(self, name: str, entry: dict[str, Any]) -> None:
-        def mutate(st: dict[str, Any]) -> None:
-            st["initContainerStatuses"] = [
-                entry if c["name"] == name else c for c in st.get("initContainerStatuses") or []
-            ]
-
-        self.write(mutate)
+        self.set_container(name, entry)
 
     def set_container(self, name: str, entry: dict[str, Any]) -> None:
+        """Replace the status of container `name`, in whichever list holds it (init or main)."""
+
         def mutate(st: dict[str, Any]) -> None:
-            st["containerStatuses"] = [entry if c["name"] == name else c for c in st.get("containerStatuses") or []]
+            for key in ("initContainerStatuses", "containerStatuses"):
+                st[key] = [entry if c["name"] == name else c for c in st.get(key) or []]
+            if not st["initContainerStatuses"]:
+                del st["initContainerStatuses"]
 
         self.write(mutate)
+
+    def spec_of(self, pod: Obj, name: str) -> tuple[dict[str, Any], str]:
+        """A container's spec and its list (`containers` or `initContainers`)."""
+        for kind in ("initContainers", "containers"):
+            for spec in pod["spec"].get(kind) or []:
+                if spec["name"] == name:
+                    return spec, kind
+        raise KeyError(name)
 
     async def pause(self, seconds: float) -> None:
         """Sleep, unless the Pod is to be terminated meanwhile."""
@@ -125,30 +158,35 @@ class PodWorker:
             return
         specs = pod["spec"]["containers"]
         names = [c["name"] for c in specs]
-        sidecars = [c for c in pod["spec"].get("initContainers") or [] if c.get("restartPolicy") == "Always"]
+        inits = pod["spec"].get("initContainers") or []
         deadline = pod["spec"].get("activeDeadlineSeconds")
         node_ip = "127.0.0.1"
 
         def initial(st: dict[str, Any]) -> None:
             st.update(hostIP=node_ip, hostIPs=[{"ip": node_ip}], podIP=self.kubelet.pod_ip(), startTime=now())
             st["podIPs"] = [{"ip": st["podIP"]}]
-            podstatus.pending_conditions(st, names)
-            main = podstatus.waiting("PodInitializing" if sidecars else "ContainerCreating")
-            st["containerStatuses"] = [podstatus.container_status(c["name"], c["image"], main) for c in specs]
-            if sidecars:
-                st["initContainerStatuses"] = [
-                    podstatus.container_status(c["name"], c["image"], podstatus.waiting("PodInitializing"))
-                    for c in sidecars
-                ]
+            # convertToAPIContainerStatuses: every container's default state is waiting, reason
+            # PodInitializing when the Pod has init containers, else ContainerCreating.
+            default = podstatus.waiting("PodInitializing" if inits else "ContainerCreating")
+            for key, listed in (("initContainerStatuses", inits), ("containerStatuses", specs)):
+                if listed:
+                    st[key] = [podstatus.container_status(c["name"], c["image"], default) for c in listed]
+            podstatus.pending_conditions(st, names, [c["name"] for c in inits])
 
         try:
             self.write(initial)
             timer = asyncio.get_running_loop().call_later(deadline, self._deadline) if deadline else None
             try:
                 await self._mount(pod)
-                for spec in sidecars:
+                for spec in inits:
                     await self._pull(spec)
-                    await self._sidecar(pod, spec, await self._configure(pod, spec))
+                    env = await self._configure(pod, spec)
+                    if spec.get("restartPolicy") == "Always":
+                        await self._sidecar(pod, spec, env)
+                    else:
+                        await self._init(pod, spec, env)
+                if inits:
+                    self.write(podstatus.initialized)
                 for spec in specs:
                     await self._pull(spec)
                 envs = {spec["name"]: await self._configure(pod, spec) for spec in specs}
@@ -158,6 +196,10 @@ class PodWorker:
                 self.write(lambda st: st.update(phase="Running"))
                 await self._wait_processes()
                 await self._stop_sidecars()
+            except _InitFailed:
+                await self._stop_sidecars()
+                self.write(lambda st: podstatus.init_failed(st, inits))
+                return
             except _Terminate:
                 await self._terminate()
                 await self._stop_sidecars()
@@ -172,6 +214,30 @@ class PodWorker:
                 self.kubelet.registry.pop(proc.pid, None)
             if not self.kubelet.lost:
                 self._remove_if_deleted()
+
+    async def _init(self, pod: Obj, spec: dict[str, Any], env: dict[str, str]) -> None:
+        """Run a regular init container to completion (the next container waits for it). A
+        non-zero exit (or a start error) fails the Pod: restartPolicy Never does not retry it."""
+        name = spec["name"]
+        proc = await self._launch(pod, spec, env)
+        if proc is None:
+            raise _InitFailed(name)
+        self.procs[name] = proc  # so a deletion or deadline meanwhile kills and records it
+        exited = asyncio.ensure_future(proc.wait())
+        stop = asyncio.ensure_future(self.stop.wait())
+        try:
+            await asyncio.wait([exited, stop], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+        if not exited.done():
+            exited.cancel()
+            raise _Terminate
+        del self.procs[name]
+        _end_container(proc)
+        self.kubelet.registry.pop(proc.pid, None)
+        self._record_exit(name, exited.result(), None)
+        if exited.result() != 0:
+            raise _InitFailed(name)
 
     async def _sidecar(self, pod: Obj, spec: dict[str, Any], env: dict[str, str]) -> None:
         """Start a native sidecar and return once it has started: running, and its startup
@@ -202,6 +268,7 @@ class PodWorker:
                 )
             self.sidecars[name] = proc
             started_at = now()
+            self.started_at[name], self.container_ids[name] = started_at, container_id
             self.event("Normal", "Started", f"Started container {name}", name, "initContainers")
             entry = podstatus.container_status(
                 name, reference, {"running": {"startedAt": started_at}}, image_id=image_id(reference)
@@ -218,6 +285,7 @@ class PodWorker:
                     await asyncio.wait_for(proc.wait(), 2)
                 _signal(proc, signal.SIGKILL)
             code = await proc.wait()
+            _end_container(proc)
             code = 128 - code if code < 0 else code
             last = podstatus.terminated(
                 code, podstatus.exit_reason(code), started_at, container_id, self._log_tail(name) if code else ""
@@ -265,17 +333,29 @@ class PodWorker:
             await self.pause(probe.get("periodSeconds", 10))
 
     async def _stop_sidecars(self) -> None:
-        """The main containers ended: the kubelet stops the sidecars (SIGTERM, then SIGKILL)."""
-        alive = [p for p in self.sidecars.values() if p.returncode is None]
-        for proc in alive:
+        """The main containers ended (or an init container failed): the kubelet stops the
+        sidecars (SIGTERM, then SIGKILL) and reports each one terminated, keeping its restarts."""
+        alive = {n: p for n, p in self.sidecars.items() if p.returncode is None}
+        for proc in alive.values():
             _signal(proc, signal.SIGTERM)
-        if alive:
-            _, late = await asyncio.wait([asyncio.ensure_future(p.wait()) for p in alive], timeout=5)
-            for proc in alive:
-                if proc.returncode is None:
-                    _signal(proc, signal.SIGKILL)
-            await asyncio.gather(*(p.wait() for p in alive), return_exceptions=True)
-            del late
+        if not alive:
+            return
+        await asyncio.wait([asyncio.ensure_future(p.wait()) for p in alive.values()], timeout=5)
+        for proc in alive.values():
+            if proc.returncode is None:
+                _signal(proc, signal.SIGKILL)
+        await asyncio.gather(*(p.wait() for p in alive.values()), return_exceptions=True)
+        for proc in alive.values():
+            _end_container(proc)
+        pod = self.pod()
+        current = {s["name"]: s for s in (pod or {}).get("status", {}).get("initContainerStatuses") or []}
+        for name, proc in alive.items():
+            code = 128 - (proc.returncode or 0) if (proc.returncode or 0) < 0 else proc.returncode or 0
+            state = podstatus.terminated(
+                code, podstatus.exit_reason(code), self.started_at[name], self.container_ids[name]
+            )
+            with contextlib.suppress(_Terminate):
+                self.set_container(name, {**current.get(name, {}), "state": state, "ready": False, "started": False})
 
     def _deadline(self) -> None:
         message = "Pod was active on the node longer than the specified deadline"
@@ -283,6 +363,14 @@ class PodWorker:
         grace = int((pod or {}).get("spec", {}).get("terminationGracePeriodSeconds", 30))
         self.terminate("DeadlineExceeded", message, grace)
         self.event("Warning", "DeadlineExceeded", message)
+
+    def oom_kill(self, name: str) -> None:
+        """One running container reaches its memory limit: SIGKILL, terminated OOMKilled."""
+        proc = self.procs.get(name)
+        if proc is None or proc.returncode is not None:
+            raise KeyError(f"container {name} of {self.namespace}/{self.name} is not running")
+        self.oom_killed.add(name)
+        _signal(proc, signal.SIGKILL)
 
     def terminate(self, reason: str, message: str, grace: int, container_reason: str = "Error") -> None:
         if self.kill is None:
@@ -360,6 +448,13 @@ class PodWorker:
                 await self.pause(self.kubelet.options.retry)
 
     async def _start(self, pod: Obj, spec: dict[str, Any], env: dict[str, str]) -> None:
+        proc = await self._launch(pod, spec, env)
+        if proc is not None:
+            self.procs[spec["name"]] = proc
+
+    async def _launch(self, pod: Obj, spec: dict[str, Any], env: dict[str, str]) -> asyncio.subprocess.Process | None:
+        """Create and start one container's process (running status, events); None when it
+        could not start (terminated StartError, as runc reports an exec failure)."""
         image = self.kubelet.options.images[spec["image"]]
         name = spec["name"]
         workdir_path = spec.get("workingDir") or image.working_dir
@@ -405,7 +500,7 @@ class PodWorker:
                         name, spec["image"], podstatus.terminated(128, "StartError", started, container_id, message)
                     ),
                 )
-                return
+                return None
         pod_now = self.pod() or pod
         self.kubelet.registry[proc.pid] = ContainerRef(
             self.kubelet.node,
@@ -415,7 +510,6 @@ class PodWorker:
             name,
             pod_now["spec"].get("serviceAccountName", "default"),
         )
-        self.procs[name] = proc
         self.container_ids[name] = container_id
         self.started_at[name] = now()
         self.event("Normal", "Started", f"Started container {name}", name)
@@ -426,6 +520,7 @@ class PodWorker:
                 name, spec["image"], state, image_id=image_id(spec["image"]), container_id=container_id
             ),
         )
+        return proc
 
     async def _wait_processes(self) -> None:
         waits = {name: asyncio.ensure_future(proc.wait()) for name, proc in self.procs.items()}
@@ -439,7 +534,8 @@ class PodWorker:
                 for name, task in waits.items():
                     if task in done and task in pending:
                         pending.discard(task)
-                        self._record_exit(name, task.result(), None)
+                        _end_container(self.procs[name])
+                        self._record_exit(name, task.result(), "OOMKilled" if name in self.oom_killed else None)
         finally:
             stop.cancel()
 
@@ -448,7 +544,7 @@ class PodWorker:
         pod = self.pod()
         if pod is None:
             return
-        spec = next(c for c in pod["spec"]["containers"] if c["name"] == name)
+        spec, kind = self.spec_of(pod, name)
         if not message:
             message = self._termination_message(name)
         if not message and code != 0 and spec.get("terminationMessagePolicy") == "FallbackToLogsOnError":
@@ -456,12 +552,12 @@ class PodWorker:
         state = podstatus.terminated(
             code, reason or podstatus.exit_reason(code), self.started_at[name], self.container_ids[name], message
         )
-        self.set_container(
-            name,
-            podstatus.container_status(
-                name, spec["image"], state, image_id=image_id(spec["image"]), container_id=self.container_ids[name]
-            ),
+        entry = podstatus.container_status(
+            name, spec["image"], state, image_id=image_id(spec["image"]), container_id=self.container_ids[name]
         )
+        if kind == "initContainers":
+            entry["ready"] = code == 0  # prober manager: a regular init container that exited 0 is ready
+        self.set_container(name, entry)
 
     def _termination_message(self, name: str) -> str:
         """What the container wrote to its terminationMessagePath, read when it ended, on
@@ -507,6 +603,7 @@ class PodWorker:
             await asyncio.gather(*waits, return_exceptions=True)
             del late
         for name, proc in alive.items():
+            _end_container(proc)
             with contextlib.suppress(_Terminate):
                 self._record_exit(
                     name,
@@ -521,8 +618,10 @@ class PodWorker:
         statuses = pod["status"].get("containerStatuses") or []
         if self.kill and self.kill[0]:
             phase = "Failed"
-        elif not self.procs and not any("terminated" in s["state"] for s in statuses):
-            return  # never started (deleted while pending): nothing to report
+        elif not any(c["name"] in self.started_at for c in specs) and not any(
+            "terminated" in s["state"] for s in statuses
+        ):
+            return  # never started (deleted while pending or initializing): nothing to report
         else:
             for s in statuses:
                 if "terminated" not in s["state"]:
@@ -542,7 +641,6 @@ class PodWorker:
             podstatus.finished_conditions(st, phase)
 
         self.write(finished)
-        del specs
 
     def _remove_if_deleted(self) -> None:
         pod = self.pod()
@@ -559,6 +657,25 @@ class PodWorker:
 def _signal(proc: asyncio.subprocess.Process, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, sig)
+    if sig == signal.SIGKILL:
+        _end_container(proc)
+
+
+def _end_container(proc: asyncio.subprocess.Process) -> None:
+    """A container's first process ended (or is killed): kill what is left of the container.
+    The double has no PID namespaces; a container's processes are those of its session (each
+    container starts one), also those in process groups of their own (an agent's steps), as the
+    kernel kills a PID namespace's processes when its init ends."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            session = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[3])
+        except (OSError, IndexError, ValueError):
+            continue
+        if session == proc.pid:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(entry.name), signal.SIGKILL)
 
 
 class Kubelet:
@@ -576,6 +693,12 @@ class Kubelet:
         # kubelet's own writes, against a real API server) must not start it anew.
         self.finished: set[str] = set()
         self.pulled: set[str] = set()
+        # emptyDirs live in a short directory of their own: a unix socket's path (an agent's
+        # `/__dynrunner/agent.sock`) must fit sun_path's 108 bytes, which a Pod directory under
+        # a test's tmp_path does not. Each Pod's are removed when the Pod is deleted.
+        self.scratch = Path(tempfile.mkdtemp(prefix="kubelet-", dir="/tmp" if Path("/tmp").is_dir() else None))
+        self.empty_dirs: dict[str, list[Path]] = {}
+        self._empty_dir_count = 0
         self.lost = False
         self._ips = 1
         self.node_object = node_object
@@ -622,16 +745,31 @@ class Kubelet:
                 volumes[name] = Path(volume["hostPath"]["path"])
                 continue
             else:
-                target.mkdir(parents=True, exist_ok=True)
+                target = self.empty_dir(pod["metadata"]["uid"], target)
             volumes[name] = target
         paths = containers.PathMap()
-        for spec in pod["spec"].get("containers") or []:
+        for spec in [*(pod["spec"].get("initContainers") or []), *(pod["spec"].get("containers") or [])]:
             for mount in spec.get("volumeMounts") or []:
                 host = volumes[mount["name"]]
                 if mount.get("subPath"):
                     host = host / mount["subPath"]
                 paths.add(mount["mountPath"], host)
         return paths
+
+    def empty_dir(self, uid: str, link: Path) -> Path:
+        """A fresh emptyDir for Pod `uid`, with `link` (its place in the Pod's directory) to it."""
+        self._empty_dir_count += 1
+        target = self.scratch / str(self._empty_dir_count)
+        target.mkdir()
+        self.empty_dirs.setdefault(uid, []).append(target)
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if not link.is_symlink():
+            link.symlink_to(target, target_is_directory=True)
+        return target
+
+    def drop_empty_dirs(self, uid: str) -> None:
+        for path in self.empty_dirs.pop(uid, []):
+            shutil.rmtree(path, ignore_errors=True)
 
     def on_pod(self, pod: Obj) -> None:
         uid = pod["metadata"]["uid"]
@@ -657,7 +795,7 @@ class Kubelet:
         self.lost = True
         for worker, task in list(self.workers.values()):
             if kill:
-                for proc in worker.procs.values():
+                for proc in worker.processes():
                     _signal(proc, signal.SIGKILL)
             task.cancel()
 
@@ -674,15 +812,19 @@ class Kubelet:
                 event = await watcher.queue.get()
                 if event is None or isinstance(event, status.ApiError):
                     return
+                uid = event.obj["metadata"]["uid"]
                 if event.type != "DELETED":
                     self.on_pod(event.obj)
-                elif (entry := self.workers.get(event.obj["metadata"]["uid"])) is not None:
+                elif (entry := self.workers.get(uid)) is not None:
                     entry[0].terminate("", "", 0)  # force-deleted: the containers are killed at once
+                    entry[1].add_done_callback(lambda _t, uid=uid: self.drop_empty_dirs(uid))  # type: ignore[misc]
+                else:
+                    self.drop_empty_dirs(uid)
         finally:
             self.store.unwatch(watcher)
-            procs = [proc for worker, _ in self.workers.values() for proc in worker.procs.values()]
+            procs = [proc for worker, _ in self.workers.values() for proc in worker.processes()]
             for worker, task in list(self.workers.values()):
-                for proc in worker.procs.values():
+                for proc in worker.processes():
                     _signal(proc, signal.SIGKILL)
                 task.cancel()
             await asyncio.gather(*(t for _, t in self.workers.values()), return_exceptions=True)
@@ -690,3 +832,4 @@ class Kubelet:
             waits = [asyncio.ensure_future(p.wait()) for p in procs if p.returncode is None]
             if waits:
                 await asyncio.wait(waits, timeout=5)
+            shutil.rmtree(self.scratch, ignore_errors=True)

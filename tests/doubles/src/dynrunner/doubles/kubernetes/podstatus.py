@@ -3,6 +3,7 @@ status/generate.go): container states, the Pod conditions and phase."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from dynrunner.doubles.kubernetes.store import now
@@ -75,10 +76,14 @@ def set_condition(status: dict[str, Any], new: dict[str, Any]) -> None:
     conditions.append(new)
 
 
-def pending_conditions(status: dict[str, Any], names: list[str]) -> None:
+def pending_conditions(status: dict[str, Any], names: list[str], init_names: Sequence[str] = ()) -> None:
     unready = f"containers with unready status: [{' '.join(names)}]"
     set_condition(status, condition("PodReadyToStartContainers", "True"))
-    set_condition(status, condition("Initialized", "True"))
+    if init_names:
+        incomplete = f"containers with incomplete status: [{' '.join(init_names)}]"
+        set_condition(status, condition("Initialized", "False", "ContainersNotInitialized", incomplete))
+    else:
+        set_condition(status, condition("Initialized", "True"))
     set_condition(status, condition("Ready", "False", "ContainersNotReady", unready))
     set_condition(status, condition("ContainersReady", "False", "ContainersNotReady", unready))
 
@@ -99,3 +104,24 @@ def phase_after(statuses: list[dict[str, Any]]) -> str:
     """restartPolicy Never: Succeeded when every container exited 0, else Failed."""
     codes = [s["state"].get("terminated", {}).get("exitCode", 1) for s in statuses]
     return "Succeeded" if all(code == 0 for code in codes) else "Failed"
+
+
+def initialized(status: dict[str, Any]) -> None:
+    """Every init container completed (a sidecar: started): GeneratePodInitializedCondition."""
+    set_condition(status, condition("Initialized", "True"))
+
+
+def init_failed(status: dict[str, Any], inits: list[dict[str, Any]]) -> None:
+    """A regular init container failed under restartPolicy Never: the Pod is Failed (getPhase),
+    Initialized names every init container not complete (a regular one not ready, a sidecar not
+    started); the main containers stay waiting PodInitializing."""
+    statuses = {s["name"]: s for s in status.get("initContainerStatuses") or []}
+    incomplete = [
+        c["name"]
+        for c in inits
+        if not statuses.get(c["name"], {}).get("started" if c.get("restartPolicy") == "Always" else "ready")
+    ]
+    status["phase"] = "Failed"
+    message = f"containers with incomplete status: [{' '.join(incomplete)}]"
+    set_condition(status, condition("Initialized", "False", "ContainersNotInitialized", message))
+    finished_conditions(status, "Failed")
