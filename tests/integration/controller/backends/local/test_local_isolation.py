@@ -212,31 +212,45 @@ async def test_an_artifact_store_under_a_hidden_path_is_shown_to_the_job(host_di
     await b.delete(env)
 
 
+def with_store(host_dir: Path, store: Path) -> ControllerConfig:
+    """A pool under runAsUser with a Filesystem artifact store at `store`."""
+    return ControllerConfig.model_validate(
+        {
+            "gitea": {"url": "http://gitea", "registrationToken": "t" * 40},
+            "pools": [
+                {
+                    "name": "local",
+                    "labels": ["self-hosted"],
+                    "backend": {"kind": "local", "executorCommand": ["/bin/sh"], "runAsUser": "nobody"},
+                }
+            ],
+            "artifacts": {"driver": "Filesystem", "path": str(store)},
+            "stateDir": str(host_dir / "state"),
+        }
+    )
+
+
 @RUN_AS_USER
 def test_a_filesystem_store_is_made_for_the_jobs_user_and_must_be_writable_by_it(host_dir: Path) -> None:
-    def config(store: Path) -> ControllerConfig:
-        return ControllerConfig.model_validate(
-            {
-                "gitea": {"url": "http://gitea", "registrationToken": "t" * 40},
-                "pools": [
-                    {
-                        "name": "local",
-                        "labels": ["self-hosted"],
-                        "backend": {"kind": "local", "executorCommand": ["/bin/sh"], "runAsUser": "nobody"},
-                    }
-                ],
-                "artifacts": {"driver": "Filesystem", "path": str(store)},
-                "stateDir": str(host_dir / "state"),
-            }
-        )
-
     made = host_dir / "store"
-    cfg = config(made)
+    cfg = with_store(host_dir, made)
     found = settings(cfg.pools[0], cfg)
     assert found.sandbox is not None and found.sandbox.store == str(made)
     assert made.stat().st_uid == NOBODY
     theirs = host_dir / "root-owned"
     theirs.mkdir(mode=0o755)
-    cfg = config(theirs)
+    cfg = with_store(host_dir, theirs)
     with pytest.raises(SetupError, match="not writable by the jobs' user nobody"):
         settings(cfg.pools[0], cfg)
+
+
+def test_a_controller_that_is_not_root_refuses_run_as_user_before_it_makes_the_store(
+    monkeypatch: pytest.MonkeyPatch, host_dir: Path
+) -> None:
+    """Not a failed chown of the store to the jobs' user: the reason, and nothing made."""
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    store = host_dir / "store"
+    cfg = with_store(host_dir, store)
+    with pytest.raises(SetupError, match=r"runAsUser needs the controller to run as root \(it runs as uid 1000\)"):
+        settings(cfg.pools[0], cfg)
+    assert not store.exists()
