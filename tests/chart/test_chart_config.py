@@ -33,6 +33,7 @@ from tests.fixtures.chart import (
     find,
     one,
 )
+from tests.fixtures.privileges import require_root
 
 TOKEN = "0123456789abcdef0123456789abcdef01234567"
 
@@ -248,8 +249,7 @@ def test_the_mounted_sealing_key_is_not_warned_about(
     volume's defaultMode (read-only volumes get 0440 added with an fsGroup): the controller, a
     non-root user of that group, reads them through the group and cannot chmod them. The mode
     the chart asks for is what the controller accepts without "make it 0600"."""
-    if os.geteuid() != 0:
-        pytest.skip("laying files out as the kubelet does (owned by root) needs root")
+    require_root("laying files out as the kubelet does (owned by root)")
     objects = rendered(chart, "ci/minimal-values.yaml")
     pod = one(objects, "Deployment", "-controller")["spec"]["template"]["spec"]
     context = pod["securityContext"]

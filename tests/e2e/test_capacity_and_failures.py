@@ -23,6 +23,7 @@ from tests.fixtures.harness import (
     real_executor_config,
     recorded,
     recording_workflow,
+    wait_armed,
     wait_for,
     wait_run_done,
 )
@@ -67,8 +68,9 @@ async def test_a_publish_failure_after_the_claim_finalizes_the_task(
     ran = tmp_path / "ran.log"
     cfg = real_executor_config(gitea, nats_server.url, tmp_path / "s", nats={"publishTimeoutSeconds": 1.0})
     async with in_process(cfg) as running:
-        # Make sure the armed runner is in place before NATS goes away.
-        await wait_for(lambda: live_runners(gitea), what="armed runner")
+        # The armed runners in place before NATS goes away: stored, and so polling (one Gitea
+        # lists is not yet stored, and a loop whose runner could not be stored never claims).
+        await wait_armed(gitea)
         nats_server.stop()
         try:
             run = gitea.submit("owner/repo", workflow(ran))

@@ -14,7 +14,7 @@ import yaml
 
 from dynrunner.doubles.gitea import GiteaDouble
 from tests.fixtures.harness import in_process, real_executor_config, wait_for, wait_run_done
-from tests.fixtures.local_backend import sleepers
+from tests.fixtures.local_backend import holding, sleepers
 
 
 def workflow(marks: dict[str, int], sudo: bool) -> str:
@@ -37,6 +37,7 @@ async def test_no_daemon_outlives_its_job(
     cfg = real_executor_config(gitea, nats_url, tmp_path / "state")
     root = cfg.pools[0].backend.root_dir
     assert root is not None
+    holding(root, cfg.pools[0].name)
     caplog.set_level(logging.INFO)
     async with in_process(cfg):
         assert "pool local: processes contained by " in caplog.text

@@ -25,6 +25,7 @@ from dynrunner.controller.config.model import ControllerConfig, load_config
 from dynrunner.doubles.gitea import GiteaDouble
 from tests.fixtures.harness import config_data, in_process, wait_for, wait_run_done
 from tests.fixtures.local_backend import NOBODY
+from tests.fixtures.privileges import is_root, needs_root
 
 B_SECRET = "b-secret-correct-horse-battery"
 
@@ -127,6 +128,7 @@ async def attack(gitea: GiteaDouble, cfg: ControllerConfig) -> tuple[str, list[s
     return log, [B_SECRET, gitea.registration_token, key, nats_password, gitea.task(job.task_id).token]
 
 
+@needs_root("runAsUser runs the job as another user, in namespaces only root may make")
 async def test_a_hostile_job_under_run_as_user_reads_nothing_it_must_not(
     gitea: GiteaDouble, host_dir: Path, installed_programs: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -167,20 +169,21 @@ async def test_without_run_as_user_the_same_job_reads_it_all_and_the_controller_
     assert f"LEAKED {cfg.sealing.key_file}" in log and f"LEAKED {cfg.gitea.registration_token_file}" in log
 
 
-def give_to_nobody(top: Path) -> None:
-    for path in [top, *top.rglob("*")]:
+def not_root(host: Path) -> tuple[int, list[str]]:
+    """A user that is not root and the command prefix that runs a program as it: nobody, given
+    `host`, when the suite runs as root; else the suite's own user, as it is."""
+    if not is_root():
+        return os.geteuid(), []
+    for path in [host, *host.rglob("*")]:
         os.chown(path, NOBODY, NOBODY)
+    return NOBODY, ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--"]
 
 
-async def as_nobody(programs: Path, *argv: str) -> tuple[int, str]:
-    """A `dynrunner-controller` command run as an unprivileged user, as a controller that is
-    not root runs (without blocking the loop the Gitea double answers in)."""
+async def controller_command(prefix: list[str], programs: Path, *argv: str) -> tuple[int, str]:
+    """A `dynrunner-controller` command run after `prefix` (without blocking the loop the
+    Gitea double answers in)."""
     proc = await asyncio.create_subprocess_exec(
-        "setpriv",
-        f"--reuid={NOBODY}",
-        f"--regid={NOBODY}",
-        "--clear-groups",
-        "--",
+        *prefix,
         str(programs / "dynrunner-controller"),
         *argv,
         stdout=asyncio.subprocess.PIPE,
@@ -195,19 +198,19 @@ async def test_a_controller_that_is_not_root_says_it_cannot_isolate_jobs(
     gitea: GiteaDouble, host_dir: Path, installed_programs: Path
 ) -> None:
     cfg = configure(gitea, host_dir, {}, installed_programs)
-    give_to_nobody(host_dir)
+    uid, prefix = not_root(host_dir)
     assert cfg.source_file is not None
-    code, out = await as_nobody(installed_programs, "check", "--config", str(cfg.source_file))
+    code, out = await controller_command(prefix, installed_programs, "check", "--config", str(cfg.source_file))
     assert code == 0, out
     [warning] = [line for line in out.splitlines() if line.startswith("WARN pool local: ")]
-    assert "jobs run as the controller's own user (uid 65534) and are not isolated from it" in warning
+    assert f"jobs run as the controller's own user (uid {uid}) and are not isolated from it" in warning
     assert "needs a controller running as root" in warning
 
     data = yaml.safe_load(cfg.source_file.read_text())
     data["pools"][0]["backend"]["runAsUser"] = "nobody"
     cfg.source_file.write_text(yaml.safe_dump(data))
-    code, out = await as_nobody(installed_programs, "check", "--config", str(cfg.source_file))
+    code, out = await controller_command(prefix, installed_programs, "check", "--config", str(cfg.source_file))
     assert code == 1 and "FAIL pool local: runAsUser needs the controller to run as root" in out, out
-    code, out = await as_nobody(installed_programs, "run", "--config", str(cfg.source_file))
+    code, out = await controller_command(prefix, installed_programs, "run", "--config", str(cfg.source_file))
     assert code == 1 and "runAsUser needs the controller to run as root" in out, out
     assert "Traceback" not in out

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import os
 from datetime import timedelta
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from dynrunner.proto.gitea import Result, StepState, TaskState
 from tests.fixtures.executor import ExecutorHarness
 from tests.fixtures.opensandbox import ENTRYPOINT, VM_IMAGE, OpenSandboxFactory, deliver, sdk_config, vm_image
 from tests.fixtures.opensandbox_backend import stand_in_image
+from tests.fixtures.privileges import needs_root
 
 WORKFLOW = """
 on: push
@@ -180,7 +180,7 @@ async def test_an_executor_that_did_not_finalize_leaves_its_accepted_state_on_th
     assert ("is over 8 bytes: not printed" in console) is (limit == "8"), console
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="the entrypoint switches to the executor's user only as root")
+@needs_root("the entrypoint switches to the executor's user only as root")
 @pytest.mark.parametrize(
     ("state", "printed"), [("cp /run/kept.pb", True), ("ln -s /run/dynrunner/delivery/secret", False)]
 )

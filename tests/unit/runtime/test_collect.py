@@ -15,6 +15,7 @@ import pytest
 from dynrunner.executor.runtime.artifacts.collect import collect
 from dynrunner.executor.runtime.artifacts.errors import ArtifactError
 from dynrunner.executor.runtime.artifacts.refs import ArtifactType
+from tests.fixtures.privileges import require_root
 
 
 def archive(directory: Path) -> bytes:
@@ -106,8 +107,7 @@ def make_socket(path: Path, outside: Path) -> str:
 
 
 def make_device(path: Path, outside: Path) -> str:
-    if os.geteuid() != 0:
-        pytest.skip("creating a device node needs root")
+    require_root("creating a device node")
     os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
     return "is a device file"
 

@@ -33,6 +33,7 @@ from tests.fixtures.local_backend import (
     script,
     sleepers,
 )
+from tests.fixtures.privileges import needs_root
 
 ESCAPES = {
     # a new session with an empty environment: no tracking id, no process group
@@ -195,7 +196,13 @@ while [ ! -e "$HOME/go" ]; do sleep 0.02; done
 
 
 @pytest.mark.parametrize("kind", ["cgroup-v2", "cgroup-v1"])
-@pytest.mark.parametrize("run_as_user", [True, False], ids=["runAsUser", "as-root"])
+@pytest.mark.parametrize(
+    "run_as_user",
+    [
+        pytest.param(True, id="runAsUser", marks=needs_root("runAsUser runs the job as another user")),
+        pytest.param(False, id="as-root", marks=needs_root("the job runs as root, as a root controller's do")),
+    ],
+)
 async def test_a_job_moving_a_daemon_to_another_cgroup_escapes_only_as_root(
     host_dir: Path, kind: str, run_as_user: bool
 ) -> None:

@@ -25,7 +25,9 @@ from dynrunner.controller.backends.local.settings import SetupError, settings
 from dynrunner.controller.config.model import ControllerConfig
 from tests.fixtures.harness import wait_for
 from tests.fixtures.local_backend import NOBODY, assignment, launch, observe_until
+from tests.fixtures.privileges import needs_root
 
+RUN_AS_USER = needs_root("runAsUser runs a job as another user, in namespaces only root may make")
 A = "a1b2c3d4-0000-4000-8000-00000000000a"
 B = "a1b2c3d4-0000-4000-8000-00000000000b"
 
@@ -82,6 +84,7 @@ def lines(layout: Layout) -> dict[str, str]:
     return found
 
 
+@RUN_AS_USER
 async def test_an_isolated_job_reads_its_own_and_nothing_of_the_controller_or_other_jobs(host_dir: Path) -> None:
     state = host_dir / "state"
     files = controller_files(state)
@@ -164,7 +167,8 @@ def test_isolation_needs_root_and_says_so(monkeypatch: pytest.MonkeyPatch, host_
     assert "/etc/dynrunner.yaml" in warning
 
 
-def test_an_executor_the_jobs_cannot_see_is_refused(host_dir: Path) -> None:
+def test_an_executor_the_jobs_cannot_see_is_refused(monkeypatch: pytest.MonkeyPatch, host_dir: Path) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 0)  # the path is checked before anything needs root
     with pytest.raises(IsolationError, match="jobs must not see"):
         sandbox(
             resolve_user("nobody", None),
@@ -181,6 +185,7 @@ def test_the_sandbox_is_described(host_dir: Path) -> None:
     assert box.describe().startswith("jobs run as nobody (uid 65534, gid 65534) in mount, PID and IPC namespaces")
 
 
+@RUN_AS_USER
 async def test_an_artifact_store_under_a_hidden_path_is_shown_to_the_job(host_dir: Path) -> None:
     state = host_dir / "state"
     files = controller_files(state)
@@ -207,30 +212,45 @@ async def test_an_artifact_store_under_a_hidden_path_is_shown_to_the_job(host_di
     await b.delete(env)
 
 
-def test_a_filesystem_store_is_made_for_the_jobs_user_and_must_be_writable_by_it(host_dir: Path) -> None:
-    def config(store: Path) -> ControllerConfig:
-        return ControllerConfig.model_validate(
-            {
-                "gitea": {"url": "http://gitea", "registrationToken": "t" * 40},
-                "pools": [
-                    {
-                        "name": "local",
-                        "labels": ["self-hosted"],
-                        "backend": {"kind": "local", "executorCommand": ["/bin/sh"], "runAsUser": "nobody"},
-                    }
-                ],
-                "artifacts": {"driver": "Filesystem", "path": str(store)},
-                "stateDir": str(host_dir / "state"),
-            }
-        )
+def with_store(host_dir: Path, store: Path) -> ControllerConfig:
+    """A pool under runAsUser with a Filesystem artifact store at `store`."""
+    return ControllerConfig.model_validate(
+        {
+            "gitea": {"url": "http://gitea", "registrationToken": "t" * 40},
+            "pools": [
+                {
+                    "name": "local",
+                    "labels": ["self-hosted"],
+                    "backend": {"kind": "local", "executorCommand": ["/bin/sh"], "runAsUser": "nobody"},
+                }
+            ],
+            "artifacts": {"driver": "Filesystem", "path": str(store)},
+            "stateDir": str(host_dir / "state"),
+        }
+    )
 
+
+@RUN_AS_USER
+def test_a_filesystem_store_is_made_for_the_jobs_user_and_must_be_writable_by_it(host_dir: Path) -> None:
     made = host_dir / "store"
-    cfg = config(made)
+    cfg = with_store(host_dir, made)
     found = settings(cfg.pools[0], cfg)
     assert found.sandbox is not None and found.sandbox.store == str(made)
     assert made.stat().st_uid == NOBODY
     theirs = host_dir / "root-owned"
     theirs.mkdir(mode=0o755)
-    cfg = config(theirs)
+    cfg = with_store(host_dir, theirs)
     with pytest.raises(SetupError, match="not writable by the jobs' user nobody"):
         settings(cfg.pools[0], cfg)
+
+
+def test_a_controller_that_is_not_root_refuses_run_as_user_before_it_makes_the_store(
+    monkeypatch: pytest.MonkeyPatch, host_dir: Path
+) -> None:
+    """Not a failed chown of the store to the jobs' user: the reason, and nothing made."""
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    store = host_dir / "store"
+    cfg = with_store(host_dir, store)
+    with pytest.raises(SetupError, match=r"runAsUser needs the controller to run as root \(it runs as uid 1000\)"):
+        settings(cfg.pools[0], cfg)
+    assert not store.exists()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import os
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,7 @@ from dynrunner.controller.backends.opensandbox.config import SpireServerConfig
 from dynrunner.doubles.spire.server import SpireServer
 from dynrunner.proto.gitea import Result
 from tests.fixtures.executor import ExecutorHarness
-from tests.fixtures.opensandbox import VM_IMAGE, OpenSandboxFactory
+from tests.fixtures.opensandbox import VM_EXECUTOR_UID, VM_IMAGE, OpenSandboxFactory
 from tests.fixtures.opensandbox_backend import (
     POOL,
     as_built_for,
@@ -57,13 +56,13 @@ async def test_the_job_gets_its_spiffe_id_from_the_agent_that_joined_with_the_de
 
     async with (
         opensandbox_factory(images={VM_IMAGE: joining_vm_image(spire_server)}) as osb,
-        vm_backend(osb, tmp_path, spire=spire, identity=True, executor_uid=os.getuid()) as backend,
+        vm_backend(osb, tmp_path, spire=spire, identity=True, executor_uid=VM_EXECUTOR_UID) as backend,
     ):
         config = backend.settings.backend
         assignment = as_built_for(dataclasses.replace(claimed.assignment, pool=POOL), config)
         env = await backend.create(assignment)
         [entry] = [e for e in spire_server.state.entries.entries() if e.spiffe_id == JOB_ID]
-        assert entry.parent_id == alias and entry.selectors == frozenset({("unix", f"uid:{os.getuid()}")})
+        assert entry.parent_id == alias and entry.selectors == frozenset({("unix", f"uid:{VM_EXECUTOR_UID}")})
         [box] = osb.listed()
         partial = box.rootfs / "run/dynrunner/delivery.partial"
         assert sorted(p.name for p in partial.iterdir()) == ["assignment.pb", "bundle.pem", "join-token"]

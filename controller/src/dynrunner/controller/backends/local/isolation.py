@@ -209,6 +209,16 @@ class Sandbox:
         )
 
 
+def require_root_controller() -> None:
+    """runAsUser is possible only for a root controller; checked before anything is made for
+    the jobs' user, so that a normal user's controller says this rather than fail a chown."""
+    if os.geteuid() != 0:
+        raise IsolationError(
+            f"runAsUser needs the controller to run as root (it runs as uid {os.geteuid()}); "
+            "remove runAsUser, or start the controller as root"
+        )
+
+
 def sandbox(
     run_as: RunAs,
     *,
@@ -219,11 +229,7 @@ def sandbox(
     store: str,
 ) -> Sandbox:
     """Check that jobs can be isolated here as `run_as`, and how. Raises IsolationError."""
-    if os.geteuid() != 0:
-        raise IsolationError(
-            f"runAsUser needs the controller to run as root (it runs as uid {os.geteuid()}); "
-            "remove runAsUser, or start the controller as root"
-        )
+    require_root_controller()
     tools = {name: shutil.which(name) for name in ("unshare", "setpriv", "mount")}
     missing = [name for name, path in tools.items() if path is None]
     if missing:

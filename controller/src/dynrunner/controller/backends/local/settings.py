@@ -18,6 +18,7 @@ from dynrunner.controller.backends.local.isolation import (
     RunAs,
     Sandbox,
     configured_paths,
+    require_root_controller,
     resolve_user,
     sandbox,
 )
@@ -79,6 +80,7 @@ def settings(pool: PoolConfig, config: ControllerConfig) -> Settings:
     if backend.run_as_user is not None:
         try:
             run_as = resolve_user(backend.run_as_user, backend.run_as_group)
+            require_root_controller()
         except IsolationError as err:
             raise SetupError(str(err)) from None
     passed: tuple[str, ...] = PASSED_ENV
