@@ -139,6 +139,19 @@ async def test_a_finalize_gives_every_step_a_final_state(gitea: GiteaDouble) -> 
     assert view.steps[1].started > 0 and view.steps[1].stopped >= view.steps[1].started
 
 
+async def test_a_finalize_cuts_step_ranges_at_the_rows_gitea_has(gitea: GiteaDouble) -> None:
+    """An executor that died reported its first step over rows Gitea never received; the
+    controller's closing lines land there, and must not read as that step's output."""
+    client, task = await claim(gitea)
+    now = datetime.now(UTC).replace(microsecond=0)
+    ack = await client.update_log(task.id, 0, [LogRow(time=now, content="built")])
+    reported = [StepState(0, Result.SUCCESS, now, now, 0, ack + 2), StepState(1, Result.UNSPECIFIED, now, None, 3, 0)]
+    assert await finalize_failed(client, task.id, "killed", final_steps(2, reported, now)) is FinalizeOutcome.FINALIZED
+    view = gitea.task(task.id)
+    assert view.log_rows[0] == "built" and view.log_rows[1].startswith("[dynrunner] the job failed")
+    assert [(s.status, s.log_index, s.log_length) for s in view.steps] == [("success", 0, 1), ("cancelled", 1, 0)]
+
+
 async def test_heartbeat_keeps_the_task_and_notices_a_cancel(gitea: GiteaDouble) -> None:
     client, task = await claim(gitea)
     heartbeat = Heartbeat(client, task.id, interval_s=0.05)

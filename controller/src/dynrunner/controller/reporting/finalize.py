@@ -91,8 +91,11 @@ async def finalize_task(
     """
     now = datetime.now(UTC)
     try:
-        if not await _close_log(client, task_id, rows(lines or ["the task was ended by the controller"], now)):
+        ours = await _close_log(client, task_id, rows(lines or ["the task was ended by the controller"], now))
+        if ours is None:
             log.info("task %s: its log was already closed", task_id)
+        else:
+            steps = _within(steps, ours)
         state = await client.update_task(TaskState(id=task_id, result=result, stopped_at=now, steps=list(steps)))
     except Unauthenticated:
         return FinalizeOutcome.RUNNER_GONE
@@ -127,23 +130,37 @@ async def finalize_failed(
     return outcome
 
 
-async def _close_log(client: GiteaClient, task_id: int, new_rows: list[LogRow]) -> bool:
-    """Append `new_rows` at the server's ack index with `no_more`; False if it was already
-    archived (or could not be closed: the final UpdateTask still ends the task)."""
+async def _close_log(client: GiteaClient, task_id: int, new_rows: list[LogRow]) -> int | None:
+    """Append `new_rows` at the server's ack index with `no_more`; the index they landed at,
+    None if the log was already archived (or could not be closed: the final UpdateTask still
+    ends the task)."""
     try:
         index = await client.update_log(task_id, 0, [])
         for _ in range(3):
             ack = await client.update_log(task_id, index, new_rows, no_more=True)
             if ack == index + len(new_rows):
-                return True
+                return index
             # The log moved under us (or the server is behind): append at its ack instead.
             index = ack
     except AlreadyExists:
-        return False
+        return None
     except Unauthenticated:
         raise
     except GiteaError as err:
         if err.transient:
             raise
         log.warning("task %s: could not write the final log lines: %s", task_id, err)
-    return False
+    return None
+
+
+def _within(steps: Sequence[StepState], end: int) -> list[StepState]:
+    """`steps` with their log ranges cut at `end`, where the controller's closing lines begin:
+    an executor that died can have reported a range over rows Gitea never received, and that
+    range would then show the controller's lines as the step's output."""
+    cut = []
+    for step in steps:
+        start = min(step.log_index, end)
+        cut.append(
+            step if step.log_index + step.log_length <= end else replace(step, log_index=start, log_length=end - start)
+        )
+    return cut
