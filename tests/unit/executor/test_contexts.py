@@ -10,7 +10,6 @@ from dynrunner.executor.contexts import (
     StepRecord,
     debug_flags,
     github_context,
-    inputs_context,
     needs_context,
     runner_arch,
     runner_context,
@@ -135,34 +134,6 @@ def test_needs_strategy_and_matrix() -> None:
     assert strategy_context(None) == {"fail-fast": True, "job-index": 0, "job-total": 1, "max-parallel": 1}
     strategy = Strategy(matrix={"os": "a"}, fail_fast=False, job_index=2, job_total=4)
     assert strategy_context(strategy) == {"fail-fast": False, "job-index": 2, "job-total": 4, "max-parallel": 4}
-
-
-def test_inputs_are_typed_by_the_dispatch_declaration() -> None:
-    github = {
-        "event_name": "workflow_dispatch",
-        "event": {"inputs": {"debug": "true", "count": "3", "ratio": "0.5", "name": "x"}},
-    }
-    on = {
-        "workflow_dispatch": {
-            "inputs": {
-                "debug": {"type": "boolean"},
-                "count": {"type": "number"},
-                "ratio": {"type": "number"},
-                "name": {"type": "string"},
-                "level": {"type": "choice", "default": "info"},
-                "dry": {"type": "boolean", "default": False},
-            }
-        }
-    }
-    assert inputs_context(on, github) == {
-        "debug": True,
-        "count": 3,
-        "ratio": 0.5,
-        "name": "x",
-        "level": "info",
-        "dry": False,
-    }
-    assert inputs_context(on, {"event_name": "push", "event": {"inputs": {"a": "b"}}}) == {}
 
 
 def test_job_contexts_values() -> None:

@@ -39,7 +39,6 @@ from dynrunner.executor.contexts import (
     JobContexts,
     debug_flags,
     github_context,
-    inputs_context,
     needs_context,
     process_base_env,
     runner_context,
@@ -76,6 +75,7 @@ from dynrunner.executor.workflow import RunDefaults, Workflow
 from dynrunner.proto.assignment import JOB_KEY_RE, Assignment
 from dynrunner.proto.containers import SERVICES_PROVIDED_ENV
 from dynrunner.proto.expressions import ExpressionError
+from dynrunner.proto.expressions.inputs import inputs_context
 from dynrunner.proto.gitea import Need, Result
 
 DEFAULT_TIMEOUT_MINUTES = 360.0

@@ -17,7 +17,6 @@ reading it through `secretKeyRef` (`env_entries`), so no secret is written in th
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -33,6 +32,7 @@ from dynrunner.proto.expressions import (
     interpolate,
     named_values,
 )
+from dynrunner.proto.expressions.inputs import inputs_context
 from dynrunner.proto.masking import Masker
 
 WORKFLOW_ENV = "env"
@@ -239,35 +239,6 @@ def strategy_contexts(raw: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         "job-total": total,
         "max-parallel": parallel if parallel is not None else total,
     }
-
-
-def inputs_context(on: Any, github: Mapping[str, Any]) -> dict[str, Any]:
-    """A `workflow_dispatch` run's inputs (Gitea gives no others: `getInputsFromRun`), typed by
-    the declaration as the executor types them: `boolean` and `number`, defaults filling gaps."""
-    if github.get("event_name") != "workflow_dispatch":
-        return {}
-    event = github.get("event")
-    given = dict(event.get("inputs") or {}) if isinstance(event, Mapping) else {}
-    dispatch = on.get("workflow_dispatch") if isinstance(on, Mapping) else None
-    declared = dispatch.get("inputs") if isinstance(dispatch, Mapping) else None
-    out: dict[str, Any] = dict(given)
-    for name, declaration in (declared if isinstance(declared, Mapping) else {}).items():
-        spec = declaration if isinstance(declaration, Mapping) else {}
-        value = given.get(name, spec.get("default"))
-        kind = spec.get("type")
-        if kind == "boolean":
-            out[name] = value if isinstance(value, bool) else str(value).strip().lower() == "true"
-        elif kind == "number" and value not in (None, ""):
-            try:
-                number = float(value)
-                out[name] = int(number) if number.is_integer() else number
-            except (TypeError, ValueError):
-                out[name] = value
-        elif isinstance(value, (dict, list)):
-            out[name] = json.dumps(value)
-        elif value is not None:
-            out[name] = value
-    return out
 
 
 def secret_env_key(container: str, name: str, index: int) -> str:
