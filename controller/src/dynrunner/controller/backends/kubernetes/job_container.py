@@ -28,7 +28,7 @@ from dynrunner.controller.backends.kubernetes.services import (
     JobContainerError,
     limits,
     port,
-    user,
+    security_context,
     volume_mounts,
 )
 from dynrunner.proto.containers import JOB_CONTAINER_NODE_ENV, JOB_CONTAINER_SOCKET_ENV, ContainerSpec
@@ -99,16 +99,7 @@ def job_container(
     ]
     if refused:
         raise JobContainerError("`container`: " + "; ".join(refused))
-    security: dict[str, Any] = {
-        "allowPrivilegeEscalation": False,
-        "privileged": False,
-        "runAsNonRoot": pod_security == "restricted",
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
-    if pod_security == "restricted":
-        security["capabilities"] = {"drop": ["ALL"]}
-    if spec.user:
-        security.update(user(spec, pod_security))
+    security = security_context(spec, pod_security)
     mounts = [agent_mount(), *(dict(m) for m in shared_mounts), *volume_mounts(spec)]
     _check_paths(mounts)
     container: dict[str, Any] = {

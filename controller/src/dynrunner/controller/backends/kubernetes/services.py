@@ -148,16 +148,7 @@ def sidecar(
     `restricted` `runAsNonRoot` (an image that starts as root then fails to start, naming the
     service: set `--user`, or the pool's `servicePodSecurity: baseline`). Its `env:` values
     made from secrets are read from the job's Secret (`secret_name`), never written here."""
-    security: dict[str, Any] = {
-        "allowPrivilegeEscalation": False,
-        "privileged": False,
-        "runAsNonRoot": pod_security == "restricted",
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
-    if pod_security == "restricted":
-        security["capabilities"] = {"drop": ["ALL"]}
-    if spec.user:
-        security.update(user(spec, pod_security))
+    security = security_context(spec, pod_security)
     container: dict[str, Any] = {
         "name": container_name(spec),
         "image": spec.image,
@@ -181,6 +172,22 @@ def sidecar(
     if spec.health is not None:
         container["startupProbe"] = startup_probe(spec)
     return container
+
+
+def security_context(spec: ContainerSpec, pod_security: Literal["restricted", "baseline"]) -> dict[str, Any]:
+    """A job's container (service or job container): no privilege, no escalation, and under
+    `restricted` `runAsNonRoot` with every capability dropped; `--user` as runAsUser/runAsGroup."""
+    security: dict[str, Any] = {
+        "allowPrivilegeEscalation": False,
+        "privileged": False,
+        "runAsNonRoot": pod_security == "restricted",
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    if pod_security == "restricted":
+        security["capabilities"] = {"drop": ["ALL"]}
+    if spec.user:
+        security.update(user(spec, pod_security))
+    return security
 
 
 def startup_probe(spec: ContainerSpec) -> dict[str, Any]:
