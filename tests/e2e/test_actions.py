@@ -18,7 +18,7 @@ import asyncio
 from pathlib import Path
 
 from dynrunner.doubles.gitea import GiteaDouble
-from tests.fixtures.action_bundles import CHECKOUT, artifact_action, cache_action
+from tests.fixtures.action_bundles import CHECKOUT, artifact_action, cache_action, greeting_action
 from tests.fixtures.clients import ActionClients
 from tests.fixtures.gitea import GiteaFactory
 from tests.fixtures.harness import LOCAL_CACHE, in_process, real_executor_config, wait_run_done
@@ -31,20 +31,9 @@ CLEANUP = {
 
 APP = {
     "README": "the app\n",
-    ".github/actions/greet/action.yml": """
-inputs:
-  who:
-    required: true
-outputs:
-  said:
-    value: ${{ steps.say.outputs.text }}
-runs:
-  using: composite
-  steps:
-    - id: say
-      shell: bash
-      run: echo "text=hello ${{ inputs.who }} from $(cat README)" >> "$GITHUB_OUTPUT"
-""",
+    ".github/actions/greet/action.yml": greeting_action(
+        'echo "text=hello ${{ inputs.who }} from $(cat README)" >> "$GITHUB_OUTPUT"'
+    ),
 }
 
 PIPELINE = """

@@ -24,6 +24,7 @@ from dynrunner.controller.config.model import ControllerConfig
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.doubles.kubernetes.cluster import Cluster
 from tests.fixtures import redis_like
+from tests.fixtures.action_bundles import greeting_action
 from tests.fixtures.gitea import GiteaFactory
 from tests.fixtures.harness import in_process, wait_for, wait_run_done
 from tests.fixtures.kubernetes_backend import (
@@ -56,22 +57,12 @@ fs.appendFileSync(process.env.GITHUB_OUTPUT, `said=hello ${process.env.INPUT_WHO
 """,
 }
 COMPOSITE_ACTION = {
-    "action.yml": """
-inputs:
-  who:
-    required: true
-outputs:
-  said:
-    value: ${{ steps.say.outputs.text }}
-runs:
-  using: composite
-  steps:
-    - id: say
-      shell: bash
-      run: |
-        echo "composite step under $(cat /proc/$PPID/comm) sees $IMAGE_MARK"
-        echo "text=greeted ${{ inputs.who }}" >> "$GITHUB_OUTPUT"
-""",
+    "action.yml": greeting_action(
+        """
+echo "composite step under $(cat /proc/$PPID/comm) sees $IMAGE_MARK"
+echo "text=greeted ${{ inputs.who }}" >> "$GITHUB_OUTPUT"
+"""
+    ),
 }
 PROBE = f"python {redis_like.__file__} probe {{port}}"
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from dynrunner.doubles.gitea import GiteaDouble
-from tests.fixtures.action_bundles import CHECKOUT
+from tests.fixtures.action_bundles import CHECKOUT, greeting_action
 from tests.fixtures.peer_controller import describe, peer_controller, run_on_double, wait_runs
 from tests.fixtures.real_gitea import RealGitea
 
@@ -83,20 +83,9 @@ runs:
 
 APP = {
     "APP.txt": "the private app\n",
-    ".github/actions/local/action.yml": """\
-inputs:
-  who:
-    required: true
-outputs:
-  said:
-    value: ${{ steps.say.outputs.text }}
-runs:
-  using: composite
-  steps:
-    - id: say
-      shell: bash
-      run: echo "text=hello ${{ inputs.who }} from $(cat APP.txt)" >> "$GITHUB_OUTPUT"
-""",
+    ".github/actions/local/action.yml": greeting_action(
+        'echo "text=hello ${{ inputs.who }} from $(cat APP.txt)" >> "$GITHUB_OUTPUT"'
+    ),
 }
 
 
