@@ -20,20 +20,18 @@ from typing import Any
 
 import pytest
 
-from dynrunner.controller.config.model import ControllerConfig
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.doubles.kubernetes.cluster import Cluster
 from tests.fixtures import redis_like
 from tests.fixtures.action_bundles import greeting_action
 from tests.fixtures.gitea import GiteaFactory
-from tests.fixtures.harness import in_process, wait_for, wait_run_done
+from tests.fixtures.harness import first_job_log, in_process, wait_for, wait_run_done
 from tests.fixtures.kubernetes_backend import (
     IMAGE,
-    NOTHING_LEFT,
     ObjectLog,
+    all_reaped,
     executor_image,
-    kube_controller_data,
-    left_over,
+    kube_controller_config,
 )
 from tests.fixtures.pod_job_containers import (
     IMAGE_MARK,
@@ -43,7 +41,6 @@ from tests.fixtures.pod_job_containers import (
     job_container_cluster_options,
     processes_running,
 )
-from tests.fixtures.ports import reserve_port
 
 NODE_ACTION = {
     "action.yml": "inputs:\n  who:\n    required: true\noutputs:\n  said:\n    description: x\n"
@@ -136,13 +133,6 @@ jobs:
 
 
 @pytest.fixture
-def service_port() -> Iterator[int]:
-    port, lock = reserve_port()
-    with lock:
-        yield port
-
-
-@pytest.fixture
 def job_cluster(kube_cluster_factory: Any, tmp_path: Path, service_port: int) -> Iterator[Cluster]:
     with kube_cluster_factory(**job_container_cluster_options(tmp_path, service_port)) as cluster:
         yield cluster
@@ -158,22 +148,8 @@ async def actions_gitea(gitea_factory: GiteaFactory, gitea_profile: str) -> Asyn
         yield gitea
 
 
-def config(gitea: GiteaDouble, nats_url: str, cluster: Cluster, tmp_path: Path) -> ControllerConfig:
-    kubeconfig = cluster.api.write_kubeconfig(tmp_path / "kubeconfig")
-    data = kube_controller_data(gitea.url, gitea.registration_token, nats_url, kubeconfig, tmp_path / "state")
-    return ControllerConfig.model_validate(data)
-
-
-def log_of(gitea: GiteaDouble, run_id: int) -> str:
-    job = gitea.run(run_id).jobs[0]
-    return "\n".join(gitea.task(job.task_id).log_rows) if job.task_id else ""
-
-
 async def nothing_left(cluster: Cluster, running: Any) -> None:
-    await wait_for(
-        lambda: not any(p.capacity.in_use for p in running.controller.pools.values()), within=30, what="all reaped"
-    )
-    await wait_for(lambda: left_over(cluster) == NOTHING_LEFT, within=30, what="no Pod, Secret or entry left")
+    await all_reaped(cluster, running)
     await wait_for(lambda: not agent_processes(cluster), within=10, what="no agent process left")
 
 
@@ -205,10 +181,10 @@ async def test_steps_and_actions_run_in_the_job_container_beside_a_service(
 ) -> None:
     gitea = actions_gitea
     with ObjectLog(job_cluster.api) as seen:
-        async with in_process(config(gitea, nats_url, job_cluster, tmp_path)) as running:
+        async with in_process(kube_controller_config(gitea, nats_url, job_cluster, tmp_path)) as running:
             run = gitea.submit("acme/app", workflow(service_port, PROBE.format(port=service_port)))
             done = await wait_run_done(gitea, run.id, within=120)
-            text = log_of(gitea, run.id)
+            text = first_job_log(gitea, run.id)
             assert done.status == "success", text
             await nothing_left(job_cluster, running)
     [(name, versions)] = seen.pods.items()
@@ -247,19 +223,21 @@ async def test_a_cancel_stops_the_step_in_the_job_container_and_runs_the_always_
     gitea: GiteaDouble, nats_url: str, job_cluster: Cluster, tmp_path: Path
 ) -> None:
     with ObjectLog(job_cluster.api) as seen:
-        async with in_process(config(gitea, nats_url, job_cluster, tmp_path)) as running:
+        async with in_process(kube_controller_config(gitea, nats_url, job_cluster, tmp_path)) as running:
             run = gitea.submit("acme/app", CANCELLED)
             await wait_for(
-                lambda: "sleeping under dynrunner-agent" in log_of(gitea, run.id), within=90, what="the step runs"
+                lambda: "sleeping under dynrunner-agent" in first_job_log(gitea, run.id),
+                within=90,
+                what="the step runs",
             )
             assert processes_running("sleep 613"), "the step's sleep runs"
             gitea.cancel_run(run.id)
             done = await wait_run_done(gitea, run.id, within=60)
-            assert done.status == "cancelled", log_of(gitea, run.id)
+            assert done.status == "cancelled", first_job_log(gitea, run.id)
             # Gitea main takes the always() step's lines; 1.26 ended the task at the cancel, so
             # they go to the executor's own log only (tests/e2e/test_cancellation.py).
             await wait_for(
-                lambda: "always ran under dynrunner-agent" in log_of(gitea, run.id) + executor_logs(job_cluster),
+                lambda: "always ran under dynrunner-agent" in first_job_log(gitea, run.id) + executor_logs(job_cluster),
                 within=60,
                 what="the always() step, in the job container",
             )
@@ -275,10 +253,10 @@ async def test_a_cancel_stops_the_step_in_the_job_container_and_runs_the_always_
 async def test_an_unhealthy_service_fails_the_job_naming_it(
     gitea: GiteaDouble, nats_url: str, job_cluster: Cluster, tmp_path: Path, service_port: int
 ) -> None:
-    async with in_process(config(gitea, nats_url, job_cluster, tmp_path)) as running:
+    async with in_process(kube_controller_config(gitea, nats_url, job_cluster, tmp_path)) as running:
         run = gitea.submit("acme/app", workflow(service_port, "echo not ready; exit 1"))
         done = await wait_run_done(gitea, run.id, within=90)
-        text = log_of(gitea, run.id)
+        text = first_job_log(gitea, run.id)
         assert done.status == "failure", text
         assert "Service 'redis' is unhealthy" in text, text
         assert "Startup probe failed: not ready" in text, text
@@ -295,10 +273,10 @@ async def test_an_executor_image_without_the_agent_fails_the_job_saying_so(
     options = job_container_cluster_options(tmp_path)
     options["images"][IMAGE] = executor_image(tmp_path / "home")  # this environment's executor, no agent
     with kube_cluster_factory(**options) as cluster:
-        async with in_process(config(gitea, nats_url, cluster, tmp_path)) as running:
+        async with in_process(kube_controller_config(gitea, nats_url, cluster, tmp_path)) as running:
             run = gitea.submit("acme/app", CANCELLED.replace("sleep 613", "true"))
             done = await wait_run_done(gitea, run.id, within=90)
-            text = log_of(gitea, run.id)
+            text = first_job_log(gitea, run.id)
             assert done.status == "failure", text
             assert "the agent for the job container could not be installed: dynrunner-agent-install" in text, text
             assert "the container agent (dynrunner-agent, `make agent`) is not installed here" in text, text
@@ -313,16 +291,18 @@ async def test_an_executor_killed_before_its_shutdown_leaves_no_job_container_be
     Running with its `job` container; the controller goes by the executor's container, finalizes
     the task with the reason, and deletes the Pod, which ends the agent and the step."""
     with ObjectLog(job_cluster.api) as seen:
-        async with in_process(config(gitea, nats_url, job_cluster, tmp_path)) as running:
+        async with in_process(kube_controller_config(gitea, nats_url, job_cluster, tmp_path)) as running:
             run = gitea.submit("acme/app", CANCELLED)
             await wait_for(
-                lambda: "sleeping under dynrunner-agent" in log_of(gitea, run.id), within=90, what="the step runs"
+                lambda: "sleeping under dynrunner-agent" in first_job_log(gitea, run.id),
+                within=90,
+                what="the step runs",
             )
             [name] = seen.pods
             job_cluster.oom_kill("ci-jobs", name, "executor")
             done = await wait_run_done(gitea, run.id, within=60)
-            await wait_for(lambda: "ran out of memory" in log_of(gitea, run.id), within=30, what="the diagnosis")
-            text = log_of(gitea, run.id)
+            await wait_for(lambda: "ran out of memory" in first_job_log(gitea, run.id), within=30, what="the diagnosis")
+            text = first_job_log(gitea, run.id)
             assert done.status == "failure", text
             assert "[dynrunner] the job failed: the job ran out of memory: the executor was OOMKilled" in text, text
             await nothing_left(job_cluster, running)

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from dynrunner.controller.config.model import ControllerConfig
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.doubles.kubernetes.cluster import Cluster
 from dynrunner.doubles.kubernetes.images import Image
@@ -24,18 +23,10 @@ from tests.fixtures.kubernetes_backend import (
     ObjectLog,
     all_reaped,
     executor_cluster_options,
-    kube_controller_data,
+    kube_controller_config,
 )
-from tests.fixtures.ports import reserve_port
 
 PROBE = f"python {redis_like.__file__} probe {{port}}"
-
-
-@pytest.fixture
-def service_port() -> Iterator[int]:
-    port, lock = reserve_port()
-    with lock:
-        yield port
 
 
 @pytest.fixture
@@ -47,12 +38,6 @@ def services_cluster(kube_cluster_factory: Any, tmp_path: Path, service_port: in
     options["images"] = {**options["images"], "redis:7": server}
     with kube_cluster_factory(**options) as cluster:
         yield cluster
-
-
-def config(gitea: GiteaDouble, nats_url: str, cluster: Cluster, tmp_path: Path) -> ControllerConfig:
-    kubeconfig = cluster.api.write_kubeconfig(tmp_path / "kubeconfig")
-    data = kube_controller_data(gitea.url, gitea.registration_token, nats_url, kubeconfig, tmp_path / "s")
-    return ControllerConfig.model_validate(data)
 
 
 def workflow(port: int, health: str) -> str:
@@ -82,7 +67,7 @@ jobs:
 async def test_a_step_reaches_a_healthy_service_started_before_it(
     gitea: GiteaDouble, nats_url: str, services_cluster: Cluster, tmp_path: Path, service_port: int
 ) -> None:
-    async with in_process(config(gitea, nats_url, services_cluster, tmp_path)) as running:
+    async with in_process(kube_controller_config(gitea, nats_url, services_cluster, tmp_path)) as running:
         run = gitea.submit("acme/app", workflow(service_port, PROBE.format(port=service_port)))
         done = await wait_run_done(gitea, run.id, within=90)
         text = first_job_log(gitea, run.id)
@@ -96,7 +81,7 @@ async def test_a_step_reaches_a_healthy_service_started_before_it(
 async def test_an_unhealthy_service_fails_the_job_naming_it(
     gitea: GiteaDouble, nats_url: str, services_cluster: Cluster, tmp_path: Path, service_port: int
 ) -> None:
-    async with in_process(config(gitea, nats_url, services_cluster, tmp_path)) as running:
+    async with in_process(kube_controller_config(gitea, nats_url, services_cluster, tmp_path)) as running:
         run = gitea.submit("acme/app", workflow(service_port, "echo not ready; exit 1"))
         done = await wait_run_done(gitea, run.id, within=90)
         text = first_job_log(gitea, run.id)
@@ -115,7 +100,7 @@ async def test_two_services_on_one_port_fail_the_job_before_any_pod(
         "    steps:", f"      cache:\n        image: redis:7\n        ports: ['{service_port}']\n    steps:", 1
     )
     with ObjectLog(services_cluster.api) as seen:
-        async with in_process(config(gitea, nats_url, services_cluster, tmp_path)) as running:
+        async with in_process(kube_controller_config(gitea, nats_url, services_cluster, tmp_path)) as running:
             run = gitea.submit("acme/app", clash)
             done = await wait_run_done(gitea, run.id, within=60)
             text = first_job_log(gitea, run.id)
@@ -158,7 +143,7 @@ async def test_service_values_are_evaluated_and_a_secret_reaches_it_outside_the_
     gitea: GiteaDouble, nats_url: str, services_cluster: Cluster, tmp_path: Path, service_port: int
 ) -> None:
     with ObjectLog(services_cluster.api) as seen:
-        async with in_process(config(gitea, nats_url, services_cluster, tmp_path)) as running:
+        async with in_process(kube_controller_config(gitea, nats_url, services_cluster, tmp_path)) as running:
             run = gitea.submit(
                 "acme/app", evaluated_workflow(service_port), secrets={"REDIS_PW": "pw-e2e-secret1"}, actor="alice"
             )
