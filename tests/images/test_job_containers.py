@@ -19,6 +19,9 @@ from tests.fixtures.harness import in_process, real_executor_config, wait_run_do
 from tests.fixtures.images import Engine
 from tests.fixtures.job_images import JobImages, leftovers
 
+BUILD = "on: push\njobs:\n  build:\n    runs-on: self-hosted\n"
+"""The head of a one-job workflow on a plain self-hosted runner; each test adds the job's keys."""
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 
@@ -43,11 +46,9 @@ async def cancelled_once_logged(harness: ExecutorHarness, workflow: str, row: st
 async def test_steps_run_in_a_shell_only_job_container_with_a_node_and_a_composite_action(
     executor_harness: ExecutorHarness, job_images: JobImages
 ) -> None:
-    workflow = f"""
-on: push
-jobs:
-  build:
-    runs-on: self-hosted
+    workflow = (
+        BUILD
+        + f"""\
     container:
       image: {job_images.shell_only}
       env:
@@ -72,6 +73,7 @@ jobs:
       - name: job context
         run: echo "container id set=${{{{ job.container.id != '' }}}} later=$LATER"
 """
+    )
     files = {
         "node-action/action.yml": "name: n\ninputs:\n  who: {}\nruns:\n  using: node20\n  main: main.js\n",
         "node-action/main.js": (
@@ -101,11 +103,9 @@ async def test_a_redis_service_is_reachable_by_name_and_localhost_before_the_fir
     executor_harness: ExecutorHarness, job_images: JobImages
 ) -> None:
     probe = "exec 3<>/dev/tcp/$1/6379; printf 'PING\\r\\n' >&3; read -r answer <&3; echo \"$1 answered $answer\""
-    workflow = f"""
-on: push
-jobs:
-  build:
-    runs-on: self-hosted
+    workflow = (
+        BUILD
+        + f"""\
     container: {job_images.bash}
     services:
       redis:
@@ -118,6 +118,7 @@ jobs:
           set -- localhost; {probe}
           echo "port in context: ${{{{ job.services.redis.id != '' }}}}"
 """
+    )
     view = await executor_harness.run_job(workflow)
     rows = "\n".join(view.log_rows)
     assert view.result == Result.SUCCESS, rows
@@ -126,14 +127,13 @@ jobs:
     assert "localhost answered +PONG" in rows
 
 
-NEVER_STARTS = """
-on: push
-jobs:
-  build:
-    runs-on: self-hosted
+NEVER_STARTS = (
+    BUILD
+    + """\
 {containers}    steps:
       - run: echo never
 """
+)
 """A job whose containers `{containers}` (indented as job keys; `{redis}` and `{bash}` name
 those images) keep its one step from running."""
 
@@ -187,11 +187,9 @@ async def test_containers_that_cannot_serve_the_job_fail_it_saying_why(
 async def test_container_actions_docker_image_and_dockerfile(
     executor_harness: ExecutorHarness, job_images: JobImages, engine: Engine
 ) -> None:
-    workflow = f"""
-on: push
-jobs:
-  build:
-    runs-on: self-hosted
+    workflow = (
+        BUILD
+        + f"""\
     steps:
       - uses: docker://{job_images.shell_only}
         with:
@@ -203,6 +201,7 @@ jobs:
           who: tester
       - run: echo "after ${{{{ steps.built.outputs.said }}}} file=$(cat made-by-action)"
 """
+    )
     files = {
         "dockerfile-action/action.yml": (
             "name: d\ninputs:\n  who: {}\noutputs:\n  said: {}\nruns:\n  using: docker\n  image: Dockerfile\n"
@@ -230,17 +229,16 @@ jobs:
 async def test_a_cancel_stops_the_step_in_the_job_container_and_runs_always_steps(
     executor_harness: ExecutorHarness, job_images: JobImages
 ) -> None:
-    workflow = f"""
-on: push
-jobs:
-  build:
-    runs-on: self-hosted
+    workflow = (
+        BUILD
+        + f"""\
     container: {job_images.bash}
     steps:
       - run: echo started; sleep 300
       - if: always()
         run: echo cleanup ran in $(. /etc/os-release; echo $ID)
 """
+    )
     view = await cancelled_once_logged(executor_harness, workflow, "started", within=120)
     assert view.result == Result.CANCELLED
     assert "cleanup ran in debian" in view.log_rows
@@ -249,11 +247,9 @@ jobs:
 async def test_steps_on_the_host_reach_a_service_through_its_published_port(
     executor_harness: ExecutorHarness, job_images: JobImages
 ) -> None:
-    workflow = f"""
-on: push
-jobs:
-  build:
-    runs-on: self-hosted
+    workflow = (
+        BUILD
+        + f"""\
     services:
       redis:
         image: {job_images.redis}
@@ -266,6 +262,7 @@ jobs:
           exec 3<>/dev/tcp/127.0.0.1/$port; printf 'PING\\r\\n' >&3; read -r answer <&3
           echo "host port $port answered ${{answer%$'\\r'}}"
 """
+    )
     view = await executor_harness.run_job(workflow)
     rows = "\n".join(view.log_rows)
     assert view.result == Result.SUCCESS, rows
@@ -275,11 +272,9 @@ jobs:
 async def test_a_cancel_while_a_service_becomes_healthy_stops_the_job_and_removes_its_containers(
     executor_harness: ExecutorHarness, job_images: JobImages
 ) -> None:
-    workflow = f"""
-on: push
-jobs:
-  build:
-    runs-on: self-hosted
+    workflow = (
+        BUILD
+        + f"""\
     container: {job_images.bash}
     services:
       slow:
@@ -288,6 +283,7 @@ jobs:
     steps:
       - run: echo never
 """
+    )
     view = await cancelled_once_logged(executor_harness, workflow, "Waiting for service slow to be healthy", within=60)
     assert view.result == Result.CANCELLED
     assert "The job was cancelled while its containers started." in view.log_rows
@@ -298,11 +294,9 @@ async def test_credentials_are_masked_and_named_volumes_are_mounted(
     executor_harness: ExecutorHarness, job_images: JobImages, engine: Engine
 ) -> None:
     volume = f"dynrunner-test-{secrets.token_hex(4)}"
-    workflow = f"""
-on: push
-jobs:
-  build:
-    runs-on: self-hosted
+    workflow = (
+        BUILD
+        + f"""\
     container:
       image: {job_images.bash}
       credentials:
@@ -320,6 +314,7 @@ jobs:
           args: -c "echo the volume outlives steps"
       - run: cat /cache/file
 """
+    )
     claimed = await executor_harness.claim(workflow)
     try:
         assert await executor_harness.run(claimed) == 0
@@ -369,29 +364,27 @@ jobs:
 async def test_a_container_image_that_evaluates_to_nothing_runs_the_job_on_the_runner(
     executor_harness: ExecutorHarness,
 ) -> None:
-    workflow = """
-on: push
-jobs:
-  build:
-    runs-on: self-hosted
+    workflow = (
+        BUILD
+        + """\
     container: ${{ github.event_name == 'never' && 'some/image' || '' }}
     steps:
       - run: echo "on the runner, container=${{ job.container == null }}"
 """
+    )
     view = await executor_harness.run_job(workflow)
     assert view.result == Result.SUCCESS, "\n".join(view.log_rows)
     assert "on the runner, container=true" in view.log_rows
 
 
 async def test_a_docker_uri_that_is_an_option_is_refused(executor_harness: ExecutorHarness) -> None:
-    workflow = """
-on: push
-jobs:
-  build:
-    runs-on: self-hosted
+    workflow = (
+        BUILD
+        + """\
     steps:
       - uses: docker://--privileged
 """
+    )
     view = await executor_harness.run_job(workflow)
     assert view.result == Result.FAILURE
     assert "##[error]The action's image cannot be run: '--privileged' is not an image name." in view.log_rows
