@@ -218,18 +218,22 @@ async def test_steps_and_actions_run_in_the_job_container_beside_a_service(
     assert shut_down(job_cluster, last)
 
 
+async def sleeping_step(gitea: GiteaDouble) -> Any:
+    """Submit CANCELLED; its run once the step sleeps in the job container."""
+    run = gitea.submit("acme/app", CANCELLED)
+    await wait_for(
+        lambda: "sleeping under dynrunner-agent" in first_job_log(gitea, run.id), within=90, what="the step runs"
+    )
+    return run
+
+
 @pytest.mark.parametrize("gitea_profile", ["1.26", "main"])
 async def test_a_cancel_stops_the_step_in_the_job_container_and_runs_the_always_step(
     gitea: GiteaDouble, nats_url: str, job_cluster: Cluster, tmp_path: Path
 ) -> None:
     with ObjectLog(job_cluster.api) as seen:
         async with in_process(kube_controller_config(gitea, nats_url, job_cluster, tmp_path)) as running:
-            run = gitea.submit("acme/app", CANCELLED)
-            await wait_for(
-                lambda: "sleeping under dynrunner-agent" in first_job_log(gitea, run.id),
-                within=90,
-                what="the step runs",
-            )
+            run = await sleeping_step(gitea)
             assert processes_running("sleep 613"), "the step's sleep runs"
             gitea.cancel_run(run.id)
             done = await wait_run_done(gitea, run.id, within=60)
@@ -292,12 +296,7 @@ async def test_an_executor_killed_before_its_shutdown_leaves_no_job_container_be
     the task with the reason, and deletes the Pod, which ends the agent and the step."""
     with ObjectLog(job_cluster.api) as seen:
         async with in_process(kube_controller_config(gitea, nats_url, job_cluster, tmp_path)) as running:
-            run = gitea.submit("acme/app", CANCELLED)
-            await wait_for(
-                lambda: "sleeping under dynrunner-agent" in first_job_log(gitea, run.id),
-                within=90,
-                what="the step runs",
-            )
+            run = await sleeping_step(gitea)
             [name] = seen.pods
             job_cluster.oom_kill("ci-jobs", name, "executor")
             done = await wait_run_done(gitea, run.id, within=60)
