@@ -58,12 +58,28 @@ class FakeGitea:
         self.delay_s = 0.0  # how long each UpdateLog takes
         self.cancel_as_error = False  # answer a cancelled call as connectrpc does: a "Canceled" error
         self.max_output_bytes: int | None = None  # a front end's body limit: larger outputs get HTTP 413
+        self.completes_abandoned = False  # as Gitea: a call the client abandons still runs to its end
+        self.in_flight = 0
+        self.most_in_flight = 0  # UpdateLogs being handled at once
 
     async def update_log(
         self, task_id: int, index: int, rows: Sequence[LogRow], *, no_more: bool = False, retry: object = None
     ) -> int:
         call = Call("log", index=index, rows=list(rows), no_more=no_more)
         self.calls.append(call)
+        if self.completes_abandoned:
+            return await asyncio.shield(self._handle_log(call, task_id, index, rows, no_more))
+        return await self._handle_log(call, task_id, index, rows, no_more)
+
+    async def _handle_log(self, call: Call, task_id: int, index: int, rows: Sequence[LogRow], no_more: bool) -> int:
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            return await self._apply_log(call, task_id, index, rows, no_more)
+        finally:
+            self.in_flight -= 1
+
+    async def _apply_log(self, call: Call, task_id: int, index: int, rows: Sequence[LogRow], no_more: bool) -> int:
         if self.delay_s:
             try:
                 await asyncio.sleep(self.delay_s)

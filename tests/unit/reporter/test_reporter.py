@@ -69,6 +69,7 @@ async def test_size_trigger_by_rows(fake, make) -> None:
     await rep.start(0)
     rep.log("first")
     await until(lambda: fake.contents == ["first"])
+    await until(fake.task_calls)  # the start's report, whose window would take the next rows along
     for i in range(3):
         rep.log(f"row {i}")
     await asyncio.sleep(0.05)
@@ -86,6 +87,7 @@ async def test_size_trigger_by_bytes(fake, make) -> None:
     await rep.start(0)
     rep.log("first")  # leaves at once: nothing was sent for a whole interval
     await until(lambda: fake.contents == ["first"])
+    await until(fake.task_calls)  # the start's report, whose window would take the next rows along
     rep.log("x" * 600)
     await asyncio.sleep(0.05)
     assert len(fake.rows) == 1  # below the byte trigger, and the interval has not passed
@@ -552,12 +554,31 @@ async def test_close_is_bounded_even_when_gitea_never_answers(fake, make) -> Non
     assert isinstance(rep.error, Unavailable)
 
 
-@pytest.mark.parametrize("cancel_as_error", [False, True])
-async def test_close_interrupts_a_request_in_flight(fake, make, cancel_as_error: bool) -> None:
-    """connectrpc turns a cancelled call into a transient "Canceled" error; stopping the
-    pump must not take it for a failure to retry."""
-    fake.cancel_as_error = cancel_as_error
+async def test_close_waits_for_the_request_in_flight_before_sending_its_own(fake, make) -> None:
+    """Gitea finishes a request the client abandoned, and its UpdateLog is not atomic: two at
+    one index left NUL bytes in the stored log (1.24, 1.25). Close lets the pump's batch be
+    answered, then sends the rest after it: one UpdateLog at a time."""
+    fake.completes_abandoned = True
     rep = make(replace(FAST, log_max_latency_s=0.0))
+    await rep.start(0)
+    fake.delay_s = 0.3
+    rep.log("in flight")
+    await until(lambda: len(fake.log_calls()) == 2)
+    rep.log("logged while it was on the wire")
+    async with asyncio.timeout(5):
+        assert await rep.close(Result.SUCCESS)
+    assert fake.most_in_flight == 1
+    assert fake.contents == ["in flight", "logged while it was on the wire", "Job succeeded"]
+    assert [c.index for c in fake.log_calls()] == [0, 0, 1, 2]
+
+
+@pytest.mark.parametrize("cancel_as_error", [False, True])
+async def test_close_interrupts_a_request_in_flight_past_the_log_deadline(fake, make, cancel_as_error: bool) -> None:
+    """A request still unanswered when the logs' half of the close timeout ends is cancelled;
+    connectrpc turns that into a transient "Canceled" error, which stopping the pump must not
+    take for a failure to retry."""
+    fake.cancel_as_error = cancel_as_error
+    rep = make(replace(FAST, log_max_latency_s=0.0, close_timeout_s=1.0))
     await rep.start(0)
     fake.delay_s = 30
     rep.log("in flight")

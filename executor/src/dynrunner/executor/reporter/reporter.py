@@ -91,6 +91,7 @@ class Reporter:
         self._handshaken = False
         self._wake = asyncio.Event()
         self._pump: asyncio.Task[None] | None = None
+        self._pump_stop = asyncio.Event()
         self._state_due = False
         self._transition_at: float | None = None  # when step transitions seen so far must be reported
         self._flush_to: int | None = None  # rows up to here leave without waiting
@@ -248,7 +249,7 @@ class Reporter:
             raise RuntimeError("close already in progress")
         self._closing = True
         started = time.monotonic()
-        await self._stop_pump()
+        await self._stop_pump(started + self._cfg.close_timeout_s / 2)
         closing = _CLOSING_WORDS[result] if self._cfg.closing_line else ""
         if self._unreported is None:
             now = self._clock()
@@ -301,6 +302,8 @@ class Reporter:
             if me is not None and me.cancelling():
                 # the HTTP client sometimes completes a request and swallows our cancellation
                 raise asyncio.CancelledError
+            if self._pump_stop.is_set():
+                return
             self._wake.clear()
             now = time.monotonic()
             transitions_at = self._transitions_due(now)
@@ -317,7 +320,7 @@ class Reporter:
             try:
                 if log_at <= now:
                     await self._send_logs()
-                if self._state_wanted():
+                if self._state_wanted() and not self._pump_stop.is_set():
                     await self._send_state()
             except Exception as err:
                 current = asyncio.current_task()
@@ -330,7 +333,11 @@ class Reporter:
                 self._failures += 1
                 delay = _backoff(self._failures, self._cfg)
                 log.warning("task %d: reporting failed (%s), retrying in %.1fs", self.task_id, err, delay)
-                await asyncio.sleep(delay)
+                try:
+                    async with asyncio.timeout(delay):
+                        await self._pump_stop.wait()
+                except TimeoutError:
+                    pass
             else:
                 self._failures = 0
 
@@ -509,17 +516,32 @@ class Reporter:
         out.rows(pending)
         return True
 
-    async def _stop_pump(self) -> None:
+    async def _stop_pump(self, deadline: float | None = None) -> None:
+        """Stop the pump once the request it has on the wire is answered (or `deadline`
+        passed). A request abandoned half-way still runs in Gitea, and Gitea's UpdateLog
+        reads the log's length, writes the rows and records the new length without a lock:
+        the close's own request at the same index would race it and leave the stored log
+        with a hole of NUL bytes (seen on 1.24 and 1.25 with the pump cancelled a few
+        milliseconds into its first batch). An UpdateTask left behind would race the final one.
+        Without a deadline (nothing follows) the pump is cancelled at once."""
         self._drained.set()
         pump, self._pump = self._pump, None
-        if pump is not None and not pump.done():
-            pump.cancel()
-            try:
-                await pump
-            except asyncio.CancelledError:
-                current = asyncio.current_task()
-                if current is not None and current.cancelling():
-                    raise
+        if pump is None or pump.done():
+            return
+        self._pump_stop.set()
+        self._wake.set()
+        try:
+            if deadline is not None:
+                await asyncio.wait({pump}, timeout=max(0.0, deadline - time.monotonic()))
+        finally:
+            if not pump.done():
+                pump.cancel()
+        try:
+            await pump
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
 
     # -- start and close ------------------------------------------------------------
 
