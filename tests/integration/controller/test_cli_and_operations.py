@@ -12,10 +12,21 @@ import aiohttp
 import pytest
 import yaml
 
+from dynrunner.controller.backends.local.backend import LocalBackend
+from dynrunner.controller.backends.local.layout import Layout
 from dynrunner.controller.checks import run_checks
 from dynrunner.controller.startup import StartupError
 from dynrunner.doubles.gitea import GiteaDouble
-from tests.fixtures.harness import build_config, config_data, in_process, wait_for, wait_run_done
+from tests.fixtures.backends import HeldStart
+from tests.fixtures.harness import (
+    build_config,
+    config_data,
+    fake_executor_command,
+    first_job_log,
+    in_process,
+    wait_for,
+    wait_run_done,
+)
 
 ONE_JOB = "on: push\njobs:\n  a:\n    runs-on: [self-hosted, local]\n    steps: [{run: x}]\n"
 CONTROLLER = str(Path(sys.executable).parent / "dynrunner-controller")
@@ -154,9 +165,13 @@ async def test_graceful_stop_leaves_running_jobs_alone(gitea: GiteaDouble, nats_
     root = cfg.pools[0].backend.root_dir
     assert root is not None
     slow = ONE_JOB.replace("steps:", "env: {FAKE_EXECUTOR: 'sleep:2'}\n    steps:")
+    starts = root.parent / "starts.log"  # the fake executor's first act
     async with in_process(cfg):
         run = gitea.submit("owner/repo", slow)
-        await wait_for(lambda: any(root.iterdir()), what="environment created")
+        # Running, not just created: an environment exists a few awaits (the launch's ack, the
+        # last stage line) before its executor is spawned, and a start the stop finds there is
+        # let go to the next controller (the test below).
+        await wait_for(starts.exists, what="the executor started")
     # The controller stopped; the job goes on and finishes by itself.
     [env_dir] = list(root.iterdir())
     done = await wait_run_done(gitea, run.id)
@@ -164,6 +179,33 @@ async def test_graceful_stop_leaves_running_jobs_alone(gitea: GiteaDouble, nats_
     assert env_dir.exists()  # nobody reaped it yet
     async with in_process(cfg):
         await wait_for(lambda: not env_dir.exists(), what="the next controller reaped it")
+
+
+async def test_a_start_the_stop_finds_unspawned_is_left_to_the_next_controller(
+    gitea: GiteaDouble, nats_url: str, tmp_path: Path
+) -> None:
+    """Stopped after the environment was created, before its executor was spawned (the last
+    stage line written): the stop starts nothing and fails nothing; the next controller's
+    reaper finds the start untaken, follows it, and the job runs once."""
+    cfg = build_config(
+        gitea_url=gitea.url, registration_token=gitea.registration_token, state_dir=tmp_path / "s", nats_url=nats_url
+    )
+    root = cfg.pools[0].backend.root_dir
+    assert root is not None
+    held = HeldStart(LocalBackend("local", root, fake_executor_command()))
+    async with in_process(cfg, backends={"local": held}):
+        run = gitea.submit("owner/repo", ONE_JOB)
+        await wait_for(held.holding.is_set, what="the start held before the spawn")
+    [env_dir] = list(root.iterdir())
+    starts = root.parent / "starts.log"
+    assert not Layout(env_dir).start_file.exists() and not starts.exists()  # nothing spawned
+    assert gitea.run(run.id).status == "running"
+    assert first_job_log(gitea, run.id).endswith("starting the executor")
+    async with in_process(cfg):
+        # At once, not at the reaper's 30-s full sweep: the stop released the start's lease.
+        done = await wait_run_done(gitea, run.id, within=20)
+    assert done.status == "success"
+    assert len(starts.read_text().splitlines()) == 1
 
 
 async def test_a_gitea_url_that_is_not_gitea_stops_the_start(gitea: GiteaDouble, nats_url: str, tmp_path: Path) -> None:

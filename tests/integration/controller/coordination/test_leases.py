@@ -114,6 +114,29 @@ async def test_work_under_an_exclusive_lease_is_done_by_one_holder_at_a_time(kv:
         assert after  # released at the end of the block, not left to expire
 
 
+async def test_an_exclusive_lease_is_released_when_a_cancel_lands_while_it_lets_go(kv: KeyValue) -> None:
+    """A controller's stop both ends a start follower (it leaves its block) and cancels it: the
+    cancellation then lands in the lease's own clean-up. The lease is released all the same,
+    not left to expire in the way of the next controller's follower."""
+    entered = asyncio.Event()
+
+    async def hold() -> None:
+        async with exclusive(kv, "following.a1", "a") as held:
+            assert held
+            entered.set()
+            await asyncio.Event().wait()
+
+    holder = asyncio.create_task(hold())
+    await entered.wait()
+    holder.cancel()  # leaves the block ...
+    await asyncio.sleep(0)  # ... and waits for its renewal loop to end
+    holder.cancel()  # the second cancellation lands in that wait
+    with pytest.raises(asyncio.CancelledError):
+        await holder
+    async with exclusive(kv, "following.a1", "b") as after:
+        assert after  # well within the TTL: released, not expired
+
+
 async def test_a_lease_stops_renewing_when_told_even_without_a_cancel(kv: KeyValue) -> None:
     """Python 3.11's asyncio.wait_for (under nats-py's requests) can swallow a cancellation that
     arrives with the answer; a renewal loop that only ended on cancel then renewed forever and

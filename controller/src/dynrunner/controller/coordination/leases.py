@@ -186,7 +186,16 @@ class Lease:
         if revision is None:
             return
         try:
-            await self._kv.delete(self.key, last=revision)
+            try:
+                await self._kv.delete(self.key, last=revision)
+            except Exception as err:
+                if not wrong_last_sequence(err):
+                    raise
+                # A renewal cancelled in flight may have moved the key on, its answer lost:
+                # still ours, it is released at the revision it has now.
+                current = await self._entry_with_revision()
+                if current is not None and current[0].get("incarnation") == self.incarnation:
+                    await self._kv.delete(self.key, last=current[1])
         except Exception as err:
             if not wrong_last_sequence(err):
                 log.warning("lease %s: could not be released (%s); it expires", self.key, err)
@@ -257,10 +266,24 @@ async def exclusive(kv: KeyValue, key: str, holder: str) -> AsyncIterator[bool]:
     try:
         yield True
     finally:
-        lease.stop()
-        renewing.cancel()
-        await asyncio.wait({renewing}, timeout=lease.renew_interval_s)  # never hangs on a lost cancel
-        await lease.release()
+        # Let go to the end even when a cancellation lands meanwhile (a stop cancels a start
+        # follower that is already letting go): a lease left to expire refuses the next
+        # controller's hand-over, and that start then waits for the reaper's next full sweep.
+        letting_go = asyncio.ensure_future(_let_go(lease, renewing))
+        try:
+            await asyncio.shield(letting_go)
+        except asyncio.CancelledError:
+            await letting_go  # bounded: one renewal interval, one request
+            raise
+
+
+async def _let_go(lease: Lease, renewing: asyncio.Task[None]) -> None:
+    """End the renewals (the one in flight lands first: releasing before it would leave the
+    key at a newer revision than the release names), then release."""
+    lease.stop()
+    renewing.cancel()
+    await asyncio.wait({renewing}, timeout=lease.renew_interval_s)  # never hangs on a lost cancel
+    await lease.release()
 
 
 async def replica_alive(kv: KeyValue, name: str) -> bool:
