@@ -316,6 +316,7 @@ class Controller:
                         f"watch {name}",
                         functools.partial(p.backend.watch, functools.partial(self._wake, name)),
                         on_error=counted(name, "watch"),
+                        on_fatal=functools.partial(self._stop_loops, reaper),
                     ),
                     name=f"watch-{name}",
                 )
@@ -342,6 +343,7 @@ class Controller:
                         backoff=claim_loop_backoff(),
                         on_error=counted(name, "claimer"),
                         stop=stop,
+                        on_fatal=functools.partial(self._stop_loops, reaper),
                     ),
                     name=f"claimer-{name}-{slot}",
                 )
@@ -383,16 +385,20 @@ class Controller:
         try:
             yield
         except BaseException:
-            for p in self.pools.values():
-                for claimer in p.claimers:
-                    claimer.stop()
-                p.launcher.stop()
-                if p.capacity.ledger is not None:
-                    p.capacity.ledger.stop()
-            reaper.stop()
-            if self.replica.lease is not None:
-                self.replica.lease.stop()
+            self._stop_loops(reaper)
             raise
+
+    def _stop_loops(self, reaper: Reaper) -> None:
+        """Set every loop's stop flag (before the cancellations, when a loop fails for good)."""
+        for p in self.pools.values():
+            for claimer in p.claimers:
+                claimer.stop()
+            p.launcher.stop()
+            if p.capacity.ledger is not None:
+                p.capacity.ledger.stop()
+        reaper.stop()
+        if self.replica.lease is not None:
+            self.replica.lease.stop()
 
     async def _recover(self, pool: Pool) -> None:
         """Capacity for the environments that exist and the assignments still queued (a

@@ -205,6 +205,8 @@ class Claimer:
                 self._error("register", err)
                 await self._sleep(self._error_backoff.next())
                 continue
+            if self._stopping.is_set():
+                return None  # stopped while arming (a cancellation lost there must not send a poll)
             client = self._registrations.client(reg)
             started = loop.time()
             sent = self._version_to_send(started)

@@ -133,6 +133,7 @@ async def supervise(
     on_error: Callable[[BaseException], None] | None = None,
     healthy_after_s: float | None = None,
     stop: asyncio.Event | None = None,
+    on_fatal: Callable[[], None] | None = None,
 ) -> None:
     """Run `body` until it returns; restart it after unexpected errors.
 
@@ -151,7 +152,11 @@ async def supervise(
         try:
             await body()
             return
-        except (asyncio.CancelledError, Fatal):
+        except asyncio.CancelledError:
+            raise
+        except Fatal:
+            if on_fatal is not None:
+                on_fatal()
             raise
         except Exception as err:
             if on_error is not None:
