@@ -88,6 +88,7 @@ async def run_on_real_gitea(gitea: RealGitea, state_dir: Path) -> dict[str, Run]
         waiting = {example.name: example for example in examples}
         started = last_change = time.monotonic()
         seen: dict[str, Any] = {}
+        ended: dict[str, int] = {}
         while waiting and time.monotonic() - last_change < STALL_S and time.monotonic() - started < MOST_S:
             for name, example in list(waiting.items()):
                 run = await asyncio.to_thread(gitea.read_run, repos[name], logs=False)
@@ -99,6 +100,7 @@ async def run_on_real_gitea(gitea: RealGitea, state_dir: Path) -> dict[str, Run]
                 await maybe_cancel(gitea, repos[name], example, run)
                 if run.done:
                     del waiting[name]
+                    ended[name] = run.index
             await asyncio.sleep(1)
         capacity = controller.pools["local"].capacity
         WAITS[gitea.line] = (
@@ -107,7 +109,7 @@ async def run_on_real_gitea(gitea: RealGitea, state_dir: Path) -> dict[str, Run]
         )
     runs = {}
     for example in examples:
-        run = await asyncio.to_thread(gitea.read_run, repos[example.name])
+        run = await asyncio.to_thread(gitea.read_run, repos[example.name], index=ended.get(example.name))
         if run is not None:
             runs[example.name] = run
     return runs
