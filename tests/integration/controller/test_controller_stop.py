@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 
 from dynrunner.controller.backends.local.backend import LocalBackend
+from dynrunner.controller.claiming.registrations import Registrations
+from dynrunner.controller.claiming.registrations_store import ArmedRegistration
 from dynrunner.controller.infra.loops import Fatal
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.proto.gitea import FetchResult, GiteaClient, LogRow
@@ -99,3 +101,48 @@ async def test_a_loop_failing_for_good_ends_the_controller_when_a_poll_swallows_
         failed = list(group.exceptions)
     assert [str(err) for err in failed] == ["the watch cannot go on"]
     assert lost.lost >= 1  # each claim loop polling then lost it
+
+
+async def test_a_loop_failing_for_good_ends_the_controller_when_arming_swallows_the_cancellation(
+    gitea: GiteaDouble, nats_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Fatal error cancelled the claim loops before their stop flags were set, and a loop
+    whose arming lost that cancellation sent a FetchTask that nothing cancels: the controller
+    never exited with the error. Here that FetchTask never answers, so only a loop that sends
+    none lets the controller end."""
+    lost = LostCancel()
+    armed = Registrations.armed
+    fetch_task = GiteaClient.fetch_task
+    losing_armed = asyncio.Event()
+
+    async def losing(self: Registrations) -> ArmedRegistration:
+        reg = await armed(self)
+        if losing_armed.is_set() and not lost.lost:
+            return await lost.answer(reg)  # held until cancelled, which it swallows
+        return reg
+
+    async def unanswered(self: GiteaClient, tasks_version: int = 0, **kwargs: Any) -> FetchResult:
+        if lost.lost:
+            await asyncio.Event().wait()  # a poll sent after the lost cancellation: only cancelled again
+        return await fetch_task(self, tasks_version, **kwargs)
+
+    monkeypatch.setattr(Registrations, "armed", losing)
+    monkeypatch.setattr(GiteaClient, "fetch_task", unanswered)
+    cfg = build_config(
+        gitea_url=gitea.url, registration_token=gitea.registration_token, state_dir=tmp_path / "s", nats_url=nats_url
+    )
+    assert cfg.pools[0].backend.root_dir is not None
+    backend = FailingWatch(LocalBackend("local", cfg.pools[0].backend.root_dir, fake_executor_command()))
+    running = await InProcess(cfg, backends={"local": backend}).start()
+    assert running.task is not None
+    losing_armed.set()
+    await wait_for(lost.waiting.is_set, what="a claim loop arming")
+    backend.fail.set()
+    assert await ended(running.task, 10), "the controller did not exit"
+    failed: list[BaseException] = []
+    try:
+        await running.task
+    except* Fatal as group:
+        failed = list(group.exceptions)
+    assert [str(err) for err in failed] == ["the watch cannot go on"]
+    assert lost.lost >= 1
