@@ -83,24 +83,7 @@ async def test_a_loop_failing_for_good_ends_the_controller_when_a_poll_swallows_
         return await fetch_task(self, tasks_version, **kwargs)
 
     monkeypatch.setattr(GiteaClient, "fetch_task", losing)
-    cfg = build_config(
-        gitea_url=gitea.url, registration_token=gitea.registration_token, state_dir=tmp_path / "s", nats_url=nats_url
-    )
-    assert cfg.pools[0].backend.root_dir is not None
-    backend = FailingWatch(LocalBackend("local", cfg.pools[0].backend.root_dir, fake_executor_command()))
-    running = await InProcess(cfg, backends={"local": backend}).start()
-    assert running.task is not None
-    armed.set()
-    await wait_for(lost.waiting.is_set, what="a claim loop polling")
-    backend.fail.set()
-    assert await ended(running.task, 60), "the controller did not exit"
-    failed: list[BaseException] = []
-    try:
-        await running.task
-    except* Fatal as group:
-        failed = list(group.exceptions)
-    assert [str(err) for err in failed] == ["the watch cannot go on"]
-    assert lost.lost >= 1  # each claim loop polling then lost it
+    await _fails_for_good_once_held(gitea, nats_url, tmp_path, lost, armed, within=60)
 
 
 async def test_a_loop_failing_for_good_ends_the_controller_when_arming_swallows_the_cancellation(
@@ -128,6 +111,15 @@ async def test_a_loop_failing_for_good_ends_the_controller_when_arming_swallows_
 
     monkeypatch.setattr(Registrations, "armed", losing)
     monkeypatch.setattr(GiteaClient, "fetch_task", unanswered)
+    await _fails_for_good_once_held(gitea, nats_url, tmp_path, lost, losing_armed, within=10)
+
+
+async def _fails_for_good_once_held(
+    gitea: GiteaDouble, nats_url: str, tmp_path: Path, lost: LostCancel, hold: asyncio.Event, *, within: float
+) -> None:
+    """Start a controller, set `hold` and, once a claim loop is held by `lost`, fail its
+    backend's watch for good: the controller must end within `within` s with that error, and
+    a claim loop must have swallowed a cancellation."""
     cfg = build_config(
         gitea_url=gitea.url, registration_token=gitea.registration_token, state_dir=tmp_path / "s", nats_url=nats_url
     )
@@ -135,10 +127,10 @@ async def test_a_loop_failing_for_good_ends_the_controller_when_arming_swallows_
     backend = FailingWatch(LocalBackend("local", cfg.pools[0].backend.root_dir, fake_executor_command()))
     running = await InProcess(cfg, backends={"local": backend}).start()
     assert running.task is not None
-    losing_armed.set()
-    await wait_for(lost.waiting.is_set, what="a claim loop arming")
+    hold.set()
+    await wait_for(lost.waiting.is_set, what="a claim loop held")
     backend.fail.set()
-    assert await ended(running.task, 10), "the controller did not exit"
+    assert await ended(running.task, within), "the controller did not exit"
     failed: list[BaseException] = []
     try:
         await running.task
