@@ -41,6 +41,7 @@ from dynrunner.proto.gitea import (
     LogRow,
     RequestTooLarge,
     Result,
+    StepState,
     TaskState,
     Unauthenticated,
     Unavailable,
@@ -96,6 +97,8 @@ class Reporter:
         self._transition_at: float | None = None  # when step transitions seen so far must be reported
         self._flush_to: int | None = None  # rows up to here leave without waiting
         self._state_after: int | None = None  # an urgent state report waits for rows up to here
+        self._rows_sent_for_state = False  # the rows logged before the state became due are acked
+        self._report: tuple[list[StepState], dict[int, int]] | None = None  # the steps as at `_state_after`
         self._unsent_since: float | None = None
         self._last_log_send = float("-inf")
         self._last_state_send = float("-inf")
@@ -293,6 +296,7 @@ class Reporter:
         if due <= now:
             self._transition_at = None
             self._flush_to = self._state_after = self._buffer.end
+            self._report = self._steps.report()
             self._state_due = True
         return due
 
@@ -353,9 +357,25 @@ class Reporter:
         return min(since + self._cfg.log_max_latency_s, self._last_log_send + self._cfg.log_interval_s)
 
     def _state_wanted(self) -> bool:
+        """Whether a state report goes now. Logs first, for heartbeats too: a report names
+        the steps' rows, and one sent before them (the executor killed in between) left a
+        finished step in Gitea without its output and the controller's closing lines inside
+        it. The rows logged up to the moment the report became due go first, and the report
+        carries the steps as they were at that moment (`_report`); later rows do not hold it
+        back (a job that never stops printing still gets its heartbeats)."""
         heartbeat = time.monotonic() >= self._last_state_send + self._cfg.heartbeat_s
-        logs_first = self._state_after is not None and self._buffer.acked < self._state_after
-        return heartbeat or (self._state_due and not logs_first)
+        if not (heartbeat or self._state_due):
+            return False
+        if self._state_after is not None:
+            if self._buffer.acked < self._state_after:
+                return False
+            self._state_after = None
+            return True
+        if self._buffer.acked < self._buffer.end and not self._rows_sent_for_state:
+            self._flush_to = self._state_after = self._buffer.end
+            self._report = self._steps.report()
+            return False
+        return True
 
     async def _send_logs(self, *, no_more: bool = False) -> bool:
         """Send one batch from the ack; true when it carried `no_more` and all rows are acked.
@@ -380,6 +400,7 @@ class Reporter:
             self._flush_to = None
         if self._state_after is not None and self._buffer.acked >= self._state_after:
             self._state_after = None
+            self._rows_sent_for_state = True
         return final and self._buffer.pending == 0
 
     def _apply_ack(self, ack: int, sent_end: int) -> None:
@@ -402,7 +423,11 @@ class Reporter:
     async def _send_state(self, state: TaskState | None = None) -> None:
         if state is None:
             state = TaskState(id=self.task_id, started_at=self._started_at)
-        state.steps, receipt = self._steps.report()
+        frozen, self._report = self._report, None
+        if frozen is None or state.result != Result.UNSPECIFIED:
+            frozen = self._steps.report()
+        state.steps, receipt = frozen
+        self._rows_sent_for_state = False
         self._state_due = False
         self._last_state_send = time.monotonic()  # transitions meanwhile are spaced from this one
         try:
