@@ -601,3 +601,23 @@ async def test_cancelling_close_stops_its_retries(fake, make) -> None:
     async with asyncio.timeout(5):
         with pytest.raises(asyncio.CancelledError):
             await closing
+
+
+async def test_no_state_report_names_rows_gitea_has_not_got(fake, make) -> None:
+    """Heartbeats and step transitions while a step prints: every report goes after the rows
+    it names (an executor killed right after one left a finished step without its output)."""
+    rep = make(replace(FAST, heartbeat_s=0.02, log_interval_s=0.03, log_max_latency_s=0.03))
+    await rep.start(2)
+    rep.step_started(0)
+    for i in range(30):
+        rep.log(f"row {i}", step=0)
+        if i == 15:
+            rep.step_finished(0, Result.SUCCESS)
+            rep.step_started(1)
+        await asyncio.sleep(0.005)
+    await until(lambda: len(fake.task_calls()) >= 4)
+    assert await rep.close(Result.SUCCESS)
+    for call in fake.task_calls():
+        assert call.state is not None and call.ack is not None
+        for step in call.state.steps:
+            assert step.log_index + step.log_length <= call.ack, (call.state.steps, call.ack)
