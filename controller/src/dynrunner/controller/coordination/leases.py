@@ -202,7 +202,7 @@ class Lease:
 
     async def _take(self) -> int | None:
         try:
-            return await self._kv.create(self.key, self._value)
+            return await self._create()
         except nats.js.errors.KeyWrongLastSequenceError:
             pass
         if self._exclusive:
@@ -216,6 +216,15 @@ class Lease:
                 entry.get("incarnation"),
             )
         return revision
+
+    async def _create(self) -> int:
+        """`kv.create`, once more when the key expired inside it: nats-py's create re-reads a
+        key it found in place (a delete's tombstone can be re-created), and a key whose TTL
+        ends between the two requests is then "not found" instead of free."""
+        try:
+            return await self._kv.create(self.key, self._value)
+        except nats.js.errors.KeyNotFoundError:
+            return await self._kv.create(self.key, self._value)
 
     async def _lost_revision(self) -> int | None:
         """The key is not at the revision written last: expired (this process could not renew
