@@ -15,7 +15,7 @@ import pytest
 from dynrunner.controller.backends.local.backend import LocalBackend
 from dynrunner.controller.claiming.registrations import Registrations
 from dynrunner.controller.claiming.registrations_store import ArmedRegistration
-from dynrunner.controller.infra.loops import Fatal
+from dynrunner.controller.infra.loops import Fatal, Stopping
 from dynrunner.doubles.gitea import GiteaDouble
 from dynrunner.proto.gitea import FetchResult, GiteaClient, LogRow
 from tests.fixtures.backends import PULLING, DelegatingBackend, EndlessPull
@@ -98,8 +98,8 @@ async def test_a_loop_failing_for_good_ends_the_controller_when_arming_swallows_
     fetch_task = GiteaClient.fetch_task
     losing_armed = asyncio.Event()
 
-    async def losing(self: Registrations) -> ArmedRegistration:
-        reg = await armed(self)
+    async def losing(self: Registrations, until: Stopping | None = None) -> ArmedRegistration:
+        reg = await armed(self, until)
         if losing_armed.is_set() and not lost.lost:
             return await lost.answer(reg)  # held until cancelled, which it swallows
         return reg

@@ -133,5 +133,5 @@ class _Lapsing:
         self.term = 1
         self.held = True
 
-    async def wait_held(self) -> None:
+    async def wait_held(self, until: object = None) -> None:
         return None

@@ -15,6 +15,7 @@ from nats.js.kv import KeyValue
 from dynrunner.controller.config.model import NatsConfig
 from dynrunner.controller.coordination.capacity import Capacity
 from dynrunner.controller.coordination.permits import Permit, PermitLedger, open_permits_bucket
+from dynrunner.controller.infra.loops import Stopped, Stopping
 from tests.fixtures.controller_samples import LogFactory
 from tests.fixtures.harness import wait_for
 from tests.fixtures.nats import NatsServer
@@ -114,6 +115,23 @@ async def test_no_more_than_the_limit_across_replicas_and_any_replica_frees_one(
             t.cancel()
         elif not t.result().done:
             t.result().cancel()
+
+
+async def test_a_wait_for_a_free_permit_ends_on_the_claim_loops_stop_flag(replicas: Replicas) -> None:
+    """A claim loop stopping while every permit is taken: the flag alone ends its wait, which
+    a cancellation lost on Python 3.11 would otherwise leave waiting for a job to end."""
+    capacity = Capacity("pool", LIMIT, await replicas.ledger("a"))
+    taken = [await capacity.reserve() for _ in range(LIMIT)]
+    stopping = Stopping()
+    waiting = asyncio.create_task(capacity.reserve(stopping))
+    await asyncio.sleep(0.2)
+    assert not waiting.done()
+    stopping.set()
+    with pytest.raises(Stopped):
+        await asyncio.wait_for(waiting, 5)
+    assert capacity.ledger is not None and capacity.ledger.taken == LIMIT  # the stopped wait took none
+    for reservation in taken:
+        reservation.cancel()
 
 
 async def test_reservations_of_a_replica_process_that_is_gone_are_collected(replicas: Replicas) -> None:

@@ -36,7 +36,7 @@ from dynrunner.controller.claiming.registrations import Registrations
 from dynrunner.controller.claiming.registrations_store import ArmedRegistration
 from dynrunner.controller.coordination.capacity import Capacity, Reservation
 from dynrunner.controller.infra.logs import log_context
-from dynrunner.controller.infra.loops import Backoff, Fatal, PollPacer, Stopping
+from dynrunner.controller.infra.loops import Backoff, Fatal, PollPacer, Stopped, Stopping
 from dynrunner.controller.infra.metrics import Metrics
 from dynrunner.controller.infra.sealing import Sealer
 from dynrunner.controller.reporting.finalize import final_steps, finalize_failed
@@ -195,7 +195,9 @@ class Claimer:
         loop = asyncio.get_running_loop()
         while not self._stopping.is_set():
             try:
-                reg = await self._registrations.armed()
+                reg = await self._registrations.armed(self._stopping)
+            except Stopped:
+                return None
             except Fatal:
                 raise
             except RegistrationRefused as err:
@@ -398,7 +400,7 @@ class Claimer:
 
     async def _reserve(self) -> Reservation | None:
         """A reserved permit, or None when `stop()` came first."""
-        waiter = asyncio.create_task(self._capacity.reserve(), name=f"reserve-{self.pool}")
+        waiter = asyncio.create_task(self._capacity.reserve(self._stopping), name=f"reserve-{self.pool}")
         stopper = asyncio.create_task(self._stopping.wait(), name=f"stop-{self.pool}")
         try:
             await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
@@ -406,10 +408,10 @@ class Claimer:
             stopper.cancel()
             if not waiter.done():
                 waiter.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
+                with contextlib.suppress(asyncio.CancelledError, Stopped):
                     await waiter
-        if waiter.cancelled():
-            return None
+        if waiter.cancelled() or isinstance(waiter.exception(), Stopped):
+            return None  # a cancellation lost inside the wait still ends it, on the flag
         reservation = waiter.result()
         if self._stopping.is_set():
             reservation.cancel()

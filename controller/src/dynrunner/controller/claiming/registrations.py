@@ -39,7 +39,7 @@ from dynrunner.controller.claiming.registrations_store import (
     runner_key,
 )
 from dynrunner.controller.coordination.leases import LEASE_TTL_S, Lease
-from dynrunner.controller.infra.loops import Fatal
+from dynrunner.controller.infra.loops import Fatal, Stopping
 from dynrunner.controller.infra.metrics import Metrics
 from dynrunner.controller.infra.sealing import SealingError
 from dynrunner.proto.gitea import ErrorPage, GiteaClient, RegistrationRefused, RunnerCredentials, Unauthenticated
@@ -106,9 +106,9 @@ class Replica:
     def held(self) -> bool:
         return self.lease is None or self.lease.held
 
-    async def wait_held(self) -> None:
+    async def wait_held(self, until: Stopping | None = None) -> None:
         if self.lease is not None:
-            await self.lease.wait_held()
+            await self.lease.wait_held(until)
 
     async def alive(self, name: str) -> bool:
         if name == self.name:
@@ -168,13 +168,14 @@ class Registrations:
     def client(self, reg: ArmedRegistration) -> GiteaClient:
         return self._gitea.with_credentials(RunnerCredentials(reg.uuid, reg.token))
 
-    async def armed(self) -> ArmedRegistration:
+    async def armed(self, until: Stopping | None = None) -> ArmedRegistration:
         """The registration to claim with: the current one, one of this replica's stored ones
         or one adopted from a replica that is gone (if Gitea still knows it), or a newly
-        registered one (stored before it is used). Waits while the replica's lease is not held."""
+        registered one (stored before it is used). Waits while the replica's lease is not held,
+        and raises `Stopped` once `until` (the claim loop's stop flag) is set meanwhile."""
         if not self.ephemeral:
             return await self._shared()
-        await self.replica.wait_held()
+        await self.replica.wait_held(until)
         if self._current is not None and self._term != self.replica.term:
             await self._take_again()
         if self._current is not None:

@@ -25,6 +25,7 @@ import asyncio
 from collections.abc import Iterable
 
 from dynrunner.controller.coordination.permits import Permit, PermitLedger
+from dynrunner.controller.infra.loops import Stopping
 
 
 class Capacity:
@@ -72,7 +73,7 @@ class Capacity:
 
     # -- transitions ------------------------------------------------------------------
 
-    async def reserve(self) -> Reservation:
+    async def reserve(self, until: Stopping | None = None) -> Reservation:
         """Wait for a free permit and reserve it for one claim: one of the pool's shared
         permits when there is a ledger (this replica's own count then only reports: a job
         it claimed may be launched and reaped by another replica without it ever seeing the
@@ -80,7 +81,7 @@ class Capacity:
         if self.ledger is not None:
             self._reserved += 1
             try:
-                permit = await self.ledger.acquire()
+                permit = await self.ledger.acquire(until)
             except BaseException:
                 self._cancel()
                 raise

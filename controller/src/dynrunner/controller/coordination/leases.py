@@ -127,13 +127,13 @@ class Lease:
         """The last renewal was confirmed recently enough to act on the lease."""
         return self._confirmed is not None and self._clock() - self._confirmed < self._fence_after_s
 
-    async def wait_held(self) -> None:
+    async def wait_held(self, until: Stopping | None = None) -> None:
+        """Wait until the lease is held; raise `Stopped` once `until` (the waiting loop's stop
+        flag) is set, which a lease that has stopped renewing would otherwise never end."""
+        flag = Stopping() if until is None else until
         while not self.held:
             self._changed.clear()
-            try:
-                await asyncio.wait_for(self._changed.wait(), self.renew_interval_s)
-            except TimeoutError:
-                pass
+            await flag.wait_on(self._changed, self.renew_interval_s)
 
     async def run(self) -> None:
         """Renew until `stop()` or cancelled (a failed renewal is logged and tried again; the

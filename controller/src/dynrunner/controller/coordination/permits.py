@@ -249,9 +249,12 @@ class PermitLedger:
 
     # -- taking --------------------------------------------------------------------------
 
-    async def acquire(self) -> Permit:
-        """Wait for a free permit and take it (reserved by this replica, bound to nothing)."""
-        await self._synced.wait()
+    async def acquire(self, until: Stopping | None = None) -> Permit:
+        """Wait for a free permit and take it (reserved by this replica, bound to nothing).
+        Raises `Stopped` once `until` (the claim loop's stop flag) is set."""
+        flag = Stopping() if until is None else until
+        while not self._synced.is_set():
+            await flag.wait_on(self._synced, COLLECT_INTERVAL_S)
         while True:
             self._changed.clear()
             if len(self._entries) < self.limit:
@@ -267,8 +270,7 @@ class PermitLedger:
                     self._entries.setdefault(taken.key, taken)
                     self._mine.add(taken.key)
                     return taken
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), COLLECT_INTERVAL_S)
+            await flag.wait_on(self._changed, COLLECT_INTERVAL_S)
 
     # -- queued changes ------------------------------------------------------------------
 

@@ -26,6 +26,10 @@ class Fatal(Exception):
     """An error no retry can fix (e.g. a Gitea too old for ephemeral runners)."""
 
 
+class Stopped(Exception):
+    """The stop flag a wait was given is set: the waiting loop ends without a cancellation."""
+
+
 class Stopping(asyncio.Event):
     """A loop's stop flag: checked at every turn of the loop, and waited on wherever the loop
     would sleep or wait for something other than an answer. A cancellation swallowed by a
@@ -36,6 +40,22 @@ class Stopping(asyncio.Event):
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.wait(), seconds)
         return self.is_set()
+
+    async def wait_on(self, event: asyncio.Event, timeout_s: float) -> None:
+        """Wait up to `timeout_s` for `event`; raise `Stopped` once the flag is set. For a wait
+        inside a loop's turn (a lease to be held, a permit to come free): a cancellation lost
+        before it would otherwise leave that wait to go on for good."""
+        if self.is_set():
+            raise Stopped
+        if not event.is_set():
+            waits = {asyncio.ensure_future(event.wait()), asyncio.ensure_future(self.wait())}
+            try:
+                await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiting in waits:
+                    waiting.cancel()
+        if self.is_set():
+            raise Stopped
 
 
 @dataclass
