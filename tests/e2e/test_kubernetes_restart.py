@@ -21,6 +21,7 @@ from tests.fixtures.harness import (
     assert_only_armed_runners,
     recorded,
     recording_workflow,
+    wait_armed,
     wait_for,
     wait_run_done,
 )
@@ -65,6 +66,7 @@ async def test_a_controller_killed_twice_mid_run_ends_every_job_once(
             except TimeoutError:
                 # Say what was left (the soak suite once saw this fail without knowing what).
                 raise AssertionError(f"left over: {left}\n{controller.log()[-3000:]}") from None
+            await wait_armed(gitea)  # a loop arms its next runner once a permit is free again
             assert await controller.terminate() == 0
         finally:
             if controller.proc is not None and controller.proc.poll() is None:
@@ -95,6 +97,7 @@ async def test_a_launch_killed_before_its_delivery_was_acknowledged_creates_noth
             controller.start()
             done = await wait_run_done(gitea, run.id, within=60)
             await wait_for(lambda: left_over(executor_cluster) == NOTHING_LEFT, within=30, what="nothing left")
+            await wait_armed(gitea)
             assert await controller.terminate() == 0
         finally:
             if controller.proc is not None and controller.proc.poll() is None:
